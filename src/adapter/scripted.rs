@@ -1,0 +1,165 @@
+//! The built-in scripted adapter: deterministic, no network, no keys.
+//!
+//! With no script it answers as the reference host does:
+//! `{"summary": "Completed task: <name>", "instruction": …}`. With a script in
+//! `task.metadata.script` it runs the steps of the contract in DESIGN.md, each
+//! one step toward `max_steps`. A malformed script fails its task only.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use super::{AgentAdapter, TaskContext, TaskError, TaskFuture};
+use crate::ids::SubagentId;
+use crate::protocol::wire::{JsonObject, SubagentConfig, TaskDefinition};
+
+/// The scripted adapter (the default route).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ScriptedAdapter;
+
+/// One step of a script: an object with exactly one key.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Step {
+    SleepMs(u64),
+    Progress(String),
+    Fail(String),
+    Return(Value),
+    Send(SendStep),
+    WaitMessage(WaitStep),
+    Spawn(Box<SpawnStep>),
+    AwaitChildren(NoArgs),
+}
+
+#[derive(Debug, Deserialize)]
+struct SendStep {
+    to: String,
+    content: Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitStep {
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SpawnStep {
+    agent: SubagentConfig,
+    task: TaskDefinition,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// Parses `metadata.script`; `Ok(None)` when there is none.
+fn parse_script(metadata: &JsonObject) -> Result<Option<Vec<Step>>, TaskError> {
+    let Some(script) = metadata.get("script") else {
+        return Ok(None);
+    };
+    serde_path_to_error::deserialize(script)
+        .map(Some)
+        .map_err(|err| TaskError(format!("malformed script at `script.{}`: {}", err.path(), err.inner())))
+}
+
+fn default_result(ctx: &TaskContext) -> JsonObject {
+    let mut result = JsonObject::new();
+    result.insert("summary".into(), json!(format!("Completed task: {}", ctx.task.name)));
+    result.insert("instruction".into(), json!(ctx.task.instruction));
+    result
+}
+
+impl AgentAdapter for ScriptedAdapter {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn run(&self, ctx: TaskContext) -> TaskFuture {
+        Box::pin(async move {
+            let cancel = ctx.cancel.clone();
+            tokio::select! {
+                outcome = run_script(&ctx) => outcome,
+                _ = cancel.cancelled() => Err(TaskError::new("cancelled")),
+            }
+        })
+    }
+}
+
+async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
+    ctx.memory.push(json!({ "role": "user", "content": ctx.task.instruction }));
+    let Some(steps) = parse_script(&ctx.task.metadata)? else {
+        ctx.step()?;
+        let result = default_result(ctx);
+        ctx.memory.push(json!({ "role": "assistant", "content": result["summary"] }));
+        return Ok(result);
+    };
+    let mut messages: Vec<Value> = Vec::new();
+    let mut children: Option<JsonObject> = None;
+    let mut returned: Option<JsonObject> = None;
+    for (index, step) in steps.into_iter().enumerate() {
+        ctx.step()?;
+        match step {
+            Step::SleepMs(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Step::Progress(text) => ctx.progress(text),
+            Step::Fail(text) => return Err(TaskError(text)),
+            Step::Return(value) => {
+                returned = Some(match value {
+                    Value::Object(object) => object,
+                    other => {
+                        let mut object = JsonObject::new();
+                        object.insert("value".into(), other);
+                        object
+                    }
+                });
+                break;
+            }
+            Step::Send(send) => {
+                let to = if send.to == "parent" {
+                    ctx.parent_id
+                        .ok_or_else(|| TaskError(format!("step {index}: `parent` named, but this subagent is top level")))?
+                } else {
+                    SubagentId::parse(&send.to)
+                        .ok_or_else(|| TaskError(format!("step {index}: `{}` is not a subagent id", send.to)))?
+                };
+                ctx.send_message(to, "message", send.content)
+                    .await
+                    .map_err(|err| TaskError(format!("step {index}: send failed: {err}")))?;
+            }
+            Step::WaitMessage(wait) => {
+                if let Some(message) = ctx.next_message(wait.timeout_ms.map(Duration::from_millis)).await {
+                    messages.push(json!({
+                        "from": message.from,
+                        "type": message.payload.kind,
+                        "content": message.payload.content,
+                    }));
+                }
+            }
+            Step::Spawn(spawn) => {
+                ctx.spawn_child(spawn.agent, Some(spawn.task))
+                    .await
+                    .map_err(|err| TaskError(format!("step {index}: spawn failed: {err}")))?;
+            }
+            Step::AwaitChildren(NoArgs {}) => {
+                let mut results = children.take().unwrap_or_default();
+                for child in ctx.children().await? {
+                    let answer = ctx.await_subagent(child).await?;
+                    results.insert(child.to_string(), serde_json::to_value(&answer).unwrap_or(Value::Null));
+                }
+                children = Some(results);
+            }
+        }
+    }
+    let mut result = returned.unwrap_or_else(|| default_result(ctx));
+    if !messages.is_empty() {
+        result.entry("messages").or_insert(Value::Array(messages));
+    }
+    if let Some(children) = children {
+        result.entry("children").or_insert(Value::Object(children));
+    }
+    if let Some(summary) = result.get("summary") {
+        ctx.memory.push(json!({ "role": "assistant", "content": summary }));
+    }
+    Ok(result)
+}

@@ -1,0 +1,65 @@
+//! Host limits with their defaults, as read from the `[limits]` table of the
+//! config file. Every quantity a client can make grow has a bound here.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Bounds on what clients can make the host hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Number of nesting levels: a subagent at depth `max_depth - 1` cannot
+    /// spawn (depth 0 is a top-level subagent).
+    pub max_depth: u32,
+    /// Subagents of one session that are not `TERMINATED` at once.
+    pub max_subagents_per_session: usize,
+    /// Sessions open at once across the host.
+    pub max_sessions: usize,
+    /// Longest accepted NDJSON line, in bytes.
+    pub max_line_bytes: usize,
+    /// Messages a subagent's mailbox holds before `mailbox_full`.
+    pub mailbox_capacity: usize,
+    /// How long a cancelled task may wind up before it is stopped.
+    pub cancel_grace_ms: u64,
+    /// `TERMINATED` records a session keeps for await/list; past it the oldest
+    /// is forgotten (its id then answers `unknown_subagent`).
+    pub max_retained_records: usize,
+    /// Pending awaits on one subagent.
+    pub max_awaiters_per_subagent: usize,
+    /// Entries a subagent's memory keeps (oldest dropped first).
+    pub max_memory_entries: usize,
+    /// Requests of one session in flight at once; past it the host stops
+    /// reading that session's input until replies go out.
+    pub max_inflight_requests: usize,
+    /// Messages queued for one session's client; a client that lets more pile
+    /// up is too slow and its session is closed.
+    pub outbox_capacity: usize,
+    /// An HTTP session with no request and no stream for this long is closed.
+    pub session_idle_seconds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_depth: 3,
+            max_subagents_per_session: 64,
+            max_sessions: 256,
+            max_line_bytes: 1 << 20,
+            mailbox_capacity: 256,
+            cancel_grace_ms: 2_000,
+            max_retained_records: 1_024,
+            max_awaiters_per_subagent: 1_024,
+            max_memory_entries: 256,
+            max_inflight_requests: 4_096,
+            outbox_capacity: 65_536,
+            session_idle_seconds: 900,
+        }
+    }
+}
+
+impl Limits {
+    /// `cancel_grace_ms` as a duration.
+    pub fn cancel_grace(&self) -> Duration {
+        Duration::from_millis(self.cancel_grace_ms)
+    }
+}

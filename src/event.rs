@@ -1,0 +1,172 @@
+//! Lifecycle events: what the supervisor tells the session as things happen.
+//!
+//! Events are typed and cheap to build (ids are `Copy`, strings are shared
+//! `Arc<str>`); they become `SUBAGENT_EVENT` JSON only when a sink wants wire
+//! form, so an in-process user that ignores events pays almost nothing.
+
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+use crate::ids::SubagentId;
+use crate::protocol::wire::{JsonObject, SubagentEvent, SubagentStatus};
+
+/// The `event` field of a `SUBAGENT_EVENT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A subagent was created (`READY`).
+    Spawned,
+    /// A task was accepted (`RUNNING`).
+    Delegated,
+    /// `RUNNING` ↔ `WAITING`.
+    StatusChanged,
+    /// The adapter reported progress.
+    Progress,
+    /// A message reached the subagent's mailbox.
+    MessageReceived,
+    /// The task finished (`COMPLETED`).
+    Completed,
+    /// The task failed (`FAILED`).
+    Failed,
+    /// The task ran past `timeout_seconds` (`FAILED`).
+    Timeout,
+    /// The task was cancelled (`CANCELLED`).
+    Cancelled,
+    /// The subagent was terminated (`TERMINATED`).
+    Terminated,
+    /// A merge covering this subagent finished.
+    Merged,
+}
+
+impl EventKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Spawned => "spawned",
+            Self::Delegated => "delegated",
+            Self::StatusChanged => "status_changed",
+            Self::Progress => "progress",
+            Self::MessageReceived => "message_received",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::Terminated => "terminated",
+            Self::Merged => "merged",
+        }
+    }
+}
+
+/// Event-specific payload beyond the fields every event has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventDetail {
+    /// Nothing more.
+    None,
+    /// Progress text from the adapter.
+    Progress(String),
+    /// Who sent a message and its type.
+    Message {
+        /// The sender.
+        from: String,
+        /// The payload's `type`.
+        kind: String,
+    },
+    /// A merged result's strategy and sources.
+    Merged {
+        /// Strategy name.
+        strategy: String,
+        /// Every id the merge covered.
+        subagent_ids: Vec<SubagentId>,
+    },
+}
+
+/// One lifecycle event of one subagent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The subagent the event is about.
+    pub subagent_id: SubagentId,
+    /// What happened.
+    pub kind: EventKind,
+    /// Its status after the event.
+    pub status: SubagentStatus,
+    /// Its parent (a subagent id, or the client agent's id for a top-level one).
+    pub parent_agent_id: Option<Arc<str>>,
+    /// The root agent of its tree.
+    pub root_agent_id: Option<Arc<str>>,
+    /// Its depth in the tree.
+    pub depth: u32,
+    /// The error, for `failed`, `timeout`, `cancelled`.
+    pub error: Option<Arc<str>>,
+    /// Kind-specific payload.
+    pub detail: EventDetail,
+}
+
+impl Event {
+    /// The `content` object of the wire event.
+    pub fn content(&self) -> JsonObject {
+        let mut content = JsonObject::new();
+        content.insert("status".into(), json!(self.status.as_str()));
+        content.insert("parent_agent_id".into(), json!(self.parent_agent_id.as_deref()));
+        content.insert("root_agent_id".into(), json!(self.root_agent_id.as_deref()));
+        content.insert("depth".into(), json!(self.depth));
+        if let Some(error) = &self.error {
+            content.insert("error".into(), json!(&**error));
+        }
+        match &self.detail {
+            EventDetail::None => {}
+            EventDetail::Progress(text) => {
+                content.insert("message".into(), json!(text));
+            }
+            EventDetail::Message { from, kind } => {
+                content.insert("from_subagent_id".into(), json!(from));
+                content.insert("message_type".into(), json!(kind));
+            }
+            EventDetail::Merged { strategy, subagent_ids } => {
+                content.insert("strategy".into(), json!(strategy));
+                content.insert("subagent_ids".into(), json!(subagent_ids));
+            }
+        }
+        content
+    }
+
+    /// The event as a `SUBAGENT_EVENT` body.
+    pub fn to_wire(&self) -> SubagentEvent {
+        SubagentEvent {
+            subagent_id: self.subagent_id,
+            event: self.kind.as_str().to_owned(),
+            content: self.content(),
+        }
+    }
+}
+
+/// Where a session's events go (the protocol session's outbox, a channel, or nowhere).
+///
+/// Called on the session's arbiter thread; it must not block.
+pub trait EventSink: Send + Sync + 'static {
+    /// Takes one event.
+    fn emit(&self, event: Event);
+}
+
+/// Drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) {}
+}
+
+/// Sends events into an unbounded tokio channel (tests and in-process users
+/// that drain it).
+impl EventSink for tokio::sync::mpsc::UnboundedSender<Event> {
+    fn emit(&self, event: Event) {
+        let _ = self.send(event);
+    }
+}
+
+/// The wire value of a stopped list (`content.stopped` of a cancel/terminate reply).
+pub fn stopped_content(target: SubagentId, stopped: &[SubagentId]) -> JsonObject {
+    let mut content = JsonObject::new();
+    content.insert("subagent_id".into(), json!(target));
+    content.insert("stopped".into(), Value::from(stopped.iter().map(|id| json!(id)).collect::<Vec<_>>()));
+    content.insert("count".into(), json!(stopped.len()));
+    content
+}

@@ -1,0 +1,135 @@
+//! Subagent identifiers: `sub_` + 8 lowercase hex digits, unique within a host.
+//!
+//! An id is stored as the `u32` its hex digits spell, so it is `Copy`, hashes
+//! in one step and costs no allocation; it is only spelled out on the wire.
+//! Uniqueness across the whole host is kept by [`IdRegistry`], a set split
+//! into shards so that sessions on different threads rarely meet on a lock.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Mutex;
+
+/// A subagent identifier (`sub_a1b2c3d4`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubagentId(pub u32);
+
+impl SubagentId {
+    /// Parses the wire form. Anything other than `sub_` + 8 hex digits is `None`
+    /// (a request naming it then gets `unknown_subagent`).
+    pub fn parse(text: &str) -> Option<Self> {
+        let hex = text.strip_prefix("sub_")?;
+        if hex.len() != 8 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u32::from_str_radix(hex, 16).ok().map(SubagentId)
+    }
+}
+
+impl fmt::Display for SubagentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sub_{:08x}", self.0)
+    }
+}
+
+impl fmt::Debug for SubagentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for SubagentId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SubagentId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        SubagentId::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom("a subagent id is `sub_` followed by 8 hex digits"))
+    }
+}
+
+/// Where candidate ids come from. The host draws from [`RandomIds`]; tests
+/// inject a fixed sequence to force a collision.
+pub trait IdSource: Send + Sync + 'static {
+    /// The next candidate; the registry draws again when it is taken.
+    fn next_candidate(&self) -> u32;
+}
+
+/// Random 32-bit candidates (the `hex[:8]` of a fresh random value).
+#[derive(Debug, Default)]
+pub struct RandomIds;
+
+impl IdSource for RandomIds {
+    fn next_candidate(&self) -> u32 {
+        fastrand::u32(..)
+    }
+}
+
+const SHARDS: usize = 64;
+
+/// The host-wide set of ids in use.
+///
+/// An id is taken at spawn and released when its session drops the record,
+/// so ids never collide within a host, even across sessions.
+pub struct IdRegistry {
+    source: Box<dyn IdSource>,
+    shards: Vec<Mutex<HashSet<u32>>>,
+}
+
+impl fmt::Debug for IdRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdRegistry").finish_non_exhaustive()
+    }
+}
+
+impl IdRegistry {
+    /// A registry drawing candidates from `source`.
+    pub fn new(source: Box<dyn IdSource>) -> Self {
+        Self {
+            source,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
+        }
+    }
+
+    fn shard(&self, id: u32) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        // A poisoned shard only means another thread panicked mid-insert; the
+        // set itself is still consistent, so keep using it.
+        self.shards[id as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Draws a fresh id, drawing again while the candidate is already in use.
+    /// Gives up (`None`) after 64 taken candidates in a row, which with random
+    /// draws means the id space is all but full.
+    pub fn allocate(&self) -> Option<SubagentId> {
+        for _ in 0..64 {
+            let candidate = self.source.next_candidate();
+            if self.shard(candidate).insert(candidate) {
+                return Some(SubagentId(candidate));
+            }
+            log::debug!("subagent id collision on {}; drawing again", SubagentId(candidate));
+        }
+        None
+    }
+
+    /// Returns an id to the pool.
+    pub fn release(&self, id: SubagentId) {
+        self.shard(id.0).remove(&id.0);
+    }
+
+    /// Whether an id is in use anywhere in the host.
+    pub fn contains(&self, id: SubagentId) -> bool {
+        self.shard(id.0).contains(&id.0)
+    }
+}
+
+impl Default for IdRegistry {
+    fn default() -> Self {
+        Self::new(Box::new(RandomIds))
+    }
+}

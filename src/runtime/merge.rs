@@ -1,0 +1,224 @@
+//! Merge strategies: `hierarchical_summary`, `voting`, and custom ones
+//! registered through [`MergeStrategy`].
+//!
+//! A merge first waits for every named subagent to finish, then hands the
+//! `COMPLETED` ones to the strategy; the others are reported under
+//! `not_merged`, never dropped silently.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{ErrorCode, HostError};
+use crate::ids::SubagentId;
+use crate::protocol::wire::{AwaitResponse, JsonObject, SubagentStatus};
+
+/// One subagent's outcome, as a strategy sees it.
+#[derive(Debug, Clone)]
+pub struct MergeInput {
+    /// The subagent.
+    pub subagent_id: SubagentId,
+    /// Its name.
+    pub name: String,
+    /// Its final status, result and error.
+    pub outcome: AwaitResponse,
+}
+
+impl MergeInput {
+    /// The result object (empty when there is none).
+    pub fn result(&self) -> &JsonObject {
+        static EMPTY: std::sync::OnceLock<JsonObject> = std::sync::OnceLock::new();
+        self.outcome.result.as_deref().unwrap_or_else(|| EMPTY.get_or_init(JsonObject::new))
+    }
+}
+
+/// A way to combine completed results into one object.
+pub trait MergeStrategy: Send + Sync + 'static {
+    /// Merges the completed inputs (in request order). An `Err` text becomes
+    /// a `runtime_error` reply.
+    fn merge(&self, completed: &[&MergeInput]) -> Result<JsonObject, String>;
+}
+
+/// The strategies a host knows, by name.
+#[derive(Clone)]
+pub struct StrategyRegistry {
+    strategies: BTreeMap<String, Arc<dyn MergeStrategy>>,
+}
+
+impl fmt::Debug for StrategyRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.strategies.keys()).finish()
+    }
+}
+
+impl Default for StrategyRegistry {
+    /// The two built-in strategies.
+    fn default() -> Self {
+        let mut registry = Self { strategies: BTreeMap::new() };
+        registry.register("hierarchical_summary", Arc::new(HierarchicalSummary));
+        registry.register("voting", Arc::new(Voting));
+        registry
+    }
+}
+
+impl StrategyRegistry {
+    /// Adds (or replaces) a named strategy.
+    pub fn register(&mut self, name: &str, strategy: Arc<dyn MergeStrategy>) {
+        self.strategies.insert(name.to_owned(), strategy);
+    }
+
+    /// The strategy of that name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn MergeStrategy>> {
+        self.strategies.get(name).cloned()
+    }
+
+    /// Every registered name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.strategies.keys().map(String::as_str).collect()
+    }
+}
+
+/// Runs `strategy` over `inputs`, adding the bookkeeping every merge reports.
+pub(crate) fn run(strategy: &dyn MergeStrategy, name: &str, inputs: &[MergeInput]) -> Result<JsonObject, HostError> {
+    let (completed, others): (Vec<&MergeInput>, Vec<&MergeInput>) =
+        inputs.iter().partition(|input| input.outcome.status == SubagentStatus::Completed);
+    let mut merged = strategy
+        .merge(&completed)
+        .map_err(|text| HostError::new(ErrorCode::RuntimeError, format!("merge strategy `{name}` failed: {text}")))?;
+    merged.insert("strategy".into(), json!(name));
+    merged.insert("merged".into(), json!(completed.iter().map(|i| i.subagent_id).collect::<Vec<_>>()));
+    let not_merged: Vec<Value> = others
+        .iter()
+        .map(|input| {
+            json!({
+                "subagent_id": input.subagent_id,
+                "name": input.name,
+                "status": input.outcome.status,
+                "error": input.outcome.error.as_deref(),
+            })
+        })
+        .collect();
+    merged.insert("not_merged".into(), Value::Array(not_merged));
+    Ok(merged)
+}
+
+/// Each source's summary (its `summary` field, else its whole result as
+/// JSON), combined into one text plus a structured list of sources.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HierarchicalSummary;
+
+impl MergeStrategy for HierarchicalSummary {
+    fn merge(&self, completed: &[&MergeInput]) -> Result<JsonObject, String> {
+        let mut lines = Vec::with_capacity(completed.len());
+        let mut sources = Vec::with_capacity(completed.len());
+        for input in completed {
+            let result = input.result();
+            let summary = match result.get("summary") {
+                Some(Value::String(text)) => text.clone(),
+                _ => canonical_json(&Value::Object(result.clone())),
+            };
+            lines.push(format!("- {} ({}): {}", input.name, input.subagent_id, summary));
+            sources.push(json!({
+                "subagent_id": input.subagent_id,
+                "name": input.name,
+                "summary": summary,
+                "result": result,
+            }));
+        }
+        let summary = if completed.is_empty() {
+            "No subagent completed; nothing to combine.".to_owned()
+        } else {
+            format!("Combined results of {} subagents:\n{}", completed.len(), lines.join("\n"))
+        };
+        let mut merged = JsonObject::new();
+        merged.insert("summary".into(), json!(summary));
+        merged.insert("sources".into(), Value::Array(sources));
+        Ok(merged)
+    }
+}
+
+/// Majority vote over each result's `answer` field, or the whole result (as
+/// canonical JSON) when it has none.
+///
+/// Tie-break: among the candidates with the most votes, the one whose first
+/// vote comes earliest in the request's `subagent_ids` order wins; `tie`
+/// says whether there was a tie to break.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Voting;
+
+impl MergeStrategy for Voting {
+    fn merge(&self, completed: &[&MergeInput]) -> Result<JsonObject, String> {
+        // (canonical key, the voted value, voters), in order of first vote.
+        let mut tally: Vec<(String, Value, Vec<SubagentId>)> = Vec::new();
+        for input in completed {
+            let result = input.result();
+            let ballot = match result.get("answer") {
+                Some(answer) => answer.clone(),
+                None => Value::Object(result.clone()),
+            };
+            let key = canonical_json(&ballot);
+            match tally.iter_mut().find(|(existing, _, _)| *existing == key) {
+                Some((_, _, voters)) => voters.push(input.subagent_id),
+                None => tally.push((key, ballot, vec![input.subagent_id])),
+            }
+        }
+        let best = tally.iter().map(|(_, _, voters)| voters.len()).max().unwrap_or(0);
+        let leaders = tally.iter().filter(|(_, _, voters)| voters.len() == best).count();
+        // `max_by_key` would take the last of equals; `find` takes the first.
+        let winner = tally.iter().find(|(_, _, voters)| voters.len() == best);
+        let mut merged = JsonObject::new();
+        merged.insert("winner".into(), winner.map(|(_, value, _)| value.clone()).unwrap_or(Value::Null));
+        merged.insert("votes".into(), json!(best));
+        merged.insert("total".into(), json!(completed.len()));
+        merged.insert("tie".into(), json!(leaders > 1));
+        merged.insert(
+            "tally".into(),
+            Value::Array(
+                tally
+                    .iter()
+                    .map(|(_, value, voters)| json!({ "value": value, "votes": voters.len(), "subagent_ids": voters }))
+                    .collect(),
+            ),
+        );
+        Ok(merged)
+    }
+}
+
+/// JSON text with object keys sorted at every level, so that equal values
+/// always spell the same.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}

@@ -1,0 +1,151 @@
+//! The actor messages between the session handle, the supervisor and the
+//! subagent actors. Requests from clients arrive at the supervisor; the
+//! supervisor routes them to the target `SubagentActor` by one index lookup.
+
+use actix::prelude::*;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::subagent::SubagentActor;
+use crate::error::HostError;
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+
+// ---- client requests, handled by the supervisor -------------------------------
+
+/// Spawn a subagent.
+#[derive(Message)]
+#[rtype(result = "Result<SpawnResponse, HostError>")]
+pub(crate) struct Spawn(pub SpawnRequest);
+
+/// Delegate a task. `deadline_cap` is the delegating task's own deadline when
+/// a subagent's task delegates to its child, so deadlines flow down the tree.
+#[derive(Message)]
+#[rtype(result = "Result<DelegateResponse, HostError>")]
+pub(crate) struct Delegate {
+    pub id: SubagentId,
+    pub task: TaskDefinition,
+    pub deadline_cap: Option<Instant>,
+}
+
+/// Wait for a subagent's task to end.
+#[derive(Message)]
+#[rtype(result = "Result<AwaitResponse, HostError>")]
+pub(crate) struct Await(pub SubagentId);
+
+/// Put a message in a subagent's mailbox.
+#[derive(Message)]
+#[rtype(result = "Result<MessageResponse, HostError>")]
+pub(crate) struct SendMessage {
+    pub from: String,
+    pub to: SubagentId,
+    pub payload: SubagentMessagePayload,
+}
+
+/// List the session's subagents.
+#[derive(Message)]
+#[rtype(result = "ListResponse")]
+pub(crate) struct List;
+
+/// Cancel a subagent's task and its descendants' tasks.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<SubagentId>, HostError>")]
+pub(crate) struct Cancel(pub SubagentId);
+
+/// Terminate a subagent and its subtree.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<SubagentId>, HostError>")]
+pub(crate) struct Terminate(pub SubagentId);
+
+/// Merge results.
+#[derive(Message)]
+#[rtype(result = "Result<MergeResponse, HostError>")]
+pub(crate) struct Merge(pub MergeRequest);
+
+/// The ids of a subagent's children, oldest first.
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentId>")]
+pub(crate) struct ChildrenOf(pub SubagentId);
+
+/// Terminate every subagent of the session and stop the supervisor. Replies
+/// with every id that was stopped once all their actors are gone.
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentId>")]
+pub(crate) struct Close;
+
+/// The supervisor's record of a subagent (used after its actor has gone).
+#[derive(Message)]
+#[rtype(result = "Result<AwaitResponse, HostError>")]
+pub(crate) struct ReadRecord(pub SubagentId);
+
+/// Counted status of the session: (busy subagent ids).
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentId>")]
+pub(crate) struct BusyIds;
+
+// ---- reports from subagent actors to the supervisor ---------------------------
+
+/// A subagent's status changed, or something worth an event happened to it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Report {
+    pub id: SubagentId,
+    pub kind: EventKind,
+    pub status: SubagentStatus,
+    pub result: Option<Arc<JsonObject>>,
+    pub error: Option<Arc<str>>,
+    pub detail: EventDetail,
+}
+
+// ---- supervisor (or a parent) to a subagent actor ----------------------------
+
+/// Start a task on this subagent.
+#[derive(Message)]
+#[rtype(result = "DelegateResponse")]
+pub(crate) struct RunTask {
+    pub task: TaskDefinition,
+    pub deadline_cap: Option<Instant>,
+}
+
+/// Reply when the current task ends (at once when there is none).
+#[derive(Message)]
+#[rtype(result = "Result<AwaitResponse, HostError>")]
+pub(crate) struct AwaitTask;
+
+/// Queue a mailbox message.
+#[derive(Message)]
+#[rtype(result = "Result<(), HostError>")]
+pub(crate) struct Deliver {
+    pub from: String,
+    pub payload: SubagentMessagePayload,
+}
+
+/// Cancel this subagent's task and its descendants'. Replies with the ids
+/// whose task was stopped, once every one of those tasks has ended.
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentId>")]
+pub(crate) struct CancelTree;
+
+/// Terminate this subagent and its descendants. Replies with every id stopped,
+/// once every descendant actor is gone (this actor stops right after).
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentId>")]
+pub(crate) struct TerminateTree;
+
+/// A new child of this subagent (it now owns the child for cancel/terminate).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AdoptChild {
+    pub addr: Addr<SubagentActor>,
+    pub gone: CancellationToken,
+}
+
+/// The running task (generation `generation`) waits (`true`) or runs again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SetWaiting {
+    pub generation: u64,
+    pub waiting: bool,
+}

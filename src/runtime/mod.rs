@@ -1,0 +1,246 @@
+//! The actor runtime: a [`Host`] opens [`Session`]s; each session is a
+//! `Supervisor` actor owning a tree of `SubagentActor`s.
+//!
+//! - `supervisor`: the per-session root, index and event emitter.
+//! - `subagent`: one subagent; runs tasks, owns children, stops its subtree.
+//! - `messages`: the actor messages between them.
+//! - [`memory`]: memory and mailbox.
+//! - [`merge`]: merge strategies.
+
+pub mod memory;
+pub mod merge;
+pub(crate) mod messages;
+pub(crate) mod subagent;
+pub(crate) mod supervisor;
+
+use actix::prelude::*;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::adapter::AdapterRouter;
+use crate::config::Limits;
+use crate::error::HostError;
+use crate::event::EventSink;
+use crate::ids::{IdRegistry, SubagentId};
+use crate::protocol::wire::*;
+use merge::StrategyRegistry;
+use messages as msg;
+use supervisor::Supervisor;
+
+/// What a host is built from.
+#[derive(Debug, Default)]
+pub struct HostConfig {
+    /// Bounds on what clients can make the host hold.
+    pub limits: Limits,
+    /// Which adapter runs which model.
+    pub router: AdapterRouter,
+    /// Merge strategies by name.
+    pub strategies: StrategyRegistry,
+    /// The id registry (tests inject one with a fixed id source).
+    pub ids: IdRegistry,
+}
+
+/// Host-wide state every session shares (read-only but for the id registry).
+#[derive(Debug)]
+pub(crate) struct HostShared {
+    pub limits: Limits,
+    pub router: AdapterRouter,
+    pub strategies: StrategyRegistry,
+    pub ids: IdRegistry,
+}
+
+/// Live counts of one session, readable at any time.
+#[derive(Debug, Default)]
+pub struct SessionStats {
+    /// Adapter tasks whose future still exists.
+    pub live_tasks: AtomicUsize,
+    /// Subagent actors not yet dropped.
+    pub live_actors: AtomicUsize,
+}
+
+impl SessionStats {
+    /// Adapter tasks still running.
+    pub fn tasks(&self) -> usize {
+        self.live_tasks.load(Ordering::Acquire)
+    }
+
+    /// Subagent actors still alive.
+    pub fn actors(&self) -> usize {
+        self.live_actors.load(Ordering::Acquire)
+    }
+}
+
+/// A subagent host: opens sessions and spreads them over worker arbiters.
+pub struct Host {
+    shared: Arc<HostShared>,
+    // Sessions are placed round-robin; empty means "the current arbiter".
+    workers: Vec<ArbiterHandle>,
+    next_worker: AtomicUsize,
+    open_sessions: Arc<AtomicUsize>,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("workers", &self.workers.len())
+            .field("open_sessions", &self.open_sessions.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// A host whose sessions all live on the calling arbiter (tests, embedding).
+    pub fn new(config: HostConfig) -> Self {
+        Self::with_workers(config, Vec::new())
+    }
+
+    /// A host whose sessions are spread over `workers` (round-robin); each
+    /// session's tree lives on one of them.
+    pub fn with_workers(config: HostConfig, workers: Vec<ArbiterHandle>) -> Self {
+        let shared = HostShared {
+            limits: config.limits,
+            router: config.router,
+            strategies: config.strategies,
+            ids: config.ids,
+        };
+        Self {
+            shared: Arc::new(shared),
+            workers,
+            next_worker: AtomicUsize::new(0),
+            open_sessions: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// Sessions opened and not yet closed.
+    pub fn open_sessions(&self) -> usize {
+        self.open_sessions.load(Ordering::Acquire)
+    }
+
+    /// Whether `id` is in use by any session of this host.
+    pub fn id_in_use(&self, id: SubagentId) -> bool {
+        self.shared.ids.contains(id)
+    }
+
+    /// Opens a session whose events go to `sink`.
+    pub fn open_session(&self, sink: Arc<dyn EventSink>) -> Session {
+        let stats = Arc::new(SessionStats::default());
+        let shared = self.shared.clone();
+        let supervisor_stats = stats.clone();
+        let make = move |_: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats);
+        let addr = if self.workers.is_empty() {
+            Supervisor::create(make)
+        } else {
+            let slot = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+            Supervisor::start_in_arbiter(&self.workers[slot], make)
+        };
+        self.open_sessions.fetch_add(1, Ordering::AcqRel);
+        Session {
+            inner: Arc::new(SessionInner { addr, stats, open_sessions: self.open_sessions.clone() }),
+        }
+    }
+}
+
+struct SessionInner {
+    addr: Addr<Supervisor>,
+    stats: Arc<SessionStats>,
+    open_sessions: Arc<AtomicUsize>,
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        // The last handle is gone: take the tree down (a no-op after close).
+        self.addr.do_send(msg::Close);
+        self.open_sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A handle on one session: the library's public API for every request of
+/// the subagents capability. Cheap to clone; the session closes when the
+/// last clone is dropped, or at [`Session::close`].
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session").field("stats", &self.inner.stats).finish()
+    }
+}
+
+impl Session {
+    /// Live task and actor counts of this session.
+    pub fn stats(&self) -> &SessionStats {
+        &self.inner.stats
+    }
+
+    /// `SUBAGENT_SPAWN_REQ`.
+    pub async fn spawn(&self, request: SpawnRequest) -> Result<SpawnResponse, HostError> {
+        self.inner.addr.send(msg::Spawn(request)).await?
+    }
+
+    /// `SUBAGENT_DELEGATE_REQ`.
+    pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
+        self.inner.addr.send(msg::Delegate { id, task, deadline_cap: None }).await?
+    }
+
+    /// `SUBAGENT_AWAIT_REQ`: replies when the task ends (at once when none runs).
+    pub async fn await_result(&self, id: SubagentId) -> Result<AwaitResponse, HostError> {
+        self.inner.addr.send(msg::Await(id)).await?
+    }
+
+    /// `SUBAGENT_MESSAGE_REQ`.
+    pub async fn message(&self, from: String, to: SubagentId, payload: SubagentMessagePayload) -> Result<MessageResponse, HostError> {
+        self.inner.addr.send(msg::SendMessage { from, to, payload }).await?
+    }
+
+    /// `SUBAGENT_LIST_REQ`.
+    pub async fn list(&self) -> Result<ListResponse, HostError> {
+        Ok(self.inner.addr.send(msg::List).await?)
+    }
+
+    /// `SUBAGENT_CANCEL_REQ`: replies with every subagent whose task was
+    /// stopped, once all those tasks have ended.
+    pub async fn cancel(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
+        self.inner.addr.send(msg::Cancel(id)).await?
+    }
+
+    /// `SUBAGENT_TERMINATE_REQ`: replies with every subagent stopped, once all
+    /// their actors are gone.
+    pub async fn terminate(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
+        self.inner.addr.send(msg::Terminate(id)).await?
+    }
+
+    /// `SUBAGENT_MERGE_REQ`.
+    pub async fn merge(&self, request: MergeRequest) -> Result<MergeResponse, HostError> {
+        self.inner.addr.send(msg::Merge(request)).await?
+    }
+
+    /// Terminates every subagent of the session and stops its supervisor.
+    /// Returns every id stopped; a second call returns an empty list.
+    pub async fn close(&self) -> Vec<SubagentId> {
+        self.inner.addr.send(msg::Close).await.unwrap_or_default()
+    }
+
+    /// `shutdown`: lets running tasks finish for up to `timeout`, then closes.
+    pub async fn drain(&self, timeout: Duration) -> Vec<SubagentId> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        if let Ok(busy) = self.inner.addr.send(msg::BusyIds).await {
+            let waits = busy.into_iter().map(|id| self.await_result(id));
+            let _ = tokio::time::timeout_at(deadline, futures_util::future::join_all(waits)).await;
+        }
+        self.close().await
+    }
+
+    /// Whether the session's supervisor is still running.
+    pub fn is_open(&self) -> bool {
+        self.inner.addr.connected()
+    }
+}

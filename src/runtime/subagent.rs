@@ -1,0 +1,496 @@
+//! `SubagentActor`: one subagent. It owns its children, runs at most one task
+//! at a time, answers awaits when the task ends, and carries cancel and
+//! terminate down its subtree, replying only once the subtree has stopped.
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::{AbortHandle, JoinError};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::memory::{InboxMessage, Mailbox, Memory};
+use super::messages::*;
+use super::supervisor::Supervisor;
+use super::{HostShared, SessionStats};
+use crate::adapter::{AgentAdapter, TaskContext};
+use crate::error::{ErrorCode, HostError};
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+
+/// Longest task timeout honoured; larger `timeout_seconds` are clamped so the
+/// deadline arithmetic cannot overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How a task ended, as seen from inside its tokio task.
+enum Outcome {
+    Completed(JsonObject),
+    Failed(String),
+    TimedOut,
+}
+
+/// The task currently running on a subagent.
+struct RunningTask {
+    // Tells stale completions (of an earlier task) from the current one.
+    generation: u64,
+    // The graceful signal the adapter sees.
+    cancel: CancellationToken,
+    // Drops the task's future at once (terminate, or cancel past the grace period).
+    abort: AbortHandle,
+    // Fires once the task's future is gone and its outcome is recorded.
+    settled: CancellationToken,
+    // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
+    cancel_requested: bool,
+    // For the timeout error text.
+    timeout_seconds: u64,
+}
+
+/// A child this subagent owns.
+struct Child {
+    addr: Addr<SubagentActor>,
+    // Fires when the child actor has been dropped.
+    gone: CancellationToken,
+}
+
+/// Counts this actor as live until it is dropped, then fires `gone`.
+struct AliveGuard {
+    stats: Arc<SessionStats>,
+    gone: CancellationToken,
+}
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.stats.live_actors.fetch_sub(1, Ordering::AcqRel);
+        self.gone.cancel();
+    }
+}
+
+/// Counts a task as live while its future exists.
+struct LiveTask(Arc<SessionStats>);
+
+impl LiveTask {
+    fn new(stats: Arc<SessionStats>) -> Self {
+        stats.live_tasks.fetch_add(1, Ordering::AcqRel);
+        Self(stats)
+    }
+}
+
+impl Drop for LiveTask {
+    fn drop(&mut self) {
+        self.0.live_tasks.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What the supervisor hands a new subagent actor.
+pub(crate) struct SubagentSeed {
+    pub id: SubagentId,
+    pub parent_id: Option<SubagentId>,
+    pub host: Arc<HostShared>,
+    pub supervisor: Addr<Supervisor>,
+    pub stats: Arc<SessionStats>,
+    pub config: Arc<SubagentConfig>,
+    pub adapter: Arc<dyn AgentAdapter>,
+    pub memory: Memory,
+    pub gone: CancellationToken,
+}
+
+/// One subagent of a session's tree.
+pub(crate) struct SubagentActor {
+    id: SubagentId,
+    parent_id: Option<SubagentId>,
+    host: Arc<HostShared>,
+    // Where status reports go; the supervisor outlives every subagent.
+    supervisor: Addr<Supervisor>,
+    stats: Arc<SessionStats>,
+    config: Arc<SubagentConfig>,
+    adapter: Arc<dyn AgentAdapter>,
+    memory: Memory,
+    mailbox: Arc<Mailbox>,
+    status: SubagentStatus,
+    // The last task's result and error, answered to awaits after it ends.
+    result: Option<Arc<JsonObject>>,
+    error: Option<Arc<str>>,
+    task: Option<RunningTask>,
+    generation: u64,
+    awaiters: Vec<oneshot::Sender<AwaitResponse>>,
+    children: Vec<Child>,
+    // Set when terminate starts; the actor takes no new work after it.
+    terminating: bool,
+    _alive: AliveGuard,
+}
+
+impl SubagentActor {
+    pub(crate) fn new(seed: SubagentSeed) -> Self {
+        seed.stats.live_actors.fetch_add(1, Ordering::AcqRel);
+        let mailbox = Arc::new(Mailbox::new(seed.host.limits.mailbox_capacity));
+        Self {
+            id: seed.id,
+            parent_id: seed.parent_id,
+            _alive: AliveGuard { stats: seed.stats.clone(), gone: seed.gone },
+            host: seed.host,
+            supervisor: seed.supervisor,
+            stats: seed.stats,
+            config: seed.config,
+            adapter: seed.adapter,
+            memory: seed.memory,
+            mailbox,
+            status: SubagentStatus::Ready,
+            result: None,
+            error: None,
+            task: None,
+            generation: 0,
+            awaiters: Vec::new(),
+            children: Vec::new(),
+            terminating: false,
+        }
+    }
+
+    fn record(&self) -> AwaitResponse {
+        AwaitResponse {
+            subagent_id: self.id,
+            status: self.status,
+            result: self.result.clone(),
+            error: self.error.clone(),
+        }
+    }
+
+    fn report(&self, kind: EventKind, detail: EventDetail) {
+        let terminal = !self.status.is_busy() && self.status != SubagentStatus::Ready;
+        self.supervisor.do_send(Report {
+            id: self.id,
+            kind,
+            status: self.status,
+            result: if terminal { self.result.clone() } else { None },
+            error: if terminal { self.error.clone() } else { None },
+            detail,
+        });
+    }
+
+    fn start_task(&mut self, task: TaskDefinition, deadline_cap: Option<Instant>, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let generation = self.generation;
+        let timeout_seconds = self.config.timeout_seconds;
+        let mut deadline = Instant::now() + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
+        if let Some(cap) = deadline_cap {
+            deadline = deadline.min(cap);
+        }
+        let cancel = CancellationToken::new();
+        let task_ctx = TaskContext {
+            subagent_id: self.id,
+            parent_id: self.parent_id,
+            config: self.config.clone(),
+            task: Arc::new(task),
+            memory: self.memory.clone(),
+            mailbox: self.mailbox.clone(),
+            cancel: cancel.clone(),
+            deadline,
+            generation,
+            steps: Cell::new(0),
+            supervisor: self.supervisor.clone(),
+            actor: ctx.address(),
+        };
+        let adapter = self.adapter.clone();
+        let live = LiveTask::new(self.stats.clone());
+        let handle = actix_rt::spawn(async move {
+            let _live = live;
+            match tokio::time::timeout_at(deadline, adapter.run(task_ctx)).await {
+                Ok(Ok(result)) => Outcome::Completed(result),
+                Ok(Err(err)) => Outcome::Failed(err.0),
+                Err(_elapsed) => Outcome::TimedOut,
+            }
+        });
+        self.task = Some(RunningTask {
+            generation,
+            cancel,
+            abort: handle.abort_handle(),
+            settled: CancellationToken::new(),
+            cancel_requested: false,
+            timeout_seconds,
+        });
+        ctx.spawn(actix::fut::wrap_future(handle).map(move |ended, act: &mut Self, _ctx| {
+            act.settle(generation, ended);
+        }));
+        self.status = SubagentStatus::Running;
+        self.result = None;
+        self.error = None;
+        self.report(EventKind::Delegated, EventDetail::None);
+    }
+
+    /// Records how task `generation` ended; ignores a stale one.
+    fn settle(&mut self, generation: u64, ended: Result<Outcome, JoinError>) {
+        let Some(task) = self.task.take_if(|task| task.generation == generation) else {
+            return;
+        };
+        if self.terminating {
+            // Terminate records TERMINATED itself once the whole subtree is down.
+            task.settled.cancel();
+            return;
+        }
+        let (status, kind, result, error) = match ended {
+            Ok(outcome) if task.cancel_requested => {
+                let wound_up = match outcome {
+                    Outcome::Completed(result) => Some(Arc::new(result)),
+                    _ => None,
+                };
+                (SubagentStatus::Cancelled, EventKind::Cancelled, wound_up, Some("cancelled".into()))
+            }
+            Err(_) if task.cancel_requested => {
+                (SubagentStatus::Cancelled, EventKind::Cancelled, None, Some("cancelled".into()))
+            }
+            Ok(Outcome::Completed(result)) => {
+                (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)
+            }
+            Ok(Outcome::Failed(text)) => (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into())),
+            Ok(Outcome::TimedOut) => {
+                let text = format!(
+                    "timeout: the task ran past its deadline (timeout_seconds = {}, or its parent's deadline)",
+                    task.timeout_seconds
+                );
+                (SubagentStatus::Failed, EventKind::Timeout, None, Some(text.into()))
+            }
+            Err(join) => {
+                let text = if join.is_panic() {
+                    format!("adapter panicked: {}", panic_text(join.into_panic()))
+                } else {
+                    "the task was aborted".to_owned()
+                };
+                log::warn!("{}: {text}", self.id);
+                (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into()))
+            }
+        };
+        self.status = status;
+        self.result = result;
+        self.error = error;
+        self.answer_awaiters();
+        self.report(kind, EventDetail::None);
+        task.settled.cancel();
+    }
+
+    fn answer_awaiters(&mut self) {
+        if self.awaiters.is_empty() {
+            return;
+        }
+        let record = self.record();
+        for awaiter in self.awaiters.drain(..) {
+            let _ = awaiter.send(record.clone());
+        }
+    }
+
+    fn finish_terminated(&mut self) {
+        self.status = SubagentStatus::Terminated;
+        self.error = Some("terminated".into());
+        self.answer_awaiters();
+        self.report(EventKind::Terminated, EventDetail::None);
+    }
+}
+
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "unknown panic payload".to_owned()
+    }
+}
+
+impl Actor for SubagentActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Requests are bounded per session before they reach actors; a bounded
+        // actor mailbox would instead make `send` hold messages back and
+        // reorder them.
+        ctx.set_mailbox_capacity(usize::MAX);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if !self.terminating {
+            // Stopped without a terminate (a handler panicked): still tell
+            // everyone the truth.
+            log::warn!("{} stopped unexpectedly", self.id);
+            if let Some(task) = self.task.take() {
+                task.abort.abort();
+            }
+            for child in &self.children {
+                child.addr.do_send(TerminateTree);
+            }
+            self.terminating = true;
+            self.finish_terminated();
+        }
+    }
+}
+
+impl Handler<RunTask> for SubagentActor {
+    type Result = MessageResult<RunTask>;
+
+    fn handle(&mut self, msg: RunTask, ctx: &mut Self::Context) -> Self::Result {
+        if self.terminating {
+            return MessageResult(DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
+        }
+        if self.task.is_some() {
+            return MessageResult(DelegateResponse { accepted: false, status: self.status });
+        }
+        self.start_task(msg.task, msg.deadline_cap, ctx);
+        MessageResult(DelegateResponse { accepted: true, status: SubagentStatus::Running })
+    }
+}
+
+impl Handler<AwaitTask> for SubagentActor {
+    type Result = Response<Result<AwaitResponse, HostError>>;
+
+    fn handle(&mut self, _msg: AwaitTask, _ctx: &mut Self::Context) -> Self::Result {
+        if self.task.is_none() && !self.terminating {
+            return Response::reply(Ok(self.record()));
+        }
+        if self.awaiters.len() >= self.host.limits.max_awaiters_per_subagent {
+            return Response::reply(Err(HostError::new(
+                ErrorCode::QuotaExceeded,
+                format!("{} already has {} pending awaits", self.id, self.awaiters.len()),
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.awaiters.push(tx);
+        let id = self.id;
+        Response::fut(async move {
+            Ok(rx.await.unwrap_or(AwaitResponse {
+                subagent_id: id,
+                status: SubagentStatus::Terminated,
+                result: None,
+                error: Some("terminated".into()),
+            }))
+        })
+    }
+}
+
+impl Handler<Deliver> for SubagentActor {
+    type Result = Result<(), HostError>;
+
+    fn handle(&mut self, msg: Deliver, _ctx: &mut Self::Context) -> Self::Result {
+        if self.terminating {
+            return Err(HostError::new(ErrorCode::InvalidState, format!("{} is terminated", self.id)));
+        }
+        let detail = EventDetail::Message { from: msg.from.clone(), kind: msg.payload.kind.clone() };
+        if self.mailbox.push(InboxMessage { from: msg.from, payload: msg.payload }).is_err() {
+            return Err(HostError::new(
+                ErrorCode::MailboxFull,
+                format!("the mailbox of {} is full", self.id),
+            )
+            .with_detail(serde_json::json!({ "capacity": self.host.limits.mailbox_capacity })));
+        }
+        self.report(EventKind::MessageReceived, detail);
+        Ok(())
+    }
+}
+
+impl Handler<CancelTree> for SubagentActor {
+    type Result = ResponseActFuture<Self, Vec<SubagentId>>;
+
+    fn handle(&mut self, _msg: CancelTree, _ctx: &mut Self::Context) -> Self::Result {
+        let own = self.task.as_mut().map(|task| {
+            task.cancel_requested = true;
+            task.cancel.cancel();
+            (task.settled.clone(), task.abort.clone())
+        });
+        let grace = self.host.limits.cancel_grace();
+        let id = self.id;
+        let children: Vec<_> = self.children.iter().map(|child| child.addr.send(CancelTree)).collect();
+        let stop_own = async move {
+            let Some((settled, abort)) = own else { return false };
+            if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
+                log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
+                abort.abort();
+                settled.cancelled().await;
+            }
+            true
+        };
+        Box::pin(actix::fut::wrap_future(async move {
+            let (lists, own_stopped) = futures_util::future::join(join_all(children), stop_own).await;
+            let mut stopped = Vec::new();
+            if own_stopped {
+                stopped.push(id);
+            }
+            // A child gone already (closed mailbox) had nothing left to stop.
+            stopped.extend(lists.into_iter().flatten().flatten());
+            stopped
+        }))
+    }
+}
+
+impl Handler<TerminateTree> for SubagentActor {
+    type Result = ResponseActFuture<Self, Vec<SubagentId>>;
+
+    fn handle(&mut self, _msg: TerminateTree, _ctx: &mut Self::Context) -> Self::Result {
+        if self.terminating {
+            return Box::pin(actix::fut::ready(Vec::new()));
+        }
+        self.terminating = true;
+        let own = self.task.as_ref().map(|task| {
+            task.cancel.cancel();
+            task.abort.abort();
+            task.settled.clone()
+        });
+        let children: Vec<_> = self
+            .children
+            .drain(..)
+            .map(|child| {
+                let reply = child.addr.send(TerminateTree);
+                async move {
+                    let stopped = reply.await.unwrap_or_default();
+                    child.gone.cancelled().await;
+                    stopped
+                }
+            })
+            .collect();
+        Box::pin(
+            actix::fut::wrap_future(async move {
+                let lists = join_all(children).await;
+                if let Some(settled) = own {
+                    settled.cancelled().await;
+                }
+                lists
+            })
+            .map(|lists, act: &mut Self, ctx| {
+                let mut stopped = vec![act.id];
+                stopped.extend(lists.into_iter().flatten());
+                act.task = None;
+                act.finish_terminated();
+                ctx.stop();
+                stopped
+            }),
+        )
+    }
+}
+
+impl Handler<AdoptChild> for SubagentActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AdoptChild, _ctx: &mut Self::Context) {
+        if self.terminating {
+            // Spawned while this subtree was going down: it goes down too.
+            msg.addr.do_send(TerminateTree);
+        }
+        self.children.push(Child { addr: msg.addr, gone: msg.gone });
+    }
+}
+
+impl Handler<SetWaiting> for SubagentActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetWaiting, _ctx: &mut Self::Context) {
+        let current = matches!(&self.task, Some(task) if task.generation == msg.generation && !task.cancel_requested);
+        if !current || self.terminating {
+            return;
+        }
+        let status = if msg.waiting { SubagentStatus::Waiting } else { SubagentStatus::Running };
+        if status != self.status {
+            self.status = status;
+            self.report(EventKind::StatusChanged, EventDetail::None);
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! The `Supervisor`: one per session, the root of the session's tree.
+//!
+//! It keeps the index `id → (address, parent, depth, status mirror)` so that
+//! routing a request costs one lookup, enforces depth and quota at spawn,
+//! mirrors every status change the subagents report, and emits each event to
+//! the session's sink: one place for events.
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::memory::Memory;
+use super::merge::{self, MergeInput};
+use super::messages::*;
+use super::subagent::{SubagentActor, SubagentSeed};
+use super::{HostShared, SessionStats};
+use crate::error::{ErrorCode, HostError};
+use crate::event::{Event, EventDetail, EventKind, EventSink};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+
+/// The supervisor's record of one subagent.
+struct Entry {
+    // `None` once the actor has stopped (TERMINATED).
+    addr: Option<Addr<SubagentActor>>,
+    // Fires when the actor has been dropped.
+    gone: CancellationToken,
+    config: Arc<SubagentConfig>,
+    parent_agent_id: Option<Arc<str>>,
+    root_agent_id: Option<Arc<str>>,
+    // The parent subagent, for a nested one.
+    parent: Option<SubagentId>,
+    depth: u32,
+    // Mirror of the actor's status, kept from its reports.
+    status: SubagentStatus,
+    result: Option<Arc<JsonObject>>,
+    error: Option<Arc<str>>,
+    // Handed to children spawned with `shared` or `snapshot` memory.
+    memory: Memory,
+    children: Vec<SubagentId>,
+}
+
+impl Entry {
+    fn record(&self, id: SubagentId) -> AwaitResponse {
+        AwaitResponse { subagent_id: id, status: self.status, result: self.result.clone(), error: self.error.clone() }
+    }
+}
+
+/// Root actor of one session.
+pub(crate) struct Supervisor {
+    host: Arc<HostShared>,
+    sink: Arc<dyn EventSink>,
+    stats: Arc<SessionStats>,
+    index: HashMap<SubagentId, Entry>,
+    // Spawn order of top-level subagents (terminated in reverse on close).
+    top_level: Vec<SubagentId>,
+    // Subagents that are not TERMINATED: the quota counts these.
+    live: usize,
+    // TERMINATED records, oldest first, forgotten past `max_retained_records`.
+    retained: VecDeque<SubagentId>,
+    closing: bool,
+}
+
+impl Supervisor {
+    pub(crate) fn new(host: Arc<HostShared>, sink: Arc<dyn EventSink>, stats: Arc<SessionStats>) -> Self {
+        Self {
+            host,
+            sink,
+            stats,
+            index: HashMap::new(),
+            top_level: Vec::new(),
+            live: 0,
+            retained: VecDeque::new(),
+            closing: false,
+        }
+    }
+
+    fn emit(&self, id: SubagentId, entry: &Entry, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
+        self.sink.emit(Event {
+            subagent_id: id,
+            kind,
+            status: entry.status,
+            parent_agent_id: entry.parent_agent_id.clone(),
+            root_agent_id: entry.root_agent_id.clone(),
+            depth: entry.depth,
+            error,
+            detail,
+        });
+    }
+
+    fn entry(&self, id: SubagentId) -> Result<&Entry, HostError> {
+        self.index.get(&id).ok_or_else(|| HostError::unknown_subagent(&id.to_string()))
+    }
+
+    fn spawn(&mut self, request: SpawnRequest, ctx: &mut Context<Self>) -> Result<SpawnResponse, HostError> {
+        if self.closing {
+            return Err(HostError::new(ErrorCode::InvalidState, "the session is closing"));
+        }
+        let limits = &self.host.limits;
+        // A parent_agent_id naming a subagent of this session nests the child
+        // under it; anything else (the client agent, or none) is top level.
+        let parent = request
+            .parent_agent_id
+            .as_deref()
+            .and_then(SubagentId::parse)
+            .filter(|id| self.index.contains_key(id));
+        let (depth, parent_memory, root) = match parent {
+            Some(parent_id) => {
+                let parent_entry = &self.index[&parent_id];
+                if parent_entry.addr.is_none() {
+                    return Err(HostError::new(
+                        ErrorCode::InvalidState,
+                        format!("parent {parent_id} is terminated"),
+                    ));
+                }
+                let root = parent_entry
+                    .root_agent_id
+                    .clone()
+                    .or_else(|| parent_entry.parent_agent_id.clone())
+                    .or_else(|| Some(Arc::from(parent_id.to_string())));
+                (parent_entry.depth + 1, Some(parent_entry.memory.clone()), root)
+            }
+            None => {
+                let root = request.root_agent_id.as_deref().or(request.parent_agent_id.as_deref()).map(Arc::from);
+                (0, None, root)
+            }
+        };
+        if depth >= limits.max_depth {
+            return Err(HostError::new(
+                ErrorCode::DepthExceeded,
+                format!("depth {depth} is past max_depth {} (depth 0 is top level)", limits.max_depth),
+            )
+            .with_detail(serde_json::json!({ "depth": depth, "max_depth": limits.max_depth })));
+        }
+        if self.live >= limits.max_subagents_per_session {
+            return Err(HostError::new(
+                ErrorCode::QuotaExceeded,
+                format!("the session already has {} live subagents", self.live),
+            )
+            .with_detail(serde_json::json!({ "max_subagents_per_session": limits.max_subagents_per_session })));
+        }
+        let id = self
+            .host
+            .ids
+            .allocate()
+            .ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
+        let config = Arc::new(request.agent);
+        let memory = match (config.memory_scope, parent_memory) {
+            (MemoryScope::Shared, Some(parent)) => parent,
+            (MemoryScope::Snapshot, Some(parent)) => parent.snapshot_copy(),
+            _ => Memory::new(limits.max_memory_entries),
+        };
+        let gone = CancellationToken::new();
+        let seed = SubagentSeed {
+            id,
+            parent_id: parent,
+            host: self.host.clone(),
+            supervisor: ctx.address(),
+            stats: self.stats.clone(),
+            adapter: self.host.router.select(&config.model),
+            config: config.clone(),
+            memory: memory.clone(),
+            gone: gone.clone(),
+        };
+        let addr = SubagentActor::new(seed).start();
+        let parent_agent_id = match parent {
+            Some(parent_id) => Some(Arc::from(parent_id.to_string())),
+            None => request.parent_agent_id.map(Arc::from),
+        };
+        match parent {
+            Some(parent_id) => {
+                let parent_entry = self.index.get_mut(&parent_id).expect("parent checked above");
+                parent_entry.children.push(id);
+                if let Some(parent_addr) = &parent_entry.addr {
+                    parent_addr.do_send(AdoptChild { addr: addr.clone(), gone: gone.clone() });
+                }
+            }
+            None => self.top_level.push(id),
+        }
+        let entry = Entry {
+            addr: Some(addr),
+            gone,
+            config,
+            parent_agent_id,
+            root_agent_id: root,
+            parent,
+            depth,
+            status: SubagentStatus::Ready,
+            result: None,
+            error: None,
+            memory,
+            children: Vec::new(),
+        };
+        self.emit(id, &entry, EventKind::Spawned, None, EventDetail::None);
+        self.index.insert(id, entry);
+        self.live += 1;
+        Ok(SpawnResponse { subagent_id: id, status: SubagentStatus::Ready })
+    }
+
+    fn forget_oldest_terminated(&mut self) {
+        while self.retained.len() > self.host.limits.max_retained_records {
+            let Some(old) = self.retained.pop_front() else { break };
+            if let Some(entry) = self.index.remove(&old) {
+                if let Some(parent) = entry.parent.and_then(|p| self.index.get_mut(&p)) {
+                    parent.children.retain(|child| *child != old);
+                }
+                self.top_level.retain(|top| *top != old);
+                self.host.ids.release(old);
+            }
+        }
+    }
+
+    /// An await routed to the actor, falling back to the record once it is gone.
+    fn await_future(&self, id: SubagentId, ctx: &Context<Self>) -> ResponseFuture<Result<AwaitResponse, HostError>> {
+        let entry = match self.entry(id) {
+            Ok(entry) => entry,
+            Err(err) => return Box::pin(std::future::ready(Err(err))),
+        };
+        let Some(addr) = &entry.addr else {
+            return Box::pin(std::future::ready(Ok(entry.record(id))));
+        };
+        let reply = addr.send(AwaitTask);
+        let me = ctx.address();
+        Box::pin(async move {
+            match reply.await {
+                Ok(answer) => answer,
+                // The actor stopped between lookup and delivery; its final
+                // report reached the supervisor before it stopped.
+                Err(_) => me.send(ReadRecord(id)).await?,
+            }
+        })
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(usize::MAX);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        for id in self.index.keys() {
+            self.host.ids.release(*id);
+        }
+    }
+}
+
+impl Handler<Spawn> for Supervisor {
+    type Result = Result<SpawnResponse, HostError>;
+
+    fn handle(&mut self, msg: Spawn, ctx: &mut Self::Context) -> Self::Result {
+        self.spawn(msg.0, ctx)
+    }
+}
+
+impl Handler<Delegate> for Supervisor {
+    type Result = Response<Result<DelegateResponse, HostError>>;
+
+    fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
+        let entry = match self.entry(msg.id) {
+            Ok(entry) => entry,
+            Err(err) => return Response::reply(Err(err)),
+        };
+        let Some(addr) = &entry.addr else {
+            return Response::reply(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }));
+        };
+        let reply = addr.send(RunTask { task: msg.task, deadline_cap: msg.deadline_cap });
+        Response::fut(async move {
+            Ok(reply
+                .await
+                .unwrap_or(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }))
+        })
+    }
+}
+
+impl Handler<Await> for Supervisor {
+    type Result = ResponseFuture<Result<AwaitResponse, HostError>>;
+
+    fn handle(&mut self, msg: Await, ctx: &mut Self::Context) -> Self::Result {
+        self.await_future(msg.0, ctx)
+    }
+}
+
+impl Handler<ReadRecord> for Supervisor {
+    type Result = Result<AwaitResponse, HostError>;
+
+    fn handle(&mut self, msg: ReadRecord, _ctx: &mut Self::Context) -> Self::Result {
+        Ok(self.entry(msg.0)?.record(msg.0))
+    }
+}
+
+impl Handler<SendMessage> for Supervisor {
+    type Result = Response<Result<MessageResponse, HostError>>;
+
+    fn handle(&mut self, msg: SendMessage, _ctx: &mut Self::Context) -> Self::Result {
+        let entry = match self.entry(msg.to) {
+            Ok(entry) => entry,
+            Err(err) => return Response::reply(Err(err)),
+        };
+        let Some(addr) = &entry.addr else {
+            return Response::reply(Err(HostError::new(
+                ErrorCode::InvalidState,
+                format!("{} is terminated and takes no messages", msg.to),
+            )));
+        };
+        let reply = addr.send(Deliver { from: msg.from, payload: msg.payload });
+        let to = msg.to;
+        Response::fut(async move {
+            match reply.await {
+                Ok(Ok(())) => Ok(MessageResponse { delivered: true }),
+                Ok(Err(err)) => Err(err),
+                Err(_) => Err(HostError::new(ErrorCode::InvalidState, format!("{to} is terminated"))),
+            }
+        })
+    }
+}
+
+impl Handler<List> for Supervisor {
+    type Result = MessageResult<List>;
+
+    fn handle(&mut self, _msg: List, _ctx: &mut Self::Context) -> Self::Result {
+        let mut subagents: Vec<SubagentInfo> = self
+            .index
+            .iter()
+            .map(|(id, entry)| SubagentInfo {
+                subagent_id: *id,
+                name: entry.config.name.clone(),
+                status: entry.status,
+                parent_agent_id: entry.parent_agent_id.as_deref().map(str::to_owned),
+                root_agent_id: entry.root_agent_id.as_deref().map(str::to_owned),
+                depth: entry.depth,
+                config: entry.config.clone(),
+            })
+            .collect();
+        // A stable order (by id) so that clients can diff two listings.
+        subagents.sort_unstable_by_key(|info| info.subagent_id);
+        MessageResult(ListResponse { subagents })
+    }
+}
+
+impl Handler<ChildrenOf> for Supervisor {
+    type Result = MessageResult<ChildrenOf>;
+
+    fn handle(&mut self, msg: ChildrenOf, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.index.get(&msg.0).map(|entry| entry.children.clone()).unwrap_or_default())
+    }
+}
+
+impl Handler<BusyIds> for Supervisor {
+    type Result = MessageResult<BusyIds>;
+
+    fn handle(&mut self, _msg: BusyIds, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.index.iter().filter(|(_, e)| e.status.is_busy()).map(|(id, _)| *id).collect())
+    }
+}
+
+impl Handler<Cancel> for Supervisor {
+    type Result = Response<Result<Vec<SubagentId>, HostError>>;
+
+    fn handle(&mut self, msg: Cancel, _ctx: &mut Self::Context) -> Self::Result {
+        let entry = match self.entry(msg.0) {
+            Ok(entry) => entry,
+            Err(err) => return Response::reply(Err(err)),
+        };
+        let Some(addr) = &entry.addr else {
+            return Response::reply(Ok(Vec::new()));
+        };
+        let reply = addr.send(CancelTree);
+        Response::fut(async move { Ok(reply.await.unwrap_or_default()) })
+    }
+}
+
+impl Handler<Terminate> for Supervisor {
+    type Result = Response<Result<Vec<SubagentId>, HostError>>;
+
+    fn handle(&mut self, msg: Terminate, _ctx: &mut Self::Context) -> Self::Result {
+        let entry = match self.entry(msg.0) {
+            Ok(entry) => entry,
+            Err(err) => return Response::reply(Err(err)),
+        };
+        let Some(addr) = &entry.addr else {
+            return Response::reply(Ok(Vec::new()));
+        };
+        let reply = addr.send(TerminateTree);
+        let gone = entry.gone.clone();
+        Response::fut(async move {
+            let stopped = reply.await.unwrap_or_default();
+            gone.cancelled().await;
+            Ok(stopped)
+        })
+    }
+}
+
+impl Handler<Merge> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<MergeResponse, HostError>>;
+
+    fn handle(&mut self, msg: Merge, ctx: &mut Self::Context) -> Self::Result {
+        let MergeRequest { subagent_ids, strategy } = msg.0;
+        let Some(merger) = self.host.strategies.get(&strategy) else {
+            let known = self.host.strategies.names().join(", ");
+            return Box::pin(actix::fut::ready(Err(HostError::new(
+                ErrorCode::UnknownStrategy,
+                format!("unknown merge strategy `{strategy}` (known: {known})"),
+            )
+            .with_detail(serde_json::json!({ "strategy": strategy })))));
+        };
+        let mut ids = Vec::with_capacity(subagent_ids.len());
+        for text in &subagent_ids {
+            match SubagentId::parse(text).filter(|id| self.index.contains_key(id)) {
+                Some(id) => ids.push(id),
+                None => return Box::pin(actix::fut::ready(Err(HostError::unknown_subagent(text)))),
+            }
+        }
+        let waits: Vec<_> = ids.iter().map(|id| self.await_future(*id, ctx)).collect();
+        Box::pin(actix::fut::wrap_future(join_all(waits)).map(move |answers, act: &mut Self, _ctx| {
+            let mut inputs = Vec::with_capacity(answers.len());
+            for (id, answer) in ids.iter().zip(answers) {
+                let answer = answer?;
+                let name = act.index.get(id).map(|e| e.config.name.clone()).unwrap_or_default();
+                inputs.push(MergeInput { subagent_id: *id, name, outcome: answer });
+            }
+            let merged_result = merge::run(&*merger, &strategy, &inputs)?;
+            for id in &ids {
+                if let Some(entry) = act.index.get(id) {
+                    let detail = EventDetail::Merged { strategy: strategy.clone(), subagent_ids: ids.clone() };
+                    act.emit(*id, entry, EventKind::Merged, None, detail);
+                }
+            }
+            Ok(MergeResponse { merged_result })
+        }))
+    }
+}
+
+impl Handler<Report> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Report, _ctx: &mut Self::Context) {
+        let Some(entry) = self.index.get_mut(&msg.id) else { return };
+        if msg.kind != EventKind::Progress {
+            entry.status = msg.status;
+        }
+        if matches!(
+            msg.kind,
+            EventKind::Completed | EventKind::Failed | EventKind::Timeout | EventKind::Cancelled | EventKind::Terminated
+        ) {
+            entry.result = msg.result;
+            entry.error = msg.error.clone();
+        } else if msg.kind == EventKind::Delegated {
+            entry.result = None;
+            entry.error = None;
+        }
+        let terminated = msg.kind == EventKind::Terminated && entry.addr.take().is_some();
+        let entry = &self.index[&msg.id];
+        self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        if terminated {
+            self.live -= 1;
+            self.retained.push_back(msg.id);
+            self.forget_oldest_terminated();
+        }
+    }
+}
+
+impl Handler<Close> for Supervisor {
+    type Result = ResponseActFuture<Self, Vec<SubagentId>>;
+
+    fn handle(&mut self, _msg: Close, _ctx: &mut Self::Context) -> Self::Result {
+        self.closing = true;
+        // Newest first, as OTP stops children in reverse start order.
+        let stops: Vec<_> = self
+            .top_level
+            .iter()
+            .rev()
+            .filter_map(|id| self.index.get(id))
+            .filter_map(|entry| {
+                let addr = entry.addr.clone()?;
+                let gone = entry.gone.clone();
+                Some(async move {
+                    let stopped = addr.send(TerminateTree).await.unwrap_or_default();
+                    gone.cancelled().await;
+                    stopped
+                })
+            })
+            .collect();
+        Box::pin(actix::fut::wrap_future(join_all(stops)).map(|lists, _act: &mut Self, ctx| {
+            ctx.stop();
+            lists.into_iter().flatten().collect()
+        }))
+    }
+}
