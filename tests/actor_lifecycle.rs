@@ -38,7 +38,7 @@ async fn delegate_on_ready_is_accepted_and_running() {
 }
 
 #[actix_rt::test]
-async fn delegate_on_completed_failed_and_cancelled_is_accepted_and_memory_is_kept() {
+async fn delegate_on_completed_failed_and_cancelled_is_accepted() {
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let id = spawn(&session, "reused", None).await;
@@ -56,18 +56,7 @@ async fn delegate_on_completed_failed_and_cancelled_is_accepted_and_memory_is_ke
     delegate(&session, id, script_task("fourth", json!([{ "return": { "ok": true } }]))).await;
     let last = session.await_result(id).await.unwrap();
     assert_eq!(last.status, SubagentStatus::Completed);
-    // Memory kept across tasks: a shared child sees every instruction so far.
-    let child = {
-        let request = SpawnRequest {
-            agent: SubagentConfig::new("child", "scripted"),
-            parent_agent_id: Some(id.to_string()),
-            root_agent_id: None,
-        };
-        session.spawn(request).await.unwrap().subagent_id
-    };
-    let _ = child;
-    let list = session.list().await.unwrap();
-    assert_eq!(list.subagents.len(), 2);
+    // Memory kept across tasks is shown in actor_adapters.rs (memory scopes).
 }
 
 #[actix_rt::test]

@@ -484,7 +484,13 @@ impl Handler<Close> for Supervisor {
                 })
             })
             .collect();
-        Box::pin(actix::fut::wrap_future(join_all(stops)).map(|lists, _act: &mut Self, ctx| {
+        Box::pin(actix::fut::wrap_future(join_all(stops)).map(|lists, act: &mut Self, ctx| {
+            // Ids go back to the host before the reply, so a closed session
+            // holds none.
+            for id in act.index.keys() {
+                act.host.ids.release(*id);
+            }
+            act.index.clear();
             ctx.stop();
             lists.into_iter().flatten().collect()
         }))

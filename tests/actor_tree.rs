@@ -1,0 +1,141 @@
+//! Trees stop for real: cancel and terminate reach every level, and their
+//! replies come only once every task (cancel) or actor (terminate) of the
+//! subtree is gone.
+
+mod common;
+
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
+use subagent_host::adapter::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
+use subagent_host::protocol::wire::*;
+use subagent_host::{Host, HostConfig, SubagentId};
+
+/// Builds a chain root → … four levels deep, each running a long task.
+async fn four_level_tree(session: &subagent_host::Session) -> Vec<SubagentId> {
+    let mut ids = Vec::new();
+    let mut parent = None;
+    for level in 0..4 {
+        let id = spawn(session, &format!("level{level}"), parent).await;
+        delegate(session, id, sleeping_task(60_000)).await;
+        ids.push(id);
+        parent = Some(id);
+    }
+    // And a second branch under the root, also running.
+    let side = spawn(session, "side", Some(ids[0])).await;
+    delegate(session, side, sleeping_task(60_000)).await;
+    ids.push(side);
+    ids
+}
+
+#[actix_rt::test]
+async fn cancel_at_the_root_of_a_four_level_tree_cancels_every_descendant_before_replying() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let ids = four_level_tree(&session).await;
+    assert_eq!(session.stats().tasks(), 5);
+    let mut stopped = session.cancel(ids[0]).await.unwrap();
+    // Nothing of the subtree is still running when the reply comes.
+    assert_eq!(session.stats().tasks(), 0);
+    stopped.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(stopped, expected, "the reply lists every subagent it stopped");
+    for id in &ids {
+        assert_eq!(session.await_result(*id).await.unwrap().status, SubagentStatus::Cancelled);
+    }
+    // Cancel keeps the actors.
+    assert_eq!(session.stats().actors(), 5);
+}
+
+#[actix_rt::test]
+async fn terminate_at_the_root_of_a_four_level_tree_stops_every_actor_before_replying() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let bystander = spawn(&session, "bystander", None).await;
+    let ids = four_level_tree(&session).await;
+    assert_eq!(session.stats().actors(), 6);
+    let mut stopped = session.terminate(ids[0]).await.unwrap();
+    assert_eq!(session.stats().tasks(), 0);
+    // Only the bystander's actor is left.
+    assert_eq!(session.stats().actors(), 1);
+    stopped.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(stopped, expected);
+    for id in &ids {
+        assert_eq!(listed_status(&session, *id).await, Some(SubagentStatus::Terminated));
+    }
+    assert_eq!(listed_status(&session, bystander).await, Some(SubagentStatus::Ready));
+}
+
+#[actix_rt::test]
+async fn terminate_in_the_middle_of_a_tree_leaves_the_ancestors_running() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let ids = four_level_tree(&session).await;
+    let mut stopped = session.terminate(ids[2]).await.unwrap();
+    stopped.sort();
+    let mut expected = vec![ids[2], ids[3]];
+    expected.sort();
+    assert_eq!(stopped, expected);
+    assert_eq!(session.stats().tasks(), 3);
+    assert_eq!(listed_status(&session, ids[1]).await, Some(SubagentStatus::Running));
+    // Cancelling the root now reaches what is left and skips the dead branch.
+    let stopped = session.cancel(ids[0]).await.unwrap();
+    assert_eq!(stopped.len(), 3);
+    assert_eq!(session.stats().tasks(), 0);
+}
+
+/// An adapter that never looks at its cancellation signal.
+struct Stubborn;
+
+impl AgentAdapter for Stubborn {
+    fn name(&self) -> &str {
+        "stubborn"
+    }
+
+    fn run(&self, _ctx: TaskContext) -> TaskFuture {
+        Box::pin(async {
+            std::future::pending::<()>().await;
+            Ok(JsonObject::new())
+        })
+    }
+}
+
+#[actix_rt::test]
+async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes() {
+    let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
+    let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
+    let (session, _events) = open(&host);
+    let request = SpawnRequest { agent: SubagentConfig::new("mule", "stubborn"), parent_agent_id: None, root_agent_id: None };
+    let id = session.spawn(request).await.unwrap().subagent_id;
+    delegate(&session, id, TaskDefinition::new("forever", "never ends")).await;
+    let started = tokio::time::Instant::now();
+    let stopped = session.cancel(id).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(stopped, vec![id]);
+    assert_eq!(session.stats().tasks(), 0);
+    // It was given the whole grace period (200 ms in test_limits), no less.
+    assert!(waited >= Duration::from_millis(200), "stopped after {waited:?}");
+    assert_eq!(session.await_result(id).await.unwrap().status, SubagentStatus::Cancelled);
+}
+
+#[actix_rt::test]
+async fn closing_a_session_terminates_every_tree_and_answers_pending_awaits() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let ids = four_level_tree(&session).await;
+    let pending = actix_rt::spawn({
+        let session = session.clone();
+        let leaf = ids[3];
+        async move { session.await_result(leaf).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let stopped = session.close().await;
+    assert_eq!(stopped.len(), 5);
+    assert_eq!((session.stats().tasks(), session.stats().actors()), (0, 0));
+    let answer = pending.await.unwrap().unwrap();
+    assert_eq!(answer.status, SubagentStatus::Terminated);
+    assert!(!ids.iter().any(|id| host.id_in_use(*id)), "a closed session holds no ids");
+}
