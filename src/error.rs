@@ -66,10 +66,7 @@ impl ErrorCode {
 
     /// True only where retrying the same request unchanged can succeed.
     pub fn retryable(self) -> bool {
-        matches!(
-            self,
-            Self::QuotaExceeded | Self::MailboxFull | Self::RuntimeError | Self::Timeout
-        )
+        matches!(self, Self::QuotaExceeded | Self::MailboxFull | Self::RuntimeError | Self::Timeout)
     }
 
     /// The capability a code belongs to (`multi_agent` for the subagent codes).

@@ -130,11 +130,7 @@ impl Event {
 
     /// The event as a `SUBAGENT_EVENT` body.
     pub fn to_wire(&self) -> SubagentEvent {
-        SubagentEvent {
-            subagent_id: self.subagent_id,
-            event: self.kind.as_str().to_owned(),
-            content: self.content(),
-        }
+        SubagentEvent { subagent_id: self.subagent_id, event: self.kind.as_str().to_owned(), content: self.content() }
     }
 }
 

@@ -89,18 +89,13 @@ impl fmt::Debug for IdRegistry {
 impl IdRegistry {
     /// A registry drawing candidates from `source`.
     pub fn new(source: Box<dyn IdSource>) -> Self {
-        Self {
-            source,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
-        }
+        Self { source, shards: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect() }
     }
 
     fn shard(&self, id: u32) -> std::sync::MutexGuard<'_, HashSet<u32>> {
         // A poisoned shard only means another thread panicked mid-insert; the
         // set itself is still consistent, so keep using it.
-        self.shards[id as usize % SHARDS]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shards[id as usize % SHARDS].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Draws a fresh id, drawing again while the candidate is already in use.

@@ -65,7 +65,13 @@ fn host_with_router(router: AdapterRouter) -> Host {
     Host::new(HostConfig { limits: test_limits(), router, ..Default::default() })
 }
 
-async fn spawn_model(session: &Session, name: &str, model: &str, parent: Option<SubagentId>, scope: MemoryScope) -> SubagentId {
+async fn spawn_model(
+    session: &Session,
+    name: &str,
+    model: &str,
+    parent: Option<SubagentId>,
+    scope: MemoryScope,
+) -> SubagentId {
     let request = SpawnRequest {
         agent: SubagentConfig { memory_scope: scope, ..SubagentConfig::new(name, model) },
         parent_agent_id: parent.map(|p| p.to_string()),
@@ -104,7 +110,13 @@ async fn the_scripted_adapter_without_a_script_answers_like_the_reference_host()
     let id = spawn(&session, "plain", None).await;
     let answer = run_to_end(&session, id, TaskDefinition::new("research_topic", "Research X")).await;
     let result = answer.result.unwrap();
-    assert_eq!(*result, json!({ "summary": "Completed task: research_topic", "instruction": "Research X" }).as_object().unwrap().clone());
+    assert_eq!(
+        *result,
+        json!({ "summary": "Completed task: research_topic", "instruction": "Research X" })
+            .as_object()
+            .unwrap()
+            .clone()
+    );
 }
 
 #[actix_rt::test]
@@ -133,7 +145,8 @@ async fn script_return_of_a_non_object_is_wrapped_as_value() {
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let id = spawn(&session, "returner", None).await;
-    let answer = run_to_end(&session, id, script_task("r", json!([{ "return": [1, 2] }, { "fail": "not reached" }]))).await;
+    let answer =
+        run_to_end(&session, id, script_task("r", json!([{ "return": [1, 2] }, { "fail": "not reached" }]))).await;
     assert_eq!(answer.status, SubagentStatus::Completed);
     assert_eq!(answer.result.unwrap()["value"], json!([1, 2]));
     let answer = run_to_end(&session, id, script_task("r2", json!([{ "return": { "a": 1 } }]))).await;
@@ -147,7 +160,12 @@ async fn script_send_to_parent_reaches_a_parent_waiting_for_messages() {
     let parent = spawn(&session, "parent", None).await;
     let child = spawn(&session, "child", Some(parent)).await;
     delegate(&session, parent, script_task("listen", json!([{ "wait_message": { "timeout_ms": 5000 } }]))).await;
-    let child_answer = run_to_end(&session, child, script_task("tell", json!([{ "send": { "to": "parent", "content": "found it" } }]))).await;
+    let child_answer = run_to_end(
+        &session,
+        child,
+        script_task("tell", json!([{ "send": { "to": "parent", "content": "found it" } }])),
+    )
+    .await;
     assert_eq!(child_answer.status, SubagentStatus::Completed);
     let answer = session.await_result(parent).await.unwrap();
     let messages = answer.result.unwrap()["messages"].clone();
@@ -161,15 +179,18 @@ async fn script_send_by_id_and_wait_message_timeout_goes_on() {
     let (session, _events) = open(&host);
     let a = spawn(&session, "a", None).await;
     let b = spawn(&session, "b", None).await;
-    let sent = run_to_end(&session, a, script_task("s", json!([{ "send": { "to": b.to_string(), "content": 7 } }]))).await;
+    let sent =
+        run_to_end(&session, a, script_task("s", json!([{ "send": { "to": b.to_string(), "content": 7 } }]))).await;
     assert_eq!(sent.status, SubagentStatus::Completed);
-    let script = json!([{ "wait_message": {} }, { "wait_message": { "timeout_ms": 20 } }, { "return": { "done": true } }]);
+    let script =
+        json!([{ "wait_message": {} }, { "wait_message": { "timeout_ms": 20 } }, { "return": { "done": true } }]);
     let answer = run_to_end(&session, b, script_task("w", script)).await;
     let result = answer.result.unwrap();
     assert_eq!(result["done"], json!(true));
     assert_eq!(result["messages"].as_array().unwrap().len(), 1, "the timed-out wait adds nothing");
     // Sending to a subagent that does not exist fails the sender's task only.
-    let bad = run_to_end(&session, a, script_task("s2", json!([{ "send": { "to": "sub_00000000", "content": 1 } }]))).await;
+    let bad =
+        run_to_end(&session, a, script_task("s2", json!([{ "send": { "to": "sub_00000000", "content": 1 } }]))).await;
     assert_eq!(bad.status, SubagentStatus::Failed);
     assert!(bad.error.unwrap().contains("unknown_subagent"));
 }
@@ -214,7 +235,8 @@ async fn a_spawn_step_past_max_depth_fails_that_task_only() {
     let host = host_with(subagent_host::config::Limits { max_depth: 1, ..test_limits() });
     let (session, _events) = open(&host);
     let root = spawn(&session, "root", None).await;
-    let script = json!([{ "spawn": { "agent": { "name": "c", "model": "m" }, "task": { "name": "t", "instruction": "i" } } }]);
+    let script =
+        json!([{ "spawn": { "agent": { "name": "c", "model": "m" }, "task": { "name": "t", "instruction": "i" } } }]);
     let answer = run_to_end(&session, root, script_task("deep", script)).await;
     assert_eq!(answer.status, SubagentStatus::Failed);
     assert!(answer.error.unwrap().contains("depth_exceeded"));

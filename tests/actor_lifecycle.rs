@@ -175,8 +175,11 @@ async fn terminate_stops_the_actor_and_the_record_stays_for_await_and_list() {
     assert_eq!(record.result.unwrap()["answer"], json!(42), "last result kept");
     assert_eq!(session.await_result(running).await.unwrap().status, SubagentStatus::Terminated);
     assert_eq!(listed_status(&session, running).await, Some(SubagentStatus::Terminated));
-    let terminated: Vec<_> =
-        drain_events(&mut events).into_iter().filter(|e| e.kind == EventKind::Terminated).map(|e| e.subagent_id).collect();
+    let terminated: Vec<_> = drain_events(&mut events)
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Terminated)
+        .map(|e| e.subagent_id)
+        .collect();
     assert_eq!(terminated, vec![done, running]);
     // Terminating again stops nothing more.
     assert!(session.terminate(running).await.unwrap().is_empty());

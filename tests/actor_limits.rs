@@ -100,12 +100,10 @@ impl IdSource for FixedIds {
 
 #[actix_rt::test]
 async fn a_colliding_id_is_drawn_again_across_sessions_of_the_host() {
-    let source = FixedIds { sequence: vec![0xa1b2c3d4, 0xa1b2c3d4, 0xa1b2c3d4, 0x0000beef], drawn: AtomicUsize::new(0) };
-    let host = Host::new(HostConfig {
-        limits: test_limits(),
-        ids: IdRegistry::new(Box::new(source)),
-        ..Default::default()
-    });
+    let source =
+        FixedIds { sequence: vec![0xa1b2c3d4, 0xa1b2c3d4, 0xa1b2c3d4, 0x0000beef], drawn: AtomicUsize::new(0) };
+    let host =
+        Host::new(HostConfig { limits: test_limits(), ids: IdRegistry::new(Box::new(source)), ..Default::default() });
     let (first, _e1) = open(&host);
     let (second, _e2) = open(&host);
     let a = spawn(&first, "a", None).await;

@@ -25,7 +25,12 @@ async fn hierarchical_summary_waits_for_running_subagents_and_combines_their_sum
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let slow = spawn(&session, "slow", None).await;
-    delegate(&session, slow, script_task("s", json!([{ "sleep_ms": 100 }, { "return": { "summary": "slow finding" } }]))).await;
+    delegate(
+        &session,
+        slow,
+        script_task("s", json!([{ "sleep_ms": 100 }, { "return": { "summary": "slow finding" } }])),
+    )
+    .await;
     let fast = finished_with(&session, "fast", json!({ "summary": "fast finding", "papers": [1] })).await;
     let merged = session.merge(merge_request(&[slow, fast], "hierarchical_summary")).await.unwrap().merged_result;
     let summary = merged["summary"].as_str().unwrap();
@@ -45,7 +50,8 @@ async fn merge_reports_subagents_that_did_not_complete_instead_of_dropping_them(
     let failed = spawn(&session, "failed", None).await;
     delegate(&session, failed, script_task("f", json!([{ "fail": "broke" }]))).await;
     let never = spawn(&session, "never_delegated", None).await;
-    let merged = session.merge(merge_request(&[ok, failed, never], "hierarchical_summary")).await.unwrap().merged_result;
+    let merged =
+        session.merge(merge_request(&[ok, failed, never], "hierarchical_summary")).await.unwrap().merged_result;
     assert_eq!(merged["merged"], json!([ok]));
     let not_merged = merged["not_merged"].as_array().unwrap();
     assert_eq!(not_merged.len(), 2);

@@ -108,7 +108,8 @@ async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes(
     let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
     let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
     let (session, _events) = open(&host);
-    let request = SpawnRequest { agent: SubagentConfig::new("mule", "stubborn"), parent_agent_id: None, root_agent_id: None };
+    let request =
+        SpawnRequest { agent: SubagentConfig::new("mule", "stubborn"), parent_agent_id: None, root_agent_id: None };
     let id = session.spawn(request).await.unwrap().subagent_id;
     delegate(&session, id, TaskDefinition::new("forever", "never ends")).await;
     let started = tokio::time::Instant::now();

@@ -15,7 +15,7 @@ use subagent_host::protocol::wire::*;
 use subagent_host::{ErrorCode, Session, SubagentId};
 
 const SESSIONS: usize = 3;
-const OPERATIONS: usize = 1_500;
+const OPERATIONS: usize = 4_000;
 
 fn random_task(rng: &mut fastrand::Rng, peers: &[SubagentId]) -> TaskDefinition {
     let mut steps = Vec::new();
@@ -23,7 +23,9 @@ fn random_task(rng: &mut fastrand::Rng, peers: &[SubagentId]) -> TaskDefinition 
         steps.push(match rng.u8(0..6) {
             0 | 1 => json!({ "sleep_ms": rng.u64(0..30) }),
             2 => json!({ "progress": "tick" }),
-            3 if !peers.is_empty() => json!({ "send": { "to": peers[rng.usize(..peers.len())].to_string(), "content": "hi" } }),
+            3 if !peers.is_empty() => {
+                json!({ "send": { "to": peers[rng.usize(..peers.len())].to_string(), "content": "hi" } })
+            }
             4 => json!({ "wait_message": { "timeout_ms": rng.u64(0..20) } }),
             _ => json!({ "return": { "answer": rng.u8(0..3) } }),
         });
@@ -43,7 +45,13 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
     let seed = std::env::var("STRESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
     println!("STRESS_SEED={seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let limits = Limits { max_depth: 4, max_subagents_per_session: 40, cancel_grace_ms: 20, mailbox_capacity: 4, ..Limits::default() };
+    let limits = Limits {
+        max_depth: 4,
+        max_subagents_per_session: 40,
+        cancel_grace_ms: 20,
+        mailbox_capacity: 4,
+        ..Limits::default()
+    };
     let host = host_with(limits);
     let sessions: Vec<Session> = (0..SESSIONS).map(|_| open(&host).0).collect();
     let mut known: Vec<Vec<SubagentId>> = vec![Vec::new(); SESSIONS];
@@ -61,7 +69,10 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
                 match try_spawn(session, "r", parent).await {
                     Ok(id) => known[s].push(id),
                     Err(err) => assert!(
-                        matches!(err.code, ErrorCode::DepthExceeded | ErrorCode::QuotaExceeded | ErrorCode::InvalidState),
+                        matches!(
+                            err.code,
+                            ErrorCode::DepthExceeded | ErrorCode::QuotaExceeded | ErrorCode::InvalidState
+                        ),
                         "unexpected spawn error {err}"
                     ),
                 }
@@ -71,7 +82,10 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
                 if let Some(id) = pick(&mut rng) {
                     let task = random_task(&mut rng, ids);
                     let reply = session.delegate(id, task).await.unwrap();
-                    assert!(reply.accepted || reply.status.is_busy() || reply.status == SubagentStatus::Terminated, "{reply:?}");
+                    assert!(
+                        reply.accepted || reply.status.is_busy() || reply.status == SubagentStatus::Terminated,
+                        "{reply:?}"
+                    );
                     *counts.entry("delegate").or_default() += 1;
                 }
             }
@@ -112,7 +126,8 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
     for (s, session) in sessions.iter().enumerate() {
         // A terminated subagent's descendants are all terminated.
         let list = session.list().await.unwrap().subagents;
-        let status: HashMap<String, SubagentStatus> = list.iter().map(|i| (i.subagent_id.to_string(), i.status)).collect();
+        let status: HashMap<String, SubagentStatus> =
+            list.iter().map(|i| (i.subagent_id.to_string(), i.status)).collect();
         for info in &list {
             if let Some(parent) = info.parent_agent_id.as_ref().and_then(|p| status.get(p)) {
                 if *parent == SubagentStatus::Terminated {

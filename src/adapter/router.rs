@@ -16,10 +16,7 @@ pub struct AdapterRouter {
 impl fmt::Debug for AdapterRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let routes: Vec<_> = self.routes.iter().map(|(p, a)| (p.as_str().to_owned(), a.name().to_owned())).collect();
-        f.debug_struct("AdapterRouter")
-            .field("routes", &routes)
-            .field("default", &self.default.name())
-            .finish()
+        f.debug_struct("AdapterRouter").field("routes", &routes).field("default", &self.default.name()).finish()
     }
 }
 

@@ -117,8 +117,9 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
             }
             Step::Send(send) => {
                 let to = if send.to == "parent" {
-                    ctx.parent_id
-                        .ok_or_else(|| TaskError(format!("step {index}: `parent` named, but this subagent is top level")))?
+                    ctx.parent_id.ok_or_else(|| {
+                        TaskError(format!("step {index}: `parent` named, but this subagent is top level"))
+                    })?
                 } else {
                     SubagentId::parse(&send.to)
                         .ok_or_else(|| TaskError(format!("step {index}: `{}` is not a subagent id", send.to)))?

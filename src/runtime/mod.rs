@@ -99,12 +99,8 @@ impl Host {
     /// A host whose sessions are spread over `workers` (round-robin); each
     /// session's tree lives on one of them.
     pub fn with_workers(config: HostConfig, workers: Vec<ArbiterHandle>) -> Self {
-        let shared = HostShared {
-            limits: config.limits,
-            router: config.router,
-            strategies: config.strategies,
-            ids: config.ids,
-        };
+        let shared =
+            HostShared { limits: config.limits, router: config.router, strategies: config.strategies, ids: config.ids };
         Self {
             shared: Arc::new(shared),
             workers,
@@ -141,9 +137,7 @@ impl Host {
             Supervisor::start_in_arbiter(&self.workers[slot], make)
         };
         self.open_sessions.fetch_add(1, Ordering::AcqRel);
-        Session {
-            inner: Arc::new(SessionInner { addr, stats, open_sessions: self.open_sessions.clone() }),
-        }
+        Session { inner: Arc::new(SessionInner { addr, stats, open_sessions: self.open_sessions.clone() }) }
     }
 }
 
@@ -197,7 +191,12 @@ impl Session {
     }
 
     /// `SUBAGENT_MESSAGE_REQ`.
-    pub async fn message(&self, from: String, to: SubagentId, payload: SubagentMessagePayload) -> Result<MessageResponse, HostError> {
+    pub async fn message(
+        &self,
+        from: String,
+        to: SubagentId,
+        payload: SubagentMessagePayload,
+    ) -> Result<MessageResponse, HostError> {
         self.inner.addr.send(msg::SendMessage { from, to, payload }).await?
     }
 

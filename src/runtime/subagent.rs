@@ -377,11 +377,8 @@ impl Handler<Deliver> for SubagentActor {
         }
         let detail = EventDetail::Message { from: msg.from.clone(), kind: msg.payload.kind.clone() };
         if self.mailbox.push(InboxMessage { from: msg.from, payload: msg.payload }).is_err() {
-            return Err(HostError::new(
-                ErrorCode::MailboxFull,
-                format!("the mailbox of {} is full", self.id),
-            )
-            .with_detail(serde_json::json!({ "capacity": self.host.limits.mailbox_capacity })));
+            return Err(HostError::new(ErrorCode::MailboxFull, format!("the mailbox of {} is full", self.id))
+                .with_detail(serde_json::json!({ "capacity": self.host.limits.mailbox_capacity })));
         }
         self.report(EventKind::MessageReceived, detail);
         Ok(())

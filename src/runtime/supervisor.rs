@@ -101,19 +101,13 @@ impl Supervisor {
         let limits = &self.host.limits;
         // A parent_agent_id naming a subagent of this session nests the child
         // under it; anything else (the client agent, or none) is top level.
-        let parent = request
-            .parent_agent_id
-            .as_deref()
-            .and_then(SubagentId::parse)
-            .filter(|id| self.index.contains_key(id));
+        let parent =
+            request.parent_agent_id.as_deref().and_then(SubagentId::parse).filter(|id| self.index.contains_key(id));
         let (depth, parent_memory, root) = match parent {
             Some(parent_id) => {
                 let parent_entry = &self.index[&parent_id];
                 if parent_entry.addr.is_none() {
-                    return Err(HostError::new(
-                        ErrorCode::InvalidState,
-                        format!("parent {parent_id} is terminated"),
-                    ));
+                    return Err(HostError::new(ErrorCode::InvalidState, format!("parent {parent_id} is terminated")));
                 }
                 let root = parent_entry
                     .root_agent_id
@@ -141,11 +135,7 @@ impl Supervisor {
             )
             .with_detail(serde_json::json!({ "max_subagents_per_session": limits.max_subagents_per_session })));
         }
-        let id = self
-            .host
-            .ids
-            .allocate()
-            .ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
+        let id = self.host.ids.allocate().ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
         let config = Arc::new(request.agent);
         let memory = match (config.memory_scope, parent_memory) {
             (MemoryScope::Shared, Some(parent)) => parent,
@@ -269,9 +259,7 @@ impl Handler<Delegate> for Supervisor {
         };
         let reply = addr.send(RunTask { task: msg.task, deadline_cap: msg.deadline_cap });
         Response::fut(async move {
-            Ok(reply
-                .await
-                .unwrap_or(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }))
+            Ok(reply.await.unwrap_or(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }))
         })
     }
 }
@@ -444,7 +432,11 @@ impl Handler<Report> for Supervisor {
         }
         if matches!(
             msg.kind,
-            EventKind::Completed | EventKind::Failed | EventKind::Timeout | EventKind::Cancelled | EventKind::Terminated
+            EventKind::Completed
+                | EventKind::Failed
+                | EventKind::Timeout
+                | EventKind::Cancelled
+                | EventKind::Terminated
         ) {
             entry.result = msg.result;
             entry.error = msg.error.clone();
