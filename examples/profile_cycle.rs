@@ -1,0 +1,128 @@
+//! A fixed workload for instruction-count profiling of the hot path under
+//! callgrind (load-independent, unlike wall-clock benches):
+//!
+//! ```text
+//! cargo build --release --example profile_cycle
+//! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*profile_cycle::hot*' \
+//!     target/release/examples/profile_cycle session 20000
+//! callgrind_annotate --inclusive=yes callgrind.out.<pid> | head -60
+//! ```
+//!
+//! Modes: `raw` (start an actor, send, reply, stop), `session` (spawn →
+//! delegate → await, the default scripted task), `fanout` (N subagents spawned
+//! and delegated at once, then awaited), `rawfanout` (N raw actors).
+//! Divide the instruction count of `hot` by N for a per-cycle cost.
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use std::sync::Arc;
+use subagent_host::config::Limits;
+use subagent_host::event::NullSink;
+use subagent_host::protocol::wire::*;
+use subagent_host::{Host, HostConfig, Session};
+
+struct Echo;
+
+impl Actor for Echo {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "u64")]
+struct Ping(u64);
+
+impl Handler<Ping> for Echo {
+    type Result = u64;
+
+    fn handle(&mut self, msg: Ping, _ctx: &mut Self::Context) -> u64 {
+        msg.0
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Stop;
+
+impl Handler<Stop> for Echo {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+fn spawn_request() -> SpawnRequest {
+    SpawnRequest {
+        agent: SubagentConfig::new("bench", "scripted"),
+        parent_agent_id: Some("client_agent".to_owned()),
+        root_agent_id: Some("client_agent".to_owned()),
+    }
+}
+
+async fn cycle(session: &Session) {
+    let id = session.spawn(spawn_request()).await.expect("spawn").subagent_id;
+    session.delegate(id, TaskDefinition::new("unit", "do the unit of work")).await.expect("delegate");
+    session.await_result(id).await.expect("await");
+}
+
+/// The measured region (callgrind toggles collection on this function).
+#[inline(never)]
+fn hot(system: &actix_rt::SystemRunner, session: &Session, mode: &str, n: usize) {
+    system.block_on(async {
+        match mode {
+            "raw" => {
+                for i in 0..n as u64 {
+                    let addr = Echo.start();
+                    addr.send(Ping(i)).await.expect("reply");
+                    addr.send(Stop).await.expect("stop");
+                }
+            }
+            "session" => {
+                for _ in 0..n {
+                    cycle(session).await;
+                }
+            }
+            "rawfanout" => {
+                let addrs: Vec<_> = (0..n).map(|_| Echo.start()).collect();
+                join_all(addrs.iter().enumerate().map(|(i, a)| a.send(Ping(i as u64)))).await;
+                for addr in &addrs {
+                    addr.do_send(Stop);
+                }
+            }
+            "fanout" => {
+                let ids = join_all((0..n).map(|_| async {
+                    let id = session.spawn(spawn_request()).await.expect("spawn").subagent_id;
+                    session.delegate(id, TaskDefinition::new("unit", "x")).await.expect("delegate");
+                    id
+                }))
+                .await;
+                join_all(ids.iter().map(|id| session.await_result(*id))).await;
+            }
+            other => panic!("unknown mode {other}"),
+        }
+    });
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "session".to_owned());
+    let n: usize = args.next().map_or(20_000, |v| v.parse().expect("N"));
+    let system = actix_rt::System::new();
+    let limits = Limits { max_subagents_per_session: n + 16, max_retained_records: n + 16, ..Default::default() };
+    let host = Host::new(HostConfig { limits, ..Default::default() });
+    let session = system.block_on(async {
+        let session = host.open_session(Arc::new(NullSink));
+        // Warm up: first-use allocations stay out of the measured region.
+        for _ in 0..8 {
+            cycle(&session).await;
+        }
+        session
+    });
+    let start = std::time::Instant::now();
+    hot(&system, &session, &mode, n);
+    let elapsed = start.elapsed();
+    eprintln!("{mode} n={n}: {:.3} µs each", elapsed.as_secs_f64() * 1e6 / n as f64);
+    system.block_on(async {
+        session.close().await;
+    });
+}
