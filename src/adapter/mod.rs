@@ -3,7 +3,13 @@
 //!
 //! - [`scripted`]: the built-in deterministic adapter (no network, no keys).
 //! - [`router`]: model globs → adapters, tried in order, with a default.
+//! - [`openai`]: OpenAI-compatible chat completions, a tool-calling loop.
+//! - [`command`]: an external program per task, JSON on stdin and stdout.
+//! - [`build_route`]: the adapter a config-file route names.
 
+pub mod command;
+pub mod openai;
+pub mod route_spec;
 pub mod router;
 pub mod scripted;
 
@@ -215,5 +221,46 @@ impl TaskContext {
     /// Every subagent of the session.
     pub async fn list(&self) -> Result<ListResponse, HostError> {
         Ok(self.supervisor.send(msg::List).await?)
+    }
+}
+
+/// Builds the adapter a config-file route names (`scripted`, `openai`,
+/// `command`), checking that it has the keys it needs and none it ignores.
+pub fn build_route(spec: &route_spec::RouteSpec) -> Result<Arc<dyn AgentAdapter>, String> {
+    let fail = |text: String| format!("route `{}`: {text}", spec.model);
+    let adapter = spec.adapter.as_str();
+    let set = [
+        ("base_url", spec.base_url.is_some()),
+        ("api_key_env", spec.api_key_env.is_some()),
+        ("upstream_model", spec.upstream_model.is_some()),
+        ("program", spec.program.is_some()),
+        ("args", !spec.args.is_empty()),
+    ];
+    let accepted: &[&str] = match adapter {
+        "scripted" => &[],
+        "openai" => &["base_url", "api_key_env", "upstream_model"],
+        "command" => &["program", "args"],
+        other => return Err(fail(format!("unknown adapter `{other}` (expected scripted, openai or command)"))),
+    };
+    if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
+        return Err(fail(format!("adapter {adapter} does not take `{key}`")));
+    }
+    match adapter {
+        "openai" => {
+            let base_url = spec.base_url.clone().ok_or_else(|| fail("adapter openai needs base_url".into()))?;
+            if spec.api_key_env.as_deref().is_some_and(|var| var.trim().is_empty()) {
+                return Err(fail("api_key_env is empty".into()));
+            }
+            let mut config = openai::OpenAiConfig::new(base_url);
+            config.api_key_env = spec.api_key_env.clone();
+            config.upstream_model = spec.upstream_model.clone();
+            Ok(Arc::new(openai::OpenAiAdapter::new(config).map_err(fail)?))
+        }
+        "command" => {
+            let program = spec.program.clone().ok_or_else(|| fail("adapter command needs program".into()))?;
+            let config = command::CommandConfig { program, args: spec.args.clone() };
+            Ok(Arc::new(command::CommandAdapter::new(config).map_err(fail)?))
+        }
+        _ => Ok(Arc::new(ScriptedAdapter)),
     }
 }

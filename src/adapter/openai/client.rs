@@ -1,0 +1,329 @@
+//! The HTTP side of the openai adapter: one `POST {base_url}/chat/completions`
+//! with bounded retries, and the parsing of its reply.
+//!
+//! 429, 5xx and transport errors are retried with exponential backoff that
+//! honours `Retry-After`, at most [`RetryPolicy::max_retries`] times; any
+//! other 4xx fails at once with the upstream's error text. The API key is
+//! scrubbed from every error text this module produces, and never logged.
+
+use awc::http::header;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use crate::adapter::TaskError;
+
+/// Largest reply body accepted from the model server.
+const MAX_BODY_BYTES: usize = 16 << 20;
+/// Longest piece of an upstream error body quoted in a task error.
+const MAX_ERROR_TEXT: usize = 500;
+/// Longest `Retry-After` honoured; a server asking for more gets this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// How failed calls to the model server are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (so `max_retries + 1` calls at most).
+    pub max_retries: u32,
+    /// Wait before the first retry; doubled for each further one.
+    pub base_delay: Duration,
+    /// Longest computed backoff (a server's `Retry-After` is honoured instead, up to 60 s).
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Four retries, 500 ms doubling up to 8 s.
+    fn default() -> Self {
+        Self { max_retries: 4, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(8) }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `attempt` (0-based), given the server's
+    /// `Retry-After` if any.
+    fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        match retry_after {
+            Some(asked) => asked.min(MAX_RETRY_AFTER),
+            None => self.base_delay.saturating_mul(1u32 << attempt.min(16)).min(self.max_delay),
+        }
+    }
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolCall {
+    /// The call's id, echoed in the tool message that answers it.
+    pub id: String,
+    /// Which tool.
+    pub name: String,
+    /// Its arguments: a JSON object encoded as a string, as the API sends them.
+    pub arguments: String,
+}
+
+/// Token counts of one call (zero where the server does not report them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Adds another call's counts.
+    pub(crate) fn add(&mut self, other: Usage) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
+    }
+
+    /// As the result's `usage` object.
+    pub(crate) fn to_json(self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        })
+    }
+}
+
+/// What one chat-completions call answered.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Completion {
+    /// The assistant's text (may be absent when it only calls tools).
+    pub content: Option<String>,
+    /// The tools it wants called, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// Token counts.
+    pub usage: Usage,
+}
+
+impl Completion {
+    /// The assistant message to append to the conversation.
+    pub(crate) fn assistant_message(&self) -> Value {
+        let mut message = json!({ "role": "assistant", "content": self.content });
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": { "name": call.name, "arguments": call.arguments },
+                    })
+                })
+                .collect();
+            message["tool_calls"] = Value::Array(calls);
+        }
+        message
+    }
+}
+
+/// A client for one model server, used by one task.
+pub(crate) struct ChatClient {
+    // Not Send: lives on the session's arbiter with the task.
+    http: awc::Client,
+    url: String,
+    // Only ever put in the Authorization header, and scrubbed from errors.
+    api_key: Option<String>,
+    retry: RetryPolicy,
+}
+
+impl ChatClient {
+    /// A client posting to `{base_url}/chat/completions`.
+    pub(crate) fn new(base_url: &str, api_key: Option<String>, retry: RetryPolicy) -> Self {
+        // The task's own deadline bounds every call; awc's 5 s default would
+        // cut off slow local models.
+        let http = awc::Client::builder().disable_timeout().finish();
+        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        Self { http, url, api_key, retry }
+    }
+
+    /// Calls the model once (retrying as the policy allows); `on_retry` hears
+    /// why each retry happens.
+    pub(crate) async fn complete(&self, body: &Value, on_retry: impl Fn(&str)) -> Result<Completion, TaskError> {
+        let payload = serde_json::to_vec(body).map_err(|err| TaskError(format!("cannot encode the request: {err}")))?;
+        let mut attempt = 0;
+        loop {
+            let (reason, retry_after) = match self.attempt(payload.clone()).await? {
+                Attempt::Done(completion) => return Ok(completion),
+                Attempt::Retry { reason, retry_after } => (reason, retry_after),
+            };
+            if attempt >= self.retry.max_retries {
+                return Err(TaskError(format!("model server failed after {} retries: {reason}", attempt)));
+            }
+            let wait = self.retry.delay(attempt, retry_after);
+            on_retry(&format!("model server: {reason}; retrying in {} ms", wait.as_millis()));
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt(&self, payload: Vec<u8>) -> Result<Attempt, TaskError> {
+        let mut request = self.http.post(&self.url).insert_header((header::CONTENT_TYPE, "application/json"));
+        if let Some(key) = &self.api_key {
+            request = request.insert_header((header::AUTHORIZATION, format!("Bearer {key}")));
+        }
+        let mut response = match request.send_body(payload).await {
+            Ok(response) => response,
+            Err(awc::error::SendRequestError::Url(err)) => {
+                return Err(TaskError(self.scrub(format!("bad model server url {}: {err}", self.url))));
+            }
+            Err(err) => {
+                return Ok(Attempt::Retry { reason: self.scrub(format!("request failed: {err}")), retry_after: None });
+            }
+        };
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = match response.body().limit(MAX_BODY_BYTES).await {
+            Ok(body) => body,
+            Err(err) if status.is_success() => {
+                return Ok(Attempt::Retry {
+                    reason: self.scrub(format!("reading the reply failed: {err}")),
+                    retry_after,
+                });
+            }
+            Err(_) => Default::default(),
+        };
+        if status.is_success() {
+            let value: Value = serde_json::from_slice(&body)
+                .map_err(|err| TaskError(format!("model server sent a reply that is not JSON: {err}")))?;
+            return parse_completion(&value).map(Attempt::Done);
+        }
+        let text = self.scrub(format!("{status}: {}", error_text(&body)));
+        if status.as_u16() == 429 || status.is_server_error() {
+            Ok(Attempt::Retry { reason: text, retry_after })
+        } else {
+            Err(TaskError(format!("model server refused the request: {text}")))
+        }
+    }
+
+    /// Removes the API key from a text that may quote it.
+    fn scrub(&self, text: String) -> String {
+        match &self.api_key {
+            Some(key) if !key.is_empty() => text.replace(key.as_str(), "[redacted]"),
+            _ => text,
+        }
+    }
+}
+
+impl std::fmt::Debug for ChatClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatClient")
+            .field("url", &self.url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one attempt went, when it did not fail for good.
+enum Attempt {
+    Done(Completion),
+    Retry { reason: String, retry_after: Option<Duration> },
+}
+
+/// The upstream's error message: `error.message` of a JSON body, else the
+/// body's text, shortened.
+fn error_text(body: &[u8]) -> String {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let text = parsed
+        .as_ref()
+        .and_then(|value| value.pointer("/error/message").or_else(|| value.get("error")))
+        .map(|value| match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let text = text.trim();
+    if text.is_empty() {
+        return "(no error text)".to_owned();
+    }
+    match text.char_indices().nth(MAX_ERROR_TEXT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Reads `choices[0].message` and `usage` of a chat-completions reply.
+pub(crate) fn parse_completion(value: &Value) -> Result<Completion, TaskError> {
+    let message = value
+        .pointer("/choices/0/message")
+        .ok_or_else(|| TaskError::new("model server reply has no `choices[0].message`"))?;
+    let content = match message.get("content") {
+        Some(Value::String(text)) => Some(text.clone()),
+        // Some servers send content parts; keep their text.
+        Some(Value::Array(parts)) => {
+            let text: String = parts.iter().filter_map(|part| part.get("text").and_then(Value::as_str)).collect();
+            Some(text)
+        }
+        _ => None,
+    };
+    let mut tool_calls = Vec::new();
+    if let Some(Value::Array(calls)) = message.get("tool_calls") {
+        for (index, call) in calls.iter().enumerate() {
+            let Some(name) = call.pointer("/function/name").and_then(Value::as_str) else {
+                return Err(TaskError(format!("model server reply: tool call {index} has no function name")));
+            };
+            let arguments = match call.pointer("/function/arguments") {
+                Some(Value::String(text)) => text.clone(),
+                None | Some(Value::Null) => "{}".to_owned(),
+                // Lenient: some servers send the object itself.
+                Some(other) => other.to_string(),
+            };
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("call_{index}"));
+            tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
+        }
+    }
+    let count = |key: &str| value.pointer(&format!("/usage/{key}")).and_then(Value::as_u64).unwrap_or(0);
+    let usage = Usage {
+        prompt_tokens: count("prompt_tokens"),
+        completion_tokens: count("completion_tokens"),
+        total_tokens: count("total_tokens"),
+    };
+    Ok(Completion { content, tool_calls, usage })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_wins_over_a_shorter_backoff_and_is_capped() {
+        let policy = RetryPolicy::default();
+        assert_eq!(policy.delay(0, None), Duration::from_millis(500));
+        assert_eq!(policy.delay(10, None), Duration::from_secs(8));
+        assert_eq!(policy.delay(0, Some(Duration::from_secs(3))), Duration::from_secs(3));
+        assert_eq!(policy.delay(0, Some(Duration::ZERO)), Duration::ZERO);
+        assert_eq!(policy.delay(0, Some(Duration::from_secs(3600))), MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn odd_replies_are_errors_or_tolerated_never_panics() {
+        assert!(parse_completion(&json!({})).is_err());
+        assert!(parse_completion(&json!({"choices": []})).is_err());
+        assert!(parse_completion(&json!({"choices": [{"message": {"tool_calls": [{}]}}]})).is_err());
+        let odd = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"function": {"name": "list_subagents", "arguments": {"a": 1}}}
+        ]}}], "usage": {"prompt_tokens": "x"}});
+        let completion = parse_completion(&odd).unwrap();
+        assert_eq!(completion.tool_calls[0].id, "call_0");
+        assert_eq!(completion.tool_calls[0].arguments, r#"{"a":1}"#);
+        assert_eq!(completion.usage, Usage::default());
+    }
+
+    #[test]
+    fn error_text_prefers_the_json_message_and_is_bounded() {
+        assert_eq!(error_text(br#"{"error": {"message": "bad model"}}"#), "bad model");
+        assert_eq!(error_text(b""), "(no error text)");
+        assert!(error_text("é".repeat(2000).as_bytes()).chars().count() <= MAX_ERROR_TEXT + 1);
+    }
+}

@@ -1,0 +1,283 @@
+//! The OpenAI-compatible chat-completions adapter: a tool-calling loop in
+//! which each model call is one step and the tools are the orchestration
+//! verbs of the subagents capability.
+//!
+//! A task's conversation is: a system prompt (the config's `system_prompt`,
+//! its `role` and the task's success criteria), the subagent's memory (so a
+//! `shared` or `snapshot` child sees its parent's conversation and an
+//! `isolated` one does not), then the task's instruction. Each step first
+//! hands the model any mailbox messages that arrived, then calls
+//! `POST {base_url}/chat/completions`; tool calls are carried out and
+//! answered, and a reply without tool calls ends the task with
+//! `{"summary", "steps", "usage"}`. Everything said is appended to memory.
+//!
+//! - `client`: the HTTP call, retries (429, 5xx) and reply parsing.
+//! - [`tools`]: the tools, their schemas and the tool-scope filter.
+//!
+//! Cancellation races every call: a cancel stops the task at once, and
+//! dropping the task's future (terminate, timeout) drops the in-flight
+//! request, which closes its connection. Without the `tls` cargo feature only
+//! `http://` endpoints work.
+
+mod client;
+pub mod tools;
+
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::{AgentAdapter, TaskContext, TaskError, TaskFuture};
+use crate::protocol::wire::JsonObject;
+use crate::runtime::memory::InboxMessage;
+use client::{ChatClient, Usage};
+
+pub use client::RetryPolicy;
+pub use tools::{allowed_tools, tool_schema, TOOL_NAMES};
+
+/// Where the adapter sends its calls, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAiConfig {
+    /// The API root, e.g. `http://127.0.0.1:8080/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    /// The environment variable holding the API key (read at each task, sent
+    /// as a bearer token, never logged); `None` sends no key (local servers).
+    pub api_key_env: Option<String>,
+    /// The model name sent upstream; `None` sends the subagent's own `model`.
+    pub upstream_model: Option<String>,
+    /// Retries of 429, 5xx and transport errors.
+    pub retry: RetryPolicy,
+}
+
+impl OpenAiConfig {
+    /// A config for `base_url` with no key, the subagent's model name, and
+    /// the default retry policy.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self { base_url: base_url.into(), api_key_env: None, upstream_model: None, retry: RetryPolicy::default() }
+    }
+}
+
+/// Runs tasks against an OpenAI-compatible chat-completions server.
+#[derive(Debug, Clone)]
+pub struct OpenAiAdapter {
+    config: Arc<OpenAiConfig>,
+}
+
+impl OpenAiAdapter {
+    /// An adapter for `config`; fails when the base URL is not `http(s)://`,
+    /// or is `https://` in a build without the `tls` feature.
+    pub fn new(config: OpenAiConfig) -> Result<Self, String> {
+        let url = config.base_url.as_str();
+        if url.starts_with("https://") {
+            if !cfg!(feature = "tls") {
+                return Err(format!(
+                    "base_url `{url}` is https, but this build has no TLS (rebuild with `--features tls`)"
+                ));
+            }
+        } else if !url.starts_with("http://") {
+            return Err(format!("base_url `{url}` must start with http:// or https://"));
+        }
+        Ok(Self { config: Arc::new(config) })
+    }
+
+    /// The config in use.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+}
+
+impl AgentAdapter for OpenAiAdapter {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn run(&self, ctx: TaskContext) -> TaskFuture {
+        let config = self.config.clone();
+        Box::pin(async move {
+            let cancel = ctx.cancel.clone();
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(TaskError::new("cancelled")),
+                outcome = conversation(&config, &ctx) => outcome,
+            }
+        })
+    }
+}
+
+/// The tool-calling loop of one task.
+async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonObject, TaskError> {
+    let api_key = match &config.api_key_env {
+        Some(var) => match std::env::var(var) {
+            Ok(key) if !key.is_empty() => Some(key),
+            _ => return Err(TaskError(format!("the API key variable `{var}` (api_key_env) is not set"))),
+        },
+        None => None,
+    };
+    let client = ChatClient::new(&config.base_url, api_key, config.retry.clone());
+    let allowed = allowed_tools(&ctx.config);
+    let tool_definitions = Value::Array(tools::definitions(&allowed));
+    let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());
+
+    let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
+    messages.extend(history(&ctx.memory.entries()));
+    let say = |message: Value, messages: &mut Vec<Value>| {
+        ctx.memory.push(message.clone());
+        messages.push(message);
+    };
+    say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
+
+    let mut usage = Usage::default();
+    loop {
+        for message in ctx.mailbox.drain() {
+            say(json!({ "role": "user", "content": inbox_text(&message) }), &mut messages);
+        }
+        let step = ctx.step()?;
+        let mut body = json!({ "model": model, "messages": messages });
+        if !allowed.is_empty() {
+            body["tools"] = tool_definitions.clone();
+        }
+        let completion = client.complete(&body, |note| ctx.progress(note)).await?;
+        usage.add(completion.usage);
+        say(completion.assistant_message(), &mut messages);
+        if completion.tool_calls.is_empty() {
+            let mut result = JsonObject::new();
+            result.insert("summary".into(), json!(completion.content.unwrap_or_default()));
+            result.insert("steps".into(), json!(step));
+            result.insert("usage".into(), usage.to_json());
+            return Ok(result);
+        }
+        for call in &completion.tool_calls {
+            ctx.progress(format!("step {step}: tool {}", call.name));
+            let output = tools::call(ctx, &allowed, call).await;
+            say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+        }
+    }
+}
+
+/// The system prompt: the configured one (or a default), the role, the
+/// success criteria.
+fn system_prompt(ctx: &TaskContext, has_tools: bool) -> String {
+    let mut text =
+        ctx.config.system_prompt.clone().unwrap_or_else(|| {
+            format!("You are `{}`, an agent that carries out the task it is given.", ctx.config.name)
+        });
+    if let Some(role) = &ctx.config.role {
+        text.push_str(&format!("\n\nYour role: {role}"));
+    }
+    if !ctx.task.success_criteria.is_empty() {
+        text.push_str("\n\nThe task is done when:");
+        for criterion in &ctx.task.success_criteria {
+            text.push_str(&format!("\n- {criterion}"));
+        }
+    }
+    text.push_str(&format!("\n\nYour subagent id is {}.", ctx.subagent_id));
+    if has_tools {
+        text.push_str(" Use the tools to work with other subagents; when you are done, answer without calling a tool.");
+    }
+    text
+}
+
+/// A mailbox message as the model sees it.
+fn inbox_text(message: &InboxMessage) -> String {
+    let content = match &message.payload.content {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    format!("Message from {} (type {}): {content}", message.from, message.payload.kind)
+}
+
+/// A mailbox message as `read_mailbox` returns it.
+pub(crate) fn inbox_json(message: &InboxMessage) -> Value {
+    json!({ "from": message.from, "type": message.payload.kind, "content": message.payload.content })
+}
+
+fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Memory entries as chat messages a server accepts: plain user/assistant
+/// text, and assistant tool calls only together with the answer to every one
+/// of them (a `shared` memory may hold a parent's call still in progress, and
+/// a full memory drops its oldest entries). Anything else is left out.
+fn history(entries: &[Value]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut used = vec![false; entries.len()];
+    for index in 0..entries.len() {
+        if used[index] {
+            continue;
+        }
+        let entry = &entries[index];
+        let content = text_of(entry.get("content"));
+        match entry.get("role").and_then(Value::as_str) {
+            Some("assistant") => {
+                let calls = entry.get("tool_calls").and_then(Value::as_array).filter(|calls| !calls.is_empty());
+                if let Some(calls) = calls {
+                    let ids: Vec<&str> =
+                        calls.iter().filter_map(|call| call.get("id").and_then(Value::as_str)).collect();
+                    let mut answers = Vec::new();
+                    let mut answered = HashSet::new();
+                    for (later, candidate) in entries.iter().enumerate().skip(index + 1) {
+                        let is_tool = candidate.get("role").and_then(Value::as_str) == Some("tool");
+                        let id = candidate.get("tool_call_id").and_then(Value::as_str);
+                        if let (true, Some(id)) = (is_tool, id) {
+                            if ids.contains(&id) && answered.insert(id) {
+                                answers.push(later);
+                            }
+                        }
+                    }
+                    if ids.len() == calls.len() && answered.len() == ids.len() {
+                        out.push(json!({ "role": "assistant", "content": entry.get("content").cloned().unwrap_or(Value::Null), "tool_calls": calls }));
+                        for later in answers {
+                            used[later] = true;
+                            let answer = &entries[later];
+                            out.push(json!({
+                                "role": "tool",
+                                "tool_call_id": answer.get("tool_call_id").cloned().unwrap_or(Value::Null),
+                                "content": text_of(answer.get("content")),
+                            }));
+                        }
+                        continue;
+                    }
+                }
+                if !content.is_empty() {
+                    out.push(json!({ "role": "assistant", "content": content }));
+                }
+            }
+            // Another agent's system prompt is context here, not an instruction.
+            Some("user") | Some("system") if !content.is_empty() => {
+                out.push(json!({ "role": "user", "content": content }));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_keeps_complete_tool_groups_and_drops_the_rest() {
+        let entries = vec![
+            json!({"role": "user", "content": "do it"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "list_subagents", "arguments": "{}"}}]}),
+            json!({"role": "user", "content": "interleaved child"}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "{}"}),
+            json!({"role": "assistant", "content": "half", "tool_calls": [{"id": "b"}]}),
+            json!({"role": "tool", "tool_call_id": "zzz", "content": "orphan"}),
+            json!({"role": "assistant", "content": {"summary": 1}}),
+            json!("not an object"),
+            json!({"role": "weird", "content": "x"}),
+        ];
+        let out = history(&entries);
+        let roles: Vec<&str> = out.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "user", "assistant", "assistant"]);
+        assert_eq!(out[4]["content"], "half");
+        assert!(out[4].get("tool_calls").is_none());
+        assert_eq!(out[5]["content"], r#"{"summary":1}"#);
+    }
+}

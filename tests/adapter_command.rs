@@ -1,0 +1,254 @@
+//! The command adapter: the task as JSON on stdin, the result on stdout,
+//! stderr lines as progress, clear errors for bad exits and bad output, and
+//! the whole process group killed on terminate, cancel and timeout; plus
+//! deadlines flowing down the tree to a child's process.
+
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use subagent_host::adapter::command::{CommandAdapter, CommandConfig};
+use subagent_host::adapter::AdapterRouter;
+use subagent_host::config::Limits;
+use subagent_host::event::{Event, EventDetail, EventKind};
+use subagent_host::protocol::wire::*;
+use subagent_host::{Host, HostConfig, Session, SubagentId};
+use tokio::sync::mpsc;
+
+/// Failure guard for anything that should finish promptly.
+const GUARD: Duration = Duration::from_secs(30);
+
+/// A program that starts a grandchild, reports both pids on stderr, and
+/// waits (forever, unless signalled).
+const SLEEPER: &str = r#"sleep 600 & echo "pids $$ $!" >&2; wait"#;
+
+fn sh(script: &str) -> Arc<CommandAdapter> {
+    let config = CommandConfig { program: "sh".into(), args: vec!["-c".into(), script.into()] };
+    Arc::new(CommandAdapter::new(config).expect("adapter"))
+}
+
+fn host(routes: Vec<(&str, Arc<CommandAdapter>)>, limits: Limits) -> Host {
+    let mut router = AdapterRouter::default();
+    for (glob, adapter) in routes {
+        router = router.route(glob, adapter).expect("route");
+    }
+    Host::new(HostConfig { router, limits, ..Default::default() })
+}
+
+async fn spawn(session: &Session, config: SubagentConfig) -> SubagentId {
+    let request = SpawnRequest { agent: config, parent_agent_id: None, root_agent_id: None };
+    session.spawn(request).await.expect("spawn").subagent_id
+}
+
+async fn run(session: &Session, config: SubagentConfig, task: TaskDefinition) -> (SubagentId, AwaitResponse) {
+    let id = spawn(session, config).await;
+    assert!(session.delegate(id, task).await.expect("delegate").accepted);
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("task ends").expect("await");
+    (id, done)
+}
+
+/// The progress texts of `id` received so far.
+fn progress(events: &mut mpsc::UnboundedReceiver<Event>, seen: &mut Vec<(SubagentId, String)>) {
+    while let Ok(event) = events.try_recv() {
+        if let (EventKind::Progress, EventDetail::Progress(text)) = (event.kind, &event.detail) {
+            seen.push((event.subagent_id, text.clone()));
+        }
+    }
+}
+
+/// Waits for the `pids A B` line `id` prints; returns both pids.
+async fn pids_of(id: SubagentId, events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<u32> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        progress(events, &mut seen);
+        let line = seen.iter().find(|(from, text)| *from == id && text.starts_with("pids "));
+        if let Some((_, line)) = line {
+            return line.split_whitespace().skip(1).filter_map(|pid| pid.parse().ok()).collect();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no pids line from {id}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether `pid` is a live process (a zombie awaiting its reaper counts as gone).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z') | Some('X') | None)
+}
+
+async fn all_gone(pids: &[u32]) -> bool {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while tokio::time::Instant::now() < deadline {
+        if pids.iter().all(|pid| !alive(*pid)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[actix_rt::test]
+async fn the_task_goes_in_on_stdin_the_result_comes_out_on_stdout_and_stderr_is_progress() {
+    let echo = sh(
+        r#"echo "working 1" >&2; input=$(cat); echo "working 2" >&2; printf '{"summary": "done", "echo": %s}' "$input""#,
+    );
+    let host = host(vec![("cmd-*", echo)], Limits::default());
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_session(Arc::new(sink));
+    let mut task = TaskDefinition::new("echo", "repeat after me");
+    task.success_criteria = vec!["exact".into()];
+    let (id, done) = run(&session, SubagentConfig::new("echoer", "cmd-echo"), task).await;
+
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let result = done.result.expect("result");
+    assert_eq!(result["summary"], "done");
+    let input = &result["echo"];
+    assert_eq!(input["subagent_id"], json!(id));
+    assert_eq!(input["config"]["model"], "cmd-echo");
+    assert_eq!(input["task"]["instruction"], "repeat after me");
+    assert_eq!(input["task"]["success_criteria"], json!(["exact"]));
+    assert_eq!(input["memory"], json!([]));
+
+    let mut seen = Vec::new();
+    progress(&mut events, &mut seen);
+    let texts: Vec<&str> = seen.iter().filter(|(from, _)| *from == id).map(|(_, text)| text.as_str()).collect();
+    assert_eq!(texts, ["working 1", "working 2"]);
+
+    // The subagent keeps its memory: a second task sees the first exchange.
+    assert!(session.delegate(id, TaskDefinition::new("again", "once more")).await.expect("delegate").accepted);
+    let again = session.await_result(id).await.expect("await");
+    let memory = again.result.expect("result")["echo"]["memory"].clone();
+    assert_eq!(
+        memory,
+        json!([{"role": "user", "content": "repeat after me"}, {"role": "assistant", "content": "done"}])
+    );
+}
+
+#[actix_rt::test]
+async fn bad_exits_and_bad_output_fail_the_task_with_a_clear_error() {
+    let missing = Arc::new(
+        CommandAdapter::new(CommandConfig { program: "/nonexistent/agent-program".into(), args: vec![] })
+            .expect("adapter"),
+    );
+    let routes = vec![
+        ("cmd-exit", sh("echo 'boom: disk on fire' >&2; exit 3")),
+        ("cmd-text", sh("echo 'not json at all'")),
+        ("cmd-array", sh("echo '[1, 2]'")),
+        ("cmd-killed", sh("kill -9 $$")),
+        ("cmd-missing", missing),
+        ("cmd-logs", sh(r#"echo "log line"; echo '{"answer": 42}'"#)),
+    ];
+    let host = host(routes, Limits::default());
+    let session = host.open_session(Arc::new(subagent_host::event::NullSink));
+    let task = || TaskDefinition::new("t", "go");
+    let error_of = |done: AwaitResponse| {
+        assert_eq!(done.status, SubagentStatus::Failed);
+        done.error.as_deref().unwrap_or("").to_owned()
+    };
+
+    let error = error_of(run(&session, SubagentConfig::new("a", "cmd-exit"), task()).await.1);
+    assert!(error.contains("exited with status 3") && error.contains("boom: disk on fire"), "{error}");
+    let error = error_of(run(&session, SubagentConfig::new("b", "cmd-text"), task()).await.1);
+    assert!(error.contains("did not print a JSON object"), "{error}");
+    let error = error_of(run(&session, SubagentConfig::new("c", "cmd-array"), task()).await.1);
+    assert!(error.contains("did not print a JSON object"), "{error}");
+    let error = error_of(run(&session, SubagentConfig::new("d", "cmd-killed"), task()).await.1);
+    assert!(error.contains("killed by signal 9"), "{error}");
+    let error = error_of(run(&session, SubagentConfig::new("e", "cmd-missing"), task()).await.1);
+    assert!(error.contains("cannot start `/nonexistent/agent-program`"), "{error}");
+
+    let (_, done) = run(&session, SubagentConfig::new("f", "cmd-logs"), task()).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "last line is the result: {:?}", done.error);
+    assert_eq!(done.result.expect("result")["answer"], 42);
+    assert!(session.is_open());
+}
+
+#[actix_rt::test]
+async fn terminate_kills_the_whole_process_group() {
+    let host = host(vec![("cmd-*", sh(SLEEPER))], Limits::default());
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_session(Arc::new(sink));
+    let id = spawn(&session, SubagentConfig::new("sleeper", "cmd-sleep")).await;
+    session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
+    let pids = pids_of(id, &mut events).await;
+    assert_eq!(pids.len(), 2);
+    assert!(pids.iter().all(|pid| alive(*pid)));
+
+    tokio::time::timeout(GUARD, session.terminate(id)).await.expect("terminate ends").expect("terminate");
+    assert!(all_gone(&pids).await, "program and grandchild are gone: {pids:?}");
+    assert_eq!(session.await_result(id).await.expect("await").status, SubagentStatus::Terminated);
+}
+
+#[actix_rt::test]
+async fn cancel_stops_the_process_group_and_the_subagent_stays_usable() {
+    let host = host(vec![("cmd-*", sh(SLEEPER))], Limits { cancel_grace_ms: 300, ..Default::default() });
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_session(Arc::new(sink));
+    let id = spawn(&session, SubagentConfig::new("sleeper", "cmd-sleep")).await;
+    session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
+    let pids = pids_of(id, &mut events).await;
+
+    let stopped = tokio::time::timeout(GUARD, session.cancel(id)).await.expect("cancel ends").expect("cancel");
+    assert_eq!(stopped, vec![id]);
+    assert!(all_gone(&pids).await, "program and grandchild are gone: {pids:?}");
+    assert_eq!(session.await_result(id).await.expect("await").status, SubagentStatus::Cancelled);
+    assert!(session.delegate(id, TaskDefinition::new("t2", "again")).await.expect("delegate").accepted);
+    tokio::time::timeout(GUARD, session.terminate(id)).await.expect("terminate ends").expect("terminate");
+}
+
+#[actix_rt::test]
+async fn a_timeout_kills_the_process_group() {
+    let host = host(vec![("cmd-*", sh(SLEEPER))], Limits::default());
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_session(Arc::new(sink));
+    let mut config = SubagentConfig::new("sleeper", "cmd-sleep");
+    config.timeout_seconds = 1;
+    let id = spawn(&session, config).await;
+    session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
+    let pids = pids_of(id, &mut events).await;
+
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.error.as_deref().unwrap_or("").contains("timeout"), "{:?}", done.error);
+    assert!(all_gone(&pids).await, "program and grandchild are gone: {pids:?}");
+}
+
+/// A parent with about one second left spawns a child whose own timeout is
+/// 600 s: the child's deadline is capped at the parent's, so the child's
+/// process is stopped when the parent's time is up, not ten minutes later.
+#[actix_rt::test]
+async fn a_childs_deadline_is_capped_by_its_parents() {
+    let host = host(vec![("cmd-*", sh(SLEEPER))], Limits::default());
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_session(Arc::new(sink));
+
+    let mut child = SubagentConfig::new("slow-child", "cmd-sleep");
+    child.timeout_seconds = 600;
+    let mut parent = SubagentConfig::new("parent", "scripted");
+    parent.timeout_seconds = 1;
+    let mut task = TaskDefinition::new("t", "delegate and wait");
+    task.metadata.insert(
+        "script".into(),
+        json!([
+            {"spawn": {"agent": child, "task": {"name": "nap", "instruction": "sleep"}}},
+            {"await_children": {}},
+        ]),
+    );
+    let parent_id = spawn(&session, parent).await;
+    session.delegate(parent_id, task).await.expect("delegate");
+
+    let parent_done = tokio::time::timeout(GUARD, session.await_result(parent_id)).await.expect("ends").expect("await");
+    assert_eq!(parent_done.status, SubagentStatus::Failed);
+    assert!(parent_done.error.as_deref().unwrap_or("").contains("timeout"), "{:?}", parent_done.error);
+
+    let list = session.list().await.expect("list").subagents;
+    let child = list.iter().find(|info| info.name == "slow-child").expect("child listed");
+    assert_eq!(child.config.timeout_seconds, 600);
+    let pids = pids_of(child.subagent_id, &mut events).await;
+    let child_done =
+        tokio::time::timeout(GUARD, session.await_result(child.subagent_id)).await.expect("child ends").expect("await");
+    assert_eq!(child_done.status, SubagentStatus::Failed, "the child stops with its parent's time");
+    assert!(child_done.error.as_deref().unwrap_or("").contains("timeout"), "{:?}", child_done.error);
+    assert!(all_gone(&pids).await, "the child's processes are gone: {pids:?}");
+}

@@ -1,0 +1,407 @@
+//! The openai adapter against a fake chat-completions server on loopback:
+//! nesting through tools, max_steps, retries, upstream errors, cancel and
+//! terminate aborting the in-flight request, memory and tool scopes, the
+//! mailbox, and the API key staying out of events and errors.
+
+mod fake_openai;
+
+use fake_openai::*;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig, RetryPolicy};
+use subagent_host::adapter::route_spec::RouteSpec;
+use subagent_host::adapter::{build_route, AdapterRouter};
+use subagent_host::config::Limits;
+use subagent_host::event::{Event, NullSink};
+use subagent_host::protocol::wire::*;
+use subagent_host::{Host, HostConfig, Session, SubagentId};
+use tokio::sync::mpsc;
+
+/// Failure guard for anything that should finish promptly.
+const GUARD: Duration = Duration::from_secs(30);
+
+fn adapter(server: &FakeServer, api_key_env: Option<&str>) -> Arc<OpenAiAdapter> {
+    let mut config = OpenAiConfig::new(server.base_url.clone());
+    config.api_key_env = api_key_env.map(str::to_owned);
+    config.retry =
+        RetryPolicy { max_retries: 4, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50) };
+    Arc::new(OpenAiAdapter::new(config).expect("adapter"))
+}
+
+fn host(server: &FakeServer, limits: Limits) -> Host {
+    let router = AdapterRouter::default().route("fake-*", adapter(server, None)).expect("route");
+    Host::new(HostConfig { router, limits, ..Default::default() })
+}
+
+fn agent(system: &str) -> SubagentConfig {
+    let mut config = SubagentConfig::new(system.trim_start_matches("AGENT:"), "fake-model");
+    config.system_prompt = Some(system.to_owned());
+    config
+}
+
+async fn spawn(session: &Session, config: SubagentConfig) -> SubagentId {
+    let request = SpawnRequest { agent: config, parent_agent_id: None, root_agent_id: None };
+    session.spawn(request).await.expect("spawn").subagent_id
+}
+
+/// Spawns a top-level subagent, delegates `instruction`, awaits the end.
+async fn run(session: &Session, config: SubagentConfig, instruction: &str) -> (SubagentId, AwaitResponse) {
+    let id = spawn(session, config).await;
+    let reply = session.delegate(id, TaskDefinition::new("task", instruction)).await.expect("delegate");
+    assert!(reply.accepted);
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("task ends").expect("await");
+    (id, done)
+}
+
+fn requests_of(server: &FakeServer, system: &str) -> Vec<Value> {
+    server.requests().into_iter().filter(|seen| system_prompt(&seen.body).starts_with(system)).map(|s| s.body).collect()
+}
+
+fn mentions(body: &Value, text: &str) -> bool {
+    messages(body).iter().skip(1).any(|m| m.to_string().contains(text))
+}
+
+/// The boss spawns the listed children (name, memory scope) at step 1,
+/// awaits them all at step 2 (saying `AFTER-MARKER`), answers at step 3.
+fn boss_and_children(children: &'static [(&'static str, &'static str)]) -> FakeServer {
+    FakeServer::start(move |body, _| {
+        let system = system_prompt(body);
+        if !system.starts_with("AGENT:boss") {
+            let name = system.trim_start_matches("AGENT:").split_whitespace().next().unwrap_or("").to_owned();
+            return answer(&format!("result of {name}"));
+        }
+        let outputs = tool_outputs(body);
+        if outputs.is_empty() {
+            let calls: Vec<(&str, Value)> = children
+                .iter()
+                .map(|(name, scope)| {
+                    (
+                        "spawn_subagent",
+                        json!({
+                            "name": name, "instruction": format!("work as {name}"),
+                            "system_prompt": format!("AGENT:{name}"), "memory_scope": scope,
+                        }),
+                    )
+                })
+                .collect();
+            call_tools(None, &calls)
+        } else if outputs.len() == children.len() {
+            let calls: Vec<(&str, Value)> =
+                outputs.iter().map(|out| ("await_subagent", json!({ "subagent_id": out["subagent_id"] }))).collect();
+            call_tools(Some("AFTER-MARKER"), &calls)
+        } else {
+            let results: Vec<String> = outputs[children.len()..]
+                .iter()
+                .map(|out| out["result"]["summary"].as_str().unwrap_or("?").to_owned())
+                .collect();
+            answer(&format!("combined: {}", results.join(" + ")))
+        }
+    })
+}
+
+#[actix_rt::test]
+async fn a_model_spawns_two_children_awaits_both_and_answers_from_their_results() {
+    let server = boss_and_children(&[("worker-a", "shared"), ("worker-b", "shared")]);
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let mut boss = agent("AGENT:boss");
+    boss.capabilities = vec!["multi_agent".into()];
+    let (boss_id, done) = run(&session, boss, "split the work").await;
+
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let result = done.result.expect("result");
+    assert_eq!(result["summary"], "combined: result of worker-a + result of worker-b");
+    assert_eq!(result["steps"], 3);
+    assert_eq!(result["usage"], json!({"prompt_tokens": 30, "completion_tokens": 15, "total_tokens": 45}));
+
+    let list = session.list().await.expect("list").subagents;
+    let children: Vec<_> =
+        list.iter().filter(|info| info.parent_agent_id.as_deref() == Some(&boss_id.to_string())).collect();
+    assert_eq!(children.len(), 2);
+    for child in children {
+        assert_eq!(child.depth, 1);
+        assert_eq!(child.status, SubagentStatus::Completed);
+        assert!(child.name.starts_with("worker-"));
+    }
+}
+
+#[actix_rt::test]
+async fn memory_scopes_decide_what_a_child_sends_upstream() {
+    let server = boss_and_children(&[
+        ("child-shared", "shared"),
+        ("child-snapshot", "snapshot"),
+        ("child-isolated", "isolated"),
+    ]);
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let mut boss = agent("AGENT:boss");
+    boss.capabilities = vec!["multi_agent".into()];
+    let (_, done) = run(&session, boss, "PARENT-SECRET: plan the work").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+
+    let shared = requests_of(&server, "AGENT:child-shared");
+    let snapshot = requests_of(&server, "AGENT:child-snapshot");
+    let isolated = requests_of(&server, "AGENT:child-isolated");
+    assert_eq!((shared.len(), snapshot.len(), isolated.len()), (1, 1, 1));
+    assert!(mentions(&shared[0], "PARENT-SECRET"), "shared child sees the parent's conversation");
+    assert!(mentions(&snapshot[0], "PARENT-SECRET"), "snapshot child sees the parent's conversation");
+    assert!(!mentions(&snapshot[0], "AFTER-MARKER"), "snapshot child does not see what came after the spawn");
+    assert!(!mentions(&isolated[0], "PARENT-SECRET"), "isolated child sees nothing of its parent");
+    assert!(mentions(&isolated[0], "work as child-isolated"));
+}
+
+#[actix_rt::test]
+async fn a_model_that_never_stops_calling_tools_fails_at_max_steps() {
+    let server = FakeServer::start(|_, _| call_tools(None, &[("list_subagents", json!({}))]));
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let mut config = agent("AGENT:looper");
+    config.max_steps = 3;
+    let (_, done) = run(&session, config, "loop forever").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.error.as_deref().unwrap_or("").contains("max_steps"), "{:?}", done.error);
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[actix_rt::test]
+async fn a_429_and_a_503_are_retried_then_the_task_completes() {
+    let server = FakeServer::start(|_, index| match index {
+        0 => Reply::Status { code: 429, retry_after: Some(0), body: json!({"error": {"message": "slow down"}}) },
+        1 => Reply::Status { code: 503, retry_after: None, body: json!({"error": "overloaded"}) },
+        _ => answer("fine"),
+    });
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:patient"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let result = done.result.expect("result");
+    assert_eq!(result["summary"], "fine");
+    assert_eq!(result["steps"], 1);
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[actix_rt::test]
+async fn retries_are_bounded() {
+    let server = FakeServer::start(|_, _| Reply::Status { code: 500, retry_after: None, body: json!({}) });
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:doomed"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.error.as_deref().unwrap_or("").contains("retries"), "{:?}", done.error);
+    assert_eq!(server.requests().len(), 5, "one call and four retries");
+}
+
+#[actix_rt::test]
+async fn other_4xx_and_garbage_replies_fail_the_task_with_a_clear_error() {
+    let server = FakeServer::start(|body, _| {
+        if system_prompt(body).starts_with("AGENT:bad-request") {
+            Reply::Status { code: 400, retry_after: None, body: json!({"error": {"message": "model `x` not found"}}) }
+        } else if system_prompt(body).starts_with("AGENT:garbage") {
+            Reply::Garbage
+        } else {
+            Reply::Json(json!({"choices": []}))
+        }
+    });
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:bad-request"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    let error = done.error.as_deref().unwrap_or("");
+    assert!(error.contains("400") && error.contains("model `x` not found"), "{error}");
+    let (_, done) = run(&session, agent("AGENT:garbage"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.error.as_deref().unwrap_or("").contains("not JSON"), "{:?}", done.error);
+    let (_, done) = run(&session, agent("AGENT:empty"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.error.as_deref().unwrap_or("").contains("choices"), "{:?}", done.error);
+    assert!(session.is_open());
+}
+
+#[actix_rt::test]
+async fn cancel_closes_the_hanging_request_within_the_grace_period() {
+    let mut server = FakeServer::start(|_, _| Reply::Hang);
+    let host = host(&server, Limits { cancel_grace_ms: 200, ..Default::default() });
+    let session = host.open_session(Arc::new(NullSink));
+    let id = spawn(&session, agent("AGENT:stuck")).await;
+    session.delegate(id, TaskDefinition::new("task", "think hard")).await.expect("delegate");
+    assert!(server.wait_for_requests(1, GUARD).await, "the request reached the server");
+
+    let stopped = tokio::time::timeout(GUARD, session.cancel(id)).await.expect("cancel ends").expect("cancel");
+    assert_eq!(stopped, vec![id]);
+    assert!(server.hang_closed(GUARD).await, "the server saw the connection closed");
+    let done = session.await_result(id).await.expect("await");
+    assert_eq!(done.status, SubagentStatus::Cancelled);
+    assert_eq!(session.stats().tasks(), 0);
+}
+
+#[actix_rt::test]
+async fn terminate_drops_the_in_flight_request() {
+    let mut server = FakeServer::start(|_, _| Reply::Hang);
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let id = spawn(&session, agent("AGENT:stuck")).await;
+    session.delegate(id, TaskDefinition::new("task", "think hard")).await.expect("delegate");
+    assert!(server.wait_for_requests(1, GUARD).await);
+
+    tokio::time::timeout(GUARD, session.terminate(id)).await.expect("terminate ends").expect("terminate");
+    assert!(server.hang_closed(GUARD).await, "the server saw the connection closed");
+    assert_eq!(session.await_result(id).await.expect("await").status, SubagentStatus::Terminated);
+}
+
+#[actix_rt::test]
+async fn the_api_key_is_sent_but_never_appears_in_events_or_errors() {
+    const VAR: &str = "SUBAGENT_HOST_TEST_OPENAI_KEY";
+    const KEY: &str = "sk-fake-SECRET-4242";
+    std::env::set_var(VAR, KEY);
+    let server = FakeServer::start(|_, index| {
+        let body = json!({"error": {"message": format!("Incorrect API key provided: {KEY}")}});
+        let code = if index == 0 { 429 } else { 401 };
+        Reply::Status { code, retry_after: Some(0), body }
+    });
+    let router = AdapterRouter::default().route("fake-*", adapter(&server, Some(VAR))).expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let (sink, mut events) = mpsc::unbounded_channel::<Event>();
+    let session = host.open_session(Arc::new(sink));
+    let (_, done) = run(&session, agent("AGENT:keyed"), "hello").await;
+
+    assert_eq!(done.status, SubagentStatus::Failed);
+    let error = done.error.as_deref().unwrap_or("");
+    assert!(error.contains("401") && error.contains("[redacted]") && !error.contains(KEY), "{error}");
+    let seen = server.requests();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|s| s.authorization.as_deref() == Some(&*format!("Bearer {KEY}"))));
+
+    let mut count = 0;
+    while let Ok(event) = events.try_recv() {
+        count += 1;
+        let wire = serde_json::to_string(&event.to_wire()).expect("wire");
+        assert!(!wire.contains(KEY) && !format!("{event:?}").contains(KEY), "key leaked: {wire}");
+    }
+    assert!(count >= 3, "spawned, delegated, progress (retry), failed");
+}
+
+#[actix_rt::test]
+async fn a_missing_key_variable_fails_the_task_without_calling_the_server() {
+    let server = FakeServer::start(|_, _| answer("unreachable"));
+    let router = AdapterRouter::default()
+        .route("fake-*", adapter(&server, Some("SUBAGENT_HOST_TEST_UNSET_KEY")))
+        .expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let session = host.open_session(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:keyless"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.error.as_deref().unwrap_or("").contains("SUBAGENT_HOST_TEST_UNSET_KEY"));
+    assert!(server.requests().is_empty());
+}
+
+#[actix_rt::test]
+async fn tool_scope_and_capabilities_decide_the_offered_tools() {
+    let server = FakeServer::start(|_, _| answer("ok"));
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+
+    let mut multi = agent("AGENT:multi");
+    multi.capabilities = vec!["multi_agent".into()];
+    multi.tool_scope = ToolScope::Shared;
+    let mut isolated = agent("AGENT:isolated");
+    isolated.tool_scope = ToolScope::Isolated;
+    isolated.metadata.insert("tools".into(), json!(["list_subagents", "spawn_subagent", "send_message"]));
+    let mut bare = agent("AGENT:bare");
+    bare.tool_scope = ToolScope::Isolated;
+    for config in [agent("AGENT:restricted"), multi, isolated, bare] {
+        let (_, done) = run(&session, config, "hello").await;
+        assert_eq!(done.status, SubagentStatus::Completed);
+    }
+
+    let offered = |system: &str| offered_tools(&requests_of(&server, system)[0]);
+    assert_eq!(
+        offered("AGENT:restricted"),
+        ["delegate_task", "await_subagent", "send_message", "read_mailbox", "list_subagents"]
+    );
+    assert_eq!(offered("AGENT:multi")[0], "spawn_subagent");
+    assert_eq!(offered("AGENT:multi").len(), 6);
+    assert_eq!(offered("AGENT:isolated"), ["send_message", "list_subagents"]);
+    assert!(requests_of(&server, "AGENT:bare")[0].get("tools").is_none());
+}
+
+#[actix_rt::test]
+async fn mailbox_messages_reach_the_model() {
+    let server = FakeServer::start(|_, index| match index {
+        0 => call_tools(None, &[("read_mailbox", json!({"timeout_ms": 20_000}))]),
+        _ => answer("read them"),
+    });
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let id = spawn(&session, agent("AGENT:reader")).await;
+    let note = |text: &str| SubagentMessagePayload { kind: "note".into(), content: json!(text) };
+    session.message("client".into(), id, note("hello-early")).await.expect("message");
+    session.delegate(id, TaskDefinition::new("task", "read your mail")).await.expect("delegate");
+    assert!(server.wait_for_requests(1, GUARD).await);
+    session.message("client".into(), id, note("hello-late")).await.expect("message");
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+
+    let seen = server.requests();
+    assert!(mentions(&seen[0].body, "hello-early"), "queued message given before the first step");
+    let outputs = tool_outputs(&seen[1].body);
+    assert_eq!(outputs[0]["messages"][0]["content"], "hello-late");
+    assert_eq!(outputs[0]["messages"][0]["from"], "client");
+}
+
+#[actix_rt::test]
+async fn bad_tool_calls_are_answered_not_fatal() {
+    let server = FakeServer::start(|_, index| match index {
+        0 => call_tools(
+            None,
+            &[
+                ("spawn_subagent", json!({"name": "x", "instruction": "y"})),
+                ("await_subagent", json!({"subagent_id": 42})),
+                ("send_message", json!({"to": "parent", "content": "hi"})),
+                ("rm_rf", json!({})),
+            ],
+        ),
+        _ => answer("recovered"),
+    });
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:clumsy"), "try things").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let outputs = tool_outputs(&server.requests()[1].body);
+    assert_eq!(outputs.len(), 4);
+    assert!(outputs[0]["error"].as_str().unwrap_or("").contains("not available"), "no multi_agent: {}", outputs[0]);
+    assert!(outputs[1]["error"].as_str().unwrap_or("").contains("bad arguments"), "{}", outputs[1]);
+    assert!(outputs[2]["error"].as_str().unwrap_or("").contains("no parent"), "{}", outputs[2]);
+    assert!(outputs[3]["error"].as_str().unwrap_or("").contains("not available"), "{}", outputs[3]);
+}
+
+#[test]
+fn build_route_makes_each_adapter_and_names_what_is_missing() {
+    let spec = |adapter: &str| RouteSpec { model: "gpt-*".into(), adapter: adapter.into(), ..Default::default() };
+    let error = |spec: RouteSpec| build_route(&spec).err().unwrap_or_default();
+
+    assert_eq!(error(spec("openai")), "route `gpt-*`: adapter openai needs base_url");
+    assert_eq!(error(spec("command")), "route `gpt-*`: adapter command needs program");
+    assert!(error(spec("llama")).contains("unknown adapter `llama`"));
+    assert!(
+        error(RouteSpec { base_url: Some("http://x".into()), ..spec("scripted") }).contains("does not take `base_url`")
+    );
+    assert!(error(RouteSpec { program: Some("x".into()), ..spec("openai") }).contains("does not take `program`"));
+    assert!(error(RouteSpec { base_url: Some("ftp://x".into()), ..spec("openai") }).contains("http://"));
+    if !cfg!(feature = "tls") {
+        assert!(
+            error(RouteSpec { base_url: Some("https://api.example.com/v1".into()), ..spec("openai") }).contains("tls")
+        );
+    }
+
+    let openai = RouteSpec {
+        base_url: Some("http://127.0.0.1:8080/v1".into()),
+        api_key_env: Some("OPENAI_API_KEY".into()),
+        upstream_model: Some("qwen2.5".into()),
+        ..spec("openai")
+    };
+    assert_eq!(build_route(&openai).expect("openai").name(), "openai");
+    let command = RouteSpec { program: Some("/bin/cat".into()), args: vec!["-u".into()], ..spec("command") };
+    assert_eq!(build_route(&command).expect("command").name(), "command");
+    assert_eq!(build_route(&spec("scripted")).expect("scripted").name(), "scripted");
+}

@@ -1,0 +1,221 @@
+//! A fake OpenAI-compatible chat-completions server on loopback, for the
+//! openai adapter's tests: no network, no keys.
+//!
+//! It runs on its own thread and runtime, records every request (body and
+//! `Authorization` header), answers each with what the test's model function
+//! says, and reports when a connection it was told to hang on is closed by
+//! the client.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// What the fake answers one request with.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with this JSON body.
+    Json(Value),
+    /// This status, an optional `Retry-After` (seconds), and this JSON body.
+    Status { code: u16, retry_after: Option<u64>, body: Value },
+    /// 200 with a body that is not JSON.
+    Garbage,
+    /// Never answers; reports when the client closes the connection.
+    Hang,
+}
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// The JSON body.
+    pub body: Value,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+}
+
+type Model = dyn Fn(&Value, usize) -> Reply + Send + Sync;
+
+struct State {
+    model: Box<Model>,
+    seen: Mutex<Vec<Seen>>,
+    closed: mpsc::UnboundedSender<()>,
+}
+
+/// A running fake server.
+pub struct FakeServer {
+    /// `http://127.0.0.1:PORT/v1`.
+    pub base_url: String,
+    state: Arc<State>,
+    closed: mpsc::UnboundedReceiver<()>,
+}
+
+impl FakeServer {
+    /// Starts a server whose replies come from `model(body, call_index)`.
+    pub fn start(model: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let (closed_tx, closed_rx) = mpsc::unbounded_channel();
+        let state = Arc::new(State { model: Box::new(model), seen: Mutex::new(Vec::new()), closed: closed_tx });
+        let serving = state.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                while let Ok((socket, _)) = listener.accept().await {
+                    tokio::spawn(serve(socket, serving.clone()));
+                }
+            });
+        });
+        Self { base_url: format!("http://127.0.0.1:{port}/v1"), state, closed: closed_rx }
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `within`) until at least `count` requests arrived.
+    pub async fn wait_for_requests(&self, count: usize, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if self.requests().len() >= count {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// Waits (up to `within`) until the client closed a hanging connection.
+    pub async fn hang_closed(&mut self, within: Duration) -> bool {
+        matches!(tokio::time::timeout(within, self.closed.recv()).await, Ok(Some(())))
+    }
+}
+
+async fn serve(mut socket: TcpStream, state: Arc<State>) {
+    let mut buffer = Vec::new();
+    loop {
+        let Some((body, authorization)) = read_request(&mut socket, &mut buffer).await else { return };
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let index = {
+            let mut seen = state.seen.lock().unwrap();
+            seen.push(Seen { body: body.clone(), authorization });
+            seen.len() - 1
+        };
+        let (code, retry_after, text) = match (state.model)(&body, index) {
+            Reply::Json(value) => (200, None, value.to_string()),
+            Reply::Status { code, retry_after, body } => (code, retry_after, body.to_string()),
+            Reply::Garbage => (200, None, "<html>not json</html>".to_owned()),
+            Reply::Hang => {
+                let mut sink = [0u8; 1024];
+                while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+                let _ = state.closed.send(());
+                return;
+            }
+        };
+        let mut head =
+            format!("HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", text.len());
+        if let Some(seconds) = retry_after {
+            head.push_str(&format!("retry-after: {seconds}\r\n"));
+        }
+        head.push_str("\r\n");
+        if socket.write_all(head.as_bytes()).await.is_err() || socket.write_all(text.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads one request; returns its body and `Authorization` header.
+async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(Vec<u8>, Option<String>)> {
+    let head_end = loop {
+        if let Some(at) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let mut chunk = [0u8; 8192];
+        let read = socket.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let header = |name: &str| {
+        head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim().eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
+        })
+    };
+    let length: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let authorization = header("authorization");
+    while buffer.len() < head_end + length {
+        let mut chunk = [0u8; 8192];
+        let read = socket.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+    let body = buffer[head_end..head_end + length].to_vec();
+    buffer.drain(..head_end + length);
+    Some((body, authorization))
+}
+
+static CALL_IDS: AtomicUsize = AtomicUsize::new(0);
+
+/// A final answer (no tool calls) with 10 + 5 tokens of usage.
+pub fn answer(text: &str) -> Reply {
+    Reply::Json(json!({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }))
+}
+
+/// A reply calling these tools (name, arguments), with optional text.
+pub fn call_tools(text: Option<&str>, calls: &[(&str, Value)]) -> Reply {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(name, arguments)| {
+            let id = CALL_IDS.fetch_add(1, Ordering::Relaxed);
+            json!({"id": format!("call_{id}"), "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
+        })
+        .collect();
+    Reply::Json(json!({
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": text, "tool_calls": calls}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }))
+}
+
+/// The request's messages.
+pub fn messages(body: &Value) -> Vec<Value> {
+    body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// The system prompt (first message) of a request.
+pub fn system_prompt(body: &Value) -> String {
+    body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The parsed contents of the request's tool messages, oldest first.
+pub fn tool_outputs(body: &Value) -> Vec<Value> {
+    messages(body)
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| serde_json::from_str(m["content"].as_str().unwrap_or("null")).unwrap_or(Value::Null))
+        .collect()
+}
+
+/// The names of the tools a request offers.
+pub fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| tools.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
