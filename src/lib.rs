@@ -12,20 +12,28 @@
 //! - [`adapter`]: what runs a task: the [`AgentAdapter`] trait, the model
 //!   router, and the built-in scripted adapter.
 //! - [`config`]: limits with their defaults.
+//! - [`config_file`]: the TOML config file (`[limits]`, `[auth]`, `[[routes]]`, `[server]`).
+//! - [`session`]: the protocol session: handshake, auth, dispatch, bounded outbox.
+//! - [`transport`]: stdio, TCP and HTTP+SSE front ends of the service.
 //! - [`error`]: the protocol's error codes and [`HostError`].
 //! - [`event`]: lifecycle events and where they go.
 //! - [`ids`]: subagent ids, unique within a host.
+//! - [`logging`]: non-blocking stderr logging for the binary.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]
 
 pub mod adapter;
 pub mod config;
+pub mod config_file;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod logging;
 pub mod protocol;
 pub mod runtime;
+pub mod session;
+pub mod transport;
 
 pub use adapter::{AgentAdapter, TaskContext, TaskError};
 pub use error::{ErrorCode, HostError};

@@ -1,5 +1,11 @@
 //! The wire: serde types of the subagents capability and the A2E envelope.
 //!
 //! - [`wire`]: the twelve subagent messages and their data models.
+//! - [`codec`]: NDJSON framing with a line limit.
+//! - [`request`]: decoding a line into a typed [`request::Request`].
+//! - [`encode`]: the envelope on every outgoing message, and error replies.
 
+pub mod codec;
+pub mod encode;
+pub mod request;
 pub mod wire;

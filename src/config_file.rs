@@ -1,0 +1,192 @@
+//! The TOML config file: `[limits]`, `[auth]`, `[[routes]]` and `[server]`.
+//!
+//! Every table rejects unknown keys, so a typo stops start-up with a message
+//! naming the key. [`FileConfig::load`] reads and checks a file;
+//! [`FileConfig::router`] and [`FileConfig::auth`] turn it into what the
+//! host runs with.
+
+use serde::Deserialize;
+use std::path::Path;
+
+use crate::adapter::route_spec::RouteSpec;
+use crate::adapter::AdapterRouter;
+use crate::config::Limits;
+use crate::session::Auth;
+
+/// The whole config file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Bounds on what clients can make the host hold.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Auth tokens.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// Model globs → adapters, tried in order; unmatched models use the
+    /// scripted adapter.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Process settings.
+    #[serde(default)]
+    pub server: ServerConfig,
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Accepted tokens.
+    #[serde(default)]
+    pub tokens: Vec<String>,
+    /// An environment variable holding one more accepted token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+/// The adapters a route can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdapterKind {
+    /// The built-in deterministic adapter.
+    Scripted,
+    /// An OpenAI-compatible chat completions API.
+    Openai,
+    /// An external program.
+    Command,
+}
+
+impl AdapterKind {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scripted => "scripted",
+            Self::Openai => "openai",
+            Self::Command => "command",
+        }
+    }
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Glob on the subagent's `model`.
+    pub model: String,
+    /// Which adapter serves it.
+    pub adapter: AdapterKind,
+    /// `openai`: API base URL.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// `openai`: environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// `openai`: model name sent upstream.
+    #[serde(default)]
+    pub upstream_model: Option<String>,
+    /// `command`: program to run.
+    #[serde(default)]
+    pub program: Option<String>,
+    /// `command`: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl RouteConfig {
+    /// The route as the adapter layer sees it.
+    pub fn spec(&self) -> RouteSpec {
+        RouteSpec {
+            model: self.model.clone(),
+            adapter: self.adapter.as_str().to_owned(),
+            base_url: self.base_url.clone(),
+            api_key_env: self.api_key_env.clone(),
+            upstream_model: self.upstream_model.clone(),
+            program: self.program.clone(),
+            args: self.args.clone(),
+        }
+    }
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Worker threads (actix arbiters) the sessions are spread over; 0 means
+    /// one per CPU.
+    pub workers: usize,
+    /// HTTP worker threads; 0 means one per CPU.
+    pub http_workers: usize,
+    /// How long a closing TCP/stdio session may take to flush its last
+    /// replies to a client, in milliseconds.
+    pub final_flush_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self { workers: 0, http_workers: 0, final_flush_ms: 5_000 }
+    }
+}
+
+impl FileConfig {
+    /// Parses config text; the error names the offending key or value.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: Self = toml::from_str(text).map_err(|err| format!("invalid config: {err}"))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|err| format!("cannot read config {}: {err}", path.display()))?;
+        Self::parse(&text).map_err(|err| format!("{}: {err}", path.display()))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let limits = &self.limits;
+        let positive = [
+            ("max_depth", limits.max_depth as usize),
+            ("max_sessions", limits.max_sessions),
+            ("max_line_bytes", limits.max_line_bytes),
+            ("max_inflight_requests", limits.max_inflight_requests),
+            ("outbox_capacity", limits.outbox_capacity),
+            ("mailbox_capacity", limits.mailbox_capacity),
+            ("session_idle_seconds", limits.session_idle_seconds as usize),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(format!("invalid config: limits.{key} must be at least 1"));
+            }
+        }
+        for (index, route) in self.routes.iter().enumerate() {
+            glob::Pattern::new(&route.model).map_err(|err| {
+                format!("invalid config: routes[{index}].model `{}` is not a glob: {err}", route.model)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The routing table: each route in order, scripted for the rest.
+    pub fn router(&self) -> Result<AdapterRouter, String> {
+        let mut router = AdapterRouter::default();
+        for (index, route) in self.routes.iter().enumerate() {
+            let adapter =
+                crate::adapter::build_route(&route.spec()).map_err(|err| format!("routes[{index}]: {err}"))?;
+            router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
+        }
+        Ok(router)
+    }
+
+    /// The auth tokens: `tokens` plus the value of `token_env`, which must be
+    /// set and non-empty when named.
+    pub fn auth(&self) -> Result<Auth, String> {
+        let mut tokens = self.auth.tokens.clone();
+        if let Some(var) = &self.auth.token_env {
+            match std::env::var(var) {
+                Ok(token) if !token.is_empty() => tokens.push(token),
+                _ => return Err(format!("auth.token_env names `{var}`, which is not set (or empty)")),
+            }
+        }
+        Ok(Auth::with_tokens(tokens))
+    }
+}

@@ -1,0 +1,77 @@
+//! `handshake/req` → `handshake/resp`: auth and capability negotiation.
+
+use serde_json::json;
+
+use super::service::Service;
+use crate::protocol::encode;
+use crate::protocol::request::HandshakeRequest;
+use crate::protocol::wire::{JsonObject, SubagentConfig};
+
+/// The canonical name of the subagents capability.
+pub const CAPABILITY: &str = "multi_agent";
+/// The alias clients may request it by.
+pub const CAPABILITY_ALIAS: &str = "subagents";
+
+/// What a successful handshake grants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The subagent requests may be served.
+    pub multi_agent: bool,
+}
+
+/// Answers a handshake; `None` grant when auth failed.
+pub(crate) fn answer(
+    service: &Service,
+    session_id: &str,
+    req_id: &str,
+    req: &HandshakeRequest,
+) -> (String, Option<Grant>) {
+    if !service.auth().check(req.auth_token.as_deref()) {
+        let body = json!({
+            "session_id": session_id,
+            "accepted_caps": [],
+            "max_parallel": max_parallel(service),
+            "ok": false,
+            "reason": "auth_failed",
+        });
+        return (encode::message("handshake/resp", Some(req_id), &body), None);
+    }
+    let multi_agent = req.agent_caps.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
+    let accepted: Vec<_> = if multi_agent {
+        vec![json!({ "capability": CAPABILITY, "enabled": true, "metadata": metadata(service) })]
+    } else {
+        Vec::new()
+    };
+    let body = json!({
+        "session_id": session_id,
+        "accepted_caps": accepted,
+        "max_parallel": max_parallel(service),
+        "ok": true,
+        "reason": null,
+    });
+    (encode::message("handshake/resp", Some(req_id), &body), Some(Grant { multi_agent }))
+}
+
+fn max_parallel(service: &Service) -> usize {
+    service.limits().max_inflight_requests
+}
+
+fn metadata(service: &Service) -> JsonObject {
+    let limits = service.limits();
+    let defaults = SubagentConfig::new("", "");
+    let value = json!({
+        "max_depth": limits.max_depth,
+        "max_subagents_per_session": limits.max_subagents_per_session,
+        "mailbox_capacity": limits.mailbox_capacity,
+        "cancel_grace_ms": limits.cancel_grace_ms,
+        "default_timeout_seconds": defaults.timeout_seconds,
+        "default_max_steps": defaults.max_steps,
+        "max_line_bytes": limits.max_line_bytes,
+        "max_inflight_requests": limits.max_inflight_requests,
+        "aliases": [CAPABILITY_ALIAS],
+    });
+    match value {
+        serde_json::Value::Object(object) => object,
+        _ => JsonObject::new(),
+    }
+}

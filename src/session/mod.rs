@@ -1,0 +1,260 @@
+//! One protocol session per connection (or HTTP session): handshake and
+//! auth, dispatch of decoded requests, and the bounded outbox.
+//!
+//! A [`ProtocolSession`] reads [`Frame`]s from its input channel and answers
+//! every request with exactly one final reply on its outbox. Requests run
+//! concurrently (a pending await never holds up later requests), at most
+//! `limits.max_inflight_requests` at once: at the bound the session stops
+//! reading its input, which pushes back on the transport.
+//!
+//! - [`service`]: the process-wide [`Service`] that opens sessions.
+//! - [`auth`]: token checking.
+//! - [`outbox`]: the bounded outbox and the slow-client rule.
+//! - `handshake`, `dispatch`: the handshake and the subagent requests.
+
+pub mod auth;
+mod dispatch;
+mod handshake;
+pub mod outbox;
+pub mod service;
+
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ErrorCode, HostError};
+use crate::protocol::codec::Frame;
+use crate::protocol::encode;
+use crate::protocol::request::{decode_line, Decoded, Incoming, Request};
+use crate::runtime::Session;
+pub use auth::Auth;
+use handshake::Grant;
+pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
+pub use outbox::Outbox;
+use service::SessionSlot;
+pub use service::{OpenedSession, Service};
+
+/// Longest `shutdown.timeout` honoured, in seconds.
+const MAX_SHUTDOWN_SECONDS: f64 = 3_600.0;
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The input ended (EOF, connection closed): the tree was terminated.
+    InputClosed,
+    /// The client asked for `shutdown`.
+    Shutdown,
+    /// The host closed it (signal, idle expiry).
+    Stopped,
+    /// The client did not read its replies and the outbox overflowed.
+    SlowClient,
+}
+
+/// A protocol session; see the module docs.
+#[derive(Debug)]
+pub struct ProtocolSession {
+    // The process-wide service (auth, limits, uptime).
+    service: Arc<Service>,
+    // The actor tree of this session.
+    session: Session,
+    // Reported in `handshake/resp`.
+    session_id: String,
+    // Where every reply and event goes.
+    outbox: Arc<Outbox>,
+    // Fires to close this session from outside.
+    stop: CancellationToken,
+    // Frames from the transport.
+    input: mpsc::Receiver<Frame>,
+    // When set, the end of input drains like `shutdown` with this timeout
+    // instead of closing at once (stdio: EOF means shutdown).
+    eof_drain: Option<Duration>,
+    // The `max_sessions` slot, released when the session is dropped.
+    _slot: SessionSlot,
+}
+
+// What the handshake granted so far.
+#[derive(Debug, Default)]
+struct State {
+    grant: Option<Grant>,
+}
+
+enum Ending {
+    // Close at once: the tree is terminated.
+    End(SessionEnd),
+    // Let in-flight requests and running tasks finish for up to `grace`,
+    // then close; answer the `shutdown` request when there is one.
+    Drain { end: SessionEnd, grace: Duration, req_id: Option<String> },
+}
+
+impl ProtocolSession {
+    fn new(
+        service: Arc<Service>,
+        session: Session,
+        session_id: String,
+        outbox: Arc<Outbox>,
+        stop: CancellationToken,
+        input: mpsc::Receiver<Frame>,
+        slot: SessionSlot,
+    ) -> Self {
+        Self { service, session, session_id, outbox, stop, input, eof_drain: None, _slot: slot }
+    }
+
+    /// Makes the end of input drain the session like a `shutdown` with this
+    /// timeout (in-flight requests are answered, running tasks may finish)
+    /// instead of terminating its tree at once.
+    pub fn drain_on_eof(mut self, grace: Duration) -> Self {
+        self.eof_drain = Some(grace);
+        self
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// A handle on the session's actor tree (for stats in tests).
+    pub fn handle(&self) -> Session {
+        self.session.clone()
+    }
+
+    /// Serves the session until its input ends, it is shut down or stopped,
+    /// or its client stops reading. On return the tree is terminated, every
+    /// request has had its reply, and the outbox is closed.
+    pub async fn run(mut self) -> SessionEnd {
+        let bound = self.service.limits().max_inflight_requests.clamp(1, u32::MAX as usize >> 3);
+        let permits = Arc::new(Semaphore::new(bound));
+        let mut state = State::default();
+        let overflowed = self.outbox.overflowed().clone();
+        let ending = loop {
+            let permit = tokio::select! {
+                biased;
+                _ = overflowed.cancelled() => break Ending::End(SessionEnd::SlowClient),
+                _ = self.stop.cancelled() => break Ending::End(SessionEnd::Stopped),
+                permit = permits.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break Ending::End(SessionEnd::Stopped),
+                },
+            };
+            let frame = tokio::select! {
+                biased;
+                _ = overflowed.cancelled() => break Ending::End(SessionEnd::SlowClient),
+                _ = self.stop.cancelled() => break Ending::End(SessionEnd::Stopped),
+                frame = self.input.recv() => match frame {
+                    Some(frame) => frame,
+                    None => match self.eof_drain {
+                        Some(grace) => break Ending::Drain { end: SessionEnd::InputClosed, grace, req_id: None },
+                        None => break Ending::End(SessionEnd::InputClosed),
+                    },
+                },
+            };
+            if let Some(ending) = self.on_frame(frame, permit, &mut state) {
+                break ending;
+            }
+        };
+        let end = match ending {
+            Ending::End(end) => {
+                self.session.close().await;
+                self.finish(&permits, bound).await;
+                end
+            }
+            Ending::Drain { end, grace, req_id } => {
+                let deadline = tokio::time::Instant::now() + grace;
+                let drained = async {
+                    // Requests already taken may start tasks: let them land first.
+                    let _ = tokio::time::timeout_at(deadline, self.finish(&permits, bound)).await;
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    self.session.drain(left).await
+                };
+                // A signal or a client that stops reading cuts the drain short.
+                let stopped = tokio::select! {
+                    stopped = drained => stopped,
+                    _ = self.stop.cancelled() => self.session.close().await,
+                    _ = overflowed.cancelled() => self.session.close().await,
+                };
+                self.finish(&permits, bound).await;
+                if let Some(req_id) = req_id {
+                    let body = json!({ "ok": true, "stopped": stopped });
+                    self.outbox.push(encode::message("shutdown/resp", Some(&req_id), &body));
+                }
+                end
+            }
+        };
+        self.outbox.close();
+        log::debug!("session {} ended: {end:?}", self.session_id);
+        end
+    }
+
+    // Waits until every in-flight request has pushed its reply.
+    async fn finish(&self, permits: &Arc<Semaphore>, bound: usize) {
+        let _ = permits.acquire_many(bound as u32).await;
+    }
+
+    fn on_frame(&self, frame: Frame, permit: OwnedSemaphorePermit, state: &mut State) -> Option<Ending> {
+        let line = match frame {
+            Frame::Line(line) => line,
+            Frame::TooLong { limit } => {
+                let err = HostError::new(
+                    ErrorCode::InvalidMessage,
+                    format!("line longer than max_line_bytes ({limit} bytes); skipped"),
+                )
+                .with_detail(json!({ "limit": "max_line_bytes", "max_line_bytes": limit }));
+                self.outbox.push(encode::error(&err, ""));
+                return None;
+            }
+        };
+        let Incoming { id, request } = match decode_line(&line) {
+            Ok(Decoded::Request(incoming)) => incoming,
+            Ok(Decoded::Ignored) => return None,
+            Err(bad) => {
+                self.outbox.push(encode::error(&bad.error, &bad.req_id));
+                return None;
+            }
+        };
+        if let Request::Handshake(req) = &request {
+            let (reply, grant) = handshake::answer(&self.service, &self.session_id, &id, req);
+            state.grant = grant;
+            self.outbox.push(reply);
+            return None;
+        }
+        let Some(grant) = state.grant else {
+            let err =
+                HostError::new(ErrorCode::Unauthorized, "send handshake/req (and pass auth) before any other request");
+            self.outbox.push(encode::error(&err, &id));
+            return None;
+        };
+        match request {
+            Request::Ping => {
+                let body = json!({ "uptime_seconds": self.service.uptime_seconds() });
+                self.outbox.push(encode::message("pong", Some(&id), &body));
+                None
+            }
+            Request::Shutdown(req) => {
+                let seconds = if req.timeout.is_finite() { req.timeout.clamp(0.0, MAX_SHUTDOWN_SECONDS) } else { 0.0 };
+                let grace = Duration::try_from_secs_f64(seconds).unwrap_or_default();
+                Some(Ending::Drain { end: SessionEnd::Shutdown, grace, req_id: Some(id) })
+            }
+            request if !grant.multi_agent => {
+                let err = HostError::new(
+                    ErrorCode::Unauthorized,
+                    format!("capability `{CAPABILITY}` was not requested in the handshake"),
+                )
+                .with_detail(json!({ "capability": CAPABILITY }));
+                let _ = request;
+                self.outbox.push(encode::error(&err, &id));
+                None
+            }
+            request => {
+                let session = self.session.clone();
+                let outbox = self.outbox.clone();
+                actix_rt::spawn(async move {
+                    let reply = dispatch::serve(session, id, request).await;
+                    outbox.push(reply);
+                    drop(permit);
+                });
+                None
+            }
+        }
+    }
+}

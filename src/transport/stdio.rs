@@ -1,0 +1,76 @@
+//! stdio: one session on stdin/stdout. Only protocol lines go to stdout.
+//! EOF on stdin means shutdown: requests already read are answered, running
+//! tasks get up to [`EOF_DRAIN`] to finish, then the tree is terminated and
+//! the process exits 0. A `shutdown` request or a signal ends it too.
+//!
+//! stdin and stdout are served by two plain threads doing blocking I/O, so
+//! a slow pipe never stalls the actor threads.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::protocol::codec::{Frame, LineDecoder};
+use crate::session::{Service, SessionEnd};
+
+/// How long running tasks may finish after EOF on stdin (as `shutdown`'s default).
+pub const EOF_DRAIN: Duration = Duration::from_secs(10);
+
+/// Serves one session over stdin/stdout until it ends.
+pub async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Result<SessionEnd> {
+    let opened = service.open().map_err(|err| std::io::Error::other(err.to_string()))?;
+    let limit = service.limits().max_line_bytes;
+    let input = opened.input;
+    std::thread::Builder::new().name("stdin".into()).spawn(move || read_stdin(limit, input))?;
+    let (done_tx, done_rx) = oneshot::channel();
+    let mut output = opened.output;
+    std::thread::Builder::new().name("stdout".into()).spawn(move || {
+        let _ = write_stdout(&mut output);
+        let _ = done_tx.send(());
+    })?;
+    let end = opened.session.drain_on_eof(EOF_DRAIN).run().await;
+    if end != SessionEnd::SlowClient {
+        let _ = tokio::time::timeout(final_flush, done_rx).await;
+    }
+    Ok(end)
+}
+
+fn read_stdin(limit: usize, input: mpsc::Sender<Frame>) {
+    let mut stdin = std::io::stdin().lock();
+    let mut decoder = LineDecoder::new(limit);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut frames = Vec::new();
+    loop {
+        let n = match stdin.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        decoder.feed(&chunk[..n], &mut frames);
+        for frame in frames.drain(..) {
+            if input.blocking_send(frame).is_err() {
+                return;
+            }
+        }
+    }
+    if let Some(frame) = decoder.finish() {
+        let _ = input.blocking_send(frame);
+    }
+}
+
+fn write_stdout(output: &mut mpsc::Receiver<String>) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    while let Some(line) = output.blocking_recv() {
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+        while let Ok(line) = output.try_recv() {
+            out.write_all(line.as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+    }
+    out.flush()
+}
