@@ -131,6 +131,10 @@ pub(crate) struct ChatClient {
 impl ChatClient {
     /// A client posting to `{base_url}/chat/completions`.
     pub(crate) fn new(base_url: &str, api_key: Option<String>, retry: RetryPolicy) -> Self {
+        // awc's rustls connector needs a process-wide crypto provider, else it
+        // panics; installing one that is already there is a harmless error.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
         // The task's own deadline bounds every call; awc's 5 s default would
         // cut off slow local models.
         let http = awc::Client::builder().disable_timeout().finish();
