@@ -1,0 +1,475 @@
+//! The protocol session without sockets: NDJSON lines in, NDJSON lines out,
+//! through the real decoder, session, dispatcher and encoder.
+
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use subagent_host::config::Limits;
+use subagent_host::protocol::codec::{Frame, LineDecoder};
+use subagent_host::session::{Auth, Service, SessionEnd};
+use subagent_host::{Host, HostConfig, Session};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Generous bound on waiting for one reply, so a bug fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(30);
+const LIMIT: usize = 4096;
+
+fn limits() -> Limits {
+    Limits { max_line_bytes: LIMIT, ..Limits::default() }
+}
+
+fn service(limits: Limits, auth: Auth) -> Arc<Service> {
+    Service::new(Host::new(HostConfig { limits, ..Default::default() }), auth)
+}
+
+/// One client of one in-process session.
+struct Client {
+    input: Option<mpsc::Sender<Frame>>,
+    output: mpsc::Receiver<String>,
+    decoder: LineDecoder,
+    handle: Session,
+    run: JoinHandle<SessionEnd>,
+    // Lines received while looking for another reply.
+    pending: VecDeque<Value>,
+}
+
+impl Client {
+    fn open(service: &Arc<Service>) -> Self {
+        let opened = service.open().expect("session opens");
+        let handle = opened.session.handle();
+        let run = actix_rt::spawn(opened.session.run());
+        Self {
+            input: Some(opened.input),
+            output: opened.output,
+            decoder: LineDecoder::new(service.limits().max_line_bytes),
+            handle,
+            run,
+            pending: VecDeque::new(),
+        }
+    }
+
+    async fn raw(&mut self, bytes: &[u8]) {
+        let mut frames = Vec::new();
+        self.decoder.feed(bytes, &mut frames);
+        for frame in frames {
+            self.input.as_ref().expect("input open").send(frame).await.expect("session reads");
+        }
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.raw(format!("{message}\n").as_bytes()).await;
+    }
+
+    async fn next(&mut self) -> Value {
+        if let Some(value) = self.pending.pop_front() {
+            return value;
+        }
+        self.next_line().await.expect("a line")
+    }
+
+    async fn next_line(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(PATIENCE, self.output.recv()).await.expect("a line in time")?;
+        Some(serde_json::from_str(&line).expect("every output line is JSON"))
+    }
+
+    /// The reply carrying `req_id`; other lines are kept for later.
+    async fn reply(&mut self, req_id: &str) -> Value {
+        if let Some(at) = self.pending.iter().position(|v| v["req_id"] == req_id) {
+            return self.pending.remove(at).expect("present");
+        }
+        loop {
+            let value = self.next_line().await.expect("reply before the end");
+            if value["req_id"] == req_id {
+                return value;
+            }
+            self.pending.push_back(value);
+        }
+    }
+
+    async fn request(&mut self, mut message: Value, id: &str) -> Value {
+        message["id"] = json!(id);
+        self.send(message).await;
+        self.reply(id).await
+    }
+
+    async fn handshake(&mut self, caps: &[&str]) -> Value {
+        self.request(
+            json!({ "type": "handshake/req", "agent_id": "parent", "agent_caps": caps, "auth_token": "" }),
+            "hs",
+        )
+        .await
+    }
+
+    async fn spawn(&mut self, id: &str) -> String {
+        let reply =
+            self.request(json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "w", "model": "m" } }), id).await;
+        assert_eq!(reply["type"], "SUBAGENT_SPAWN_RESP", "{reply}");
+        reply["subagent_id"].as_str().expect("id").to_owned()
+    }
+
+    async fn delegate(&mut self, sub: &str, script: Value, id: &str) -> Value {
+        let task = json!({ "name": "t", "instruction": "do it", "metadata": { "script": script } });
+        self.request(json!({ "type": "SUBAGENT_DELEGATE_REQ", "subagent_id": sub, "task": task }), id).await
+    }
+
+    /// Ends the input and returns how the session ended.
+    async fn close_input(&mut self) -> SessionEnd {
+        self.input.take();
+        (&mut self.run).await.expect("session task")
+    }
+}
+
+fn assert_error(reply: &Value, code: &str, req_id: &str) {
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert_eq!(reply["code"], code, "{reply}");
+    assert_eq!(reply["req_id"], req_id, "{reply}");
+    assert!(reply["message"].as_str().is_some_and(|m| !m.is_empty()), "{reply}");
+    assert!(reply["detail"].is_object(), "{reply}");
+    assert!(reply["retryable"].is_boolean(), "{reply}");
+    assert!(reply["capability_name"].is_string(), "{reply}");
+}
+
+#[actix_rt::test]
+async fn a_battery_of_bad_lines_gets_typed_errors_and_the_session_goes_on() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    let oversized = format!("{{\"type\":\"ping\",\"id\":\"big\",\"pad\":\"{}\"}}\n", "x".repeat(LIMIT * 3));
+    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+        (b"garbage\n".to_vec(), "parse_error", ""),
+        (b"[1,2,3]\n".to_vec(), "invalid_message", ""),
+        (b"\"just a string\"\n".to_vec(), "invalid_message", ""),
+        (b"{\"id\":\"m1\"}\n".to_vec(), "invalid_message", "m1"),
+        (b"{\"type\":5,\"id\":\"m2\"}\n".to_vec(), "invalid_message", "m2"),
+        (b"{\"type\":\"ping\",\"id\":\"t1\"\n".to_vec(), "parse_error", ""),
+        (b"{\"type\":\"ping\",\"id\":\"\xff\xfe\"}\n".to_vec(), "parse_error", ""),
+        (oversized.into_bytes(), "invalid_message", ""),
+        (
+            br#"{"type":"SUBAGENT_SPAWN_REQ","id":"w1","agent":{"name":1,"model":"m"}}"#.to_vec(),
+            "schema_violation",
+            "w1",
+        ),
+        (
+            br#"{"type":"SUBAGENT_SPAWN_REQ","id":"e1","agent":{"name":"n","model":"m","memory_scope":"x"}}"#.to_vec(),
+            "schema_violation",
+            "e1",
+        ),
+        (
+            br#"{"type":"SUBAGENT_DELEGATE_REQ","id":"d1","subagent_id":"sub_00000001"}"#.to_vec(),
+            "schema_violation",
+            "d1",
+        ),
+        (br#"{"type":"NOT_A_TYPE","id":"u1"}"#.to_vec(), "unknown_type", "u1"),
+        (br#"{"type":"ping","id":"v1","a2e":"2.0"}"#.to_vec(), "version_mismatch", "v1"),
+        (br#"{"type":"ping","id":"v2","version":"0.9"}"#.to_vec(), "version_mismatch", "v2"),
+        (br#"{"type":"SUBAGENT_AWAIT_REQ","id":"b1","subagent_id":"not-an-id"}"#.to_vec(), "unknown_subagent", "b1"),
+        (br#"{"type":"SUBAGENT_AWAIT_REQ","id":"b2","subagent_id":"sub_00000000"}"#.to_vec(), "unknown_subagent", "b2"),
+    ];
+    for (mut line, code, req_id) in cases {
+        if !line.ends_with(b"\n") {
+            line.push(b'\n');
+        }
+        client.raw(&line).await;
+        let reply = client.next().await;
+        assert_error(&reply, code, req_id);
+        // And the session still answers.
+        let pong = client.request(json!({ "type": "ping" }), "alive").await;
+        assert_eq!(pong["type"], "pong", "after {code}: {pong}");
+    }
+}
+
+#[actix_rt::test]
+async fn schema_errors_name_the_field_and_subagent_errors_name_the_capability() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let reply = client
+        .request(
+            json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m", "memory_scope": "x" } }),
+            "s",
+        )
+        .await;
+    assert_error(&reply, "schema_violation", "s");
+    assert_eq!(reply["detail"]["field"], "agent.memory_scope");
+    assert!(reply["message"].as_str().unwrap().contains("agent.memory_scope"));
+    let reply = client.request(json!({ "type": "SUBAGENT_CANCEL_REQ", "subagent_id": "sub_12345678" }), "c").await;
+    assert_error(&reply, "unknown_subagent", "c");
+    assert_eq!(reply["capability_name"], "multi_agent");
+    assert_eq!(reply["retryable"], false);
+    let oversized = format!("{{\"pad\":\"{}\"}}\n", "y".repeat(LIMIT));
+    client.raw(oversized.as_bytes()).await;
+    let reply = client.next().await;
+    assert_error(&reply, "invalid_message", "");
+    assert_eq!(reply["detail"]["max_line_bytes"], LIMIT);
+}
+
+#[actix_rt::test]
+async fn every_reply_carries_the_envelope_and_the_request_id() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    let reply = client.handshake(&["multi_agent"]).await;
+    for reply in [reply, client.request(json!({ "type": "ping", "a2e": "1.0" }), "p1").await] {
+        assert_eq!(reply["a2e"], "1.0");
+        assert!(reply["ts"].as_f64().is_some_and(|ts| ts > 1.0e9), "{reply}");
+        let id = reply["id"].as_str().expect("id");
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    }
+    client.send(json!({ "type": "ping" })).await;
+    let pong = client.next().await;
+    assert_eq!(pong["type"], "pong");
+    assert_eq!(pong["req_id"], "", "a request without id is answered with an empty req_id");
+    assert!(pong["uptime_seconds"].as_f64().is_some());
+}
+
+#[actix_rt::test]
+async fn requests_before_the_handshake_are_unauthorized() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    assert_error(&client.request(json!({ "type": "ping" }), "p").await, "unauthorized", "p");
+    let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m" } });
+    assert_error(&client.request(spawn, "s").await, "unauthorized", "s");
+    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    assert_eq!(client.request(json!({ "type": "ping" }), "p2").await["type"], "pong");
+}
+
+#[actix_rt::test]
+async fn the_alias_subagents_is_accepted_under_the_canonical_name_with_limits() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    let reply = client.handshake(&["subagents", "tools"]).await;
+    assert_eq!(reply["type"], "handshake/resp");
+    assert_eq!(reply["ok"], true);
+    assert!(reply["session_id"].as_str().is_some_and(|s| !s.is_empty()));
+    let caps = reply["accepted_caps"].as_array().expect("list");
+    assert_eq!(caps.len(), 1, "{reply}");
+    assert_eq!(caps[0]["capability"], "multi_agent");
+    assert_eq!(caps[0]["enabled"], true);
+    let meta = &caps[0]["metadata"];
+    assert_eq!(meta["max_depth"], 3);
+    assert_eq!(meta["max_subagents_per_session"], 64);
+    assert_eq!(meta["default_timeout_seconds"], 600);
+    assert_eq!(meta["default_max_steps"], 40);
+    assert!(meta["mailbox_capacity"].is_u64() && meta["cancel_grace_ms"].is_u64());
+}
+
+#[actix_rt::test]
+async fn a_handshake_without_the_capability_leaves_subagent_requests_unauthorized() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    let reply = client.handshake(&["tools"]).await;
+    assert_eq!(reply["ok"], true);
+    assert_eq!(reply["accepted_caps"], json!([]));
+    let reply = client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l").await;
+    assert_error(&reply, "unauthorized", "l");
+    assert!(reply["message"].as_str().unwrap().contains("multi_agent"), "{reply}");
+    assert_eq!(client.request(json!({ "type": "ping" }), "p").await["type"], "pong");
+}
+
+#[actix_rt::test]
+async fn a_wrong_token_fails_the_handshake_and_the_right_one_passes() {
+    let service = service(limits(), Auth::with_tokens(["s3cret".to_owned(), "other".to_owned()]));
+    let mut client = Client::open(&service);
+    let hs = |token: &str| json!({ "type": "handshake/req", "agent_id": "a", "agent_caps": ["multi_agent"], "auth_token": token });
+    let reply = client.request(hs("wrong"), "h1").await;
+    assert_eq!(reply["type"], "handshake/resp");
+    assert_eq!(reply["ok"], false);
+    assert_eq!(reply["reason"], "auth_failed");
+    assert_error(&client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l1").await, "unauthorized", "l1");
+    let reply = client.request(hs("s3cre"), "h2").await;
+    assert_eq!(reply["reason"], "auth_failed", "a prefix is not the token");
+    let reply = client.request(hs("s3cret"), "h3").await;
+    assert_eq!(reply["ok"], true);
+    assert_eq!(client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l2").await["type"], "SUBAGENT_LIST_RESP");
+}
+
+#[actix_rt::test]
+async fn spawn_delegate_await_cancel_terminate_and_merge_round_trip() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    let reply = client.delegate(&sub, json!([{ "return": { "answer": 42 } }]), "d1").await;
+    assert_eq!(reply["type"], "SUBAGENT_DELEGATE_RESP", "{reply}");
+    assert_eq!(reply["accepted"], true);
+    let reply = client.request(json!({ "type": "SUBAGENT_AWAIT_REQ", "subagent_id": sub }), "a1").await;
+    assert_eq!(reply["type"], "SUBAGENT_AWAIT_RESP", "{reply}");
+    assert_eq!(reply["status"], "COMPLETED");
+    assert_eq!(reply["result"]["answer"], 42);
+    let reply = client.request(json!({ "type": "SUBAGENT_MERGE_REQ", "subagent_ids": [sub] }), "m1").await;
+    assert_eq!(reply["type"], "SUBAGENT_MERGE_RESP", "{reply}");
+    assert!(reply["merged_result"].is_object());
+    let reply =
+        client.request(json!({ "type": "SUBAGENT_MERGE_REQ", "subagent_ids": [sub], "strategy": "nope" }), "m2").await;
+    assert_error(&reply, "unknown_strategy", "m2");
+
+    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d2").await;
+    let reply = client.request(json!({ "type": "SUBAGENT_CANCEL_REQ", "subagent_id": sub }), "c1").await;
+    assert_eq!(reply["type"], "SUBAGENT_EVENT", "{reply}");
+    assert_eq!(reply["event"], "cancelled");
+    assert_eq!(reply["subagent_id"], sub);
+    assert_eq!(reply["content"]["stopped"], json!([sub]));
+    let reply = client.request(json!({ "type": "SUBAGENT_TERMINATE_REQ", "subagent_id": sub }), "t1").await;
+    assert_eq!(reply["type"], "SUBAGENT_EVENT", "{reply}");
+    assert_eq!(reply["event"], "terminated");
+    assert_eq!(reply["content"]["stopped"], json!([sub]));
+    let reply = client.request(json!({ "type": "SUBAGENT_AWAIT_REQ", "subagent_id": sub }), "a2").await;
+    assert_eq!(reply["status"], "TERMINATED");
+}
+
+#[actix_rt::test]
+async fn events_are_pushed_without_req_id() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    let spawned = loop {
+        let line = client.next().await;
+        if line["type"] == "SUBAGENT_EVENT" && line["event"] == "spawned" {
+            break line;
+        }
+    };
+    assert_eq!(spawned["subagent_id"], sub);
+    assert!(spawned.get("req_id").is_none(), "{spawned}");
+    assert_eq!(spawned["a2e"], "1.0");
+}
+
+#[actix_rt::test]
+async fn a_pending_await_does_not_hold_up_later_requests() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    client.send(json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a1", "subagent_id": sub })).await;
+    // Served while the await is pending:
+    assert_eq!(client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l1").await["type"], "SUBAGENT_LIST_RESP");
+    assert_eq!(client.request(json!({ "type": "ping" }), "p1").await["type"], "pong");
+    assert!(client.pending.iter().all(|v| v["req_id"] != "a1"), "the await is still pending");
+    let reply = client.request(json!({ "type": "SUBAGENT_TERMINATE_REQ", "subagent_id": sub }), "t1").await;
+    assert_eq!(reply["event"], "terminated");
+    assert_eq!(client.reply("a1").await["status"], "TERMINATED");
+}
+
+#[actix_rt::test]
+async fn at_the_inflight_bound_the_session_stops_reading() {
+    let service = service(Limits { max_inflight_requests: 2, ..limits() }, Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    client.delegate(&sub, json!([{ "sleep_ms": 200 }]), "d1").await;
+    for id in ["a1", "a2"] {
+        client.send(json!({ "type": "SUBAGENT_AWAIT_REQ", "id": id, "subagent_id": sub })).await;
+    }
+    client.send(json!({ "type": "ping", "id": "p1" })).await;
+    // The ping is read only once an await has finished, so it cannot be first.
+    let first = loop {
+        let line = client.next().await;
+        if ["a1", "a2", "p1"].iter().any(|id| line["req_id"] == *id) {
+            break line;
+        }
+    };
+    assert_eq!(first["type"], "SUBAGENT_AWAIT_RESP", "{first}");
+    assert_eq!(client.reply("p1").await["type"], "pong");
+}
+
+#[actix_rt::test]
+async fn two_sessions_cannot_touch_each_others_subagents() {
+    let service = service(limits(), Auth::open());
+    let mut alice = Client::open(&service);
+    let mut bob = Client::open(&service);
+    alice.handshake(&["multi_agent"]).await;
+    bob.handshake(&["multi_agent"]).await;
+    let sub = alice.spawn("s1").await;
+    alice.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d0").await;
+    let task = json!({ "name": "t", "instruction": "i" });
+    let message = json!({ "type": "note", "content": "hi" });
+    let attempts = [
+        json!({ "type": "SUBAGENT_AWAIT_REQ", "subagent_id": sub }),
+        json!({ "type": "SUBAGENT_DELEGATE_REQ", "subagent_id": sub, "task": task }),
+        json!({ "type": "SUBAGENT_MESSAGE_REQ", "from_subagent_id": "bob", "to_subagent_id": sub, "message": message }),
+        json!({ "type": "SUBAGENT_CANCEL_REQ", "subagent_id": sub }),
+        json!({ "type": "SUBAGENT_TERMINATE_REQ", "subagent_id": sub }),
+    ];
+    for (n, attempt) in attempts.into_iter().enumerate() {
+        let id = format!("x{n}");
+        let reply = bob.request(attempt.clone(), &id).await;
+        assert_error(&reply, "unknown_subagent", &id);
+        assert_eq!(reply["capability_name"], "multi_agent");
+    }
+    let list = bob.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l").await;
+    assert_eq!(list["subagents"], json!([]));
+    // Alice's subagent was never touched.
+    let list = alice.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l").await;
+    assert_eq!(list["subagents"][0]["status"], "RUNNING", "{list}");
+}
+
+#[actix_rt::test]
+async fn shutdown_answers_then_ends_the_session() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    client.send(json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a1", "subagent_id": sub })).await;
+    let reply = client.request(json!({ "type": "shutdown", "timeout": 0 }), "sd").await;
+    assert_eq!(reply["type"], "shutdown/resp", "{reply}");
+    assert_eq!(reply["ok"], true);
+    // The pending await was answered before the shutdown reply.
+    assert_eq!(client.reply("a1").await["status"], "TERMINATED");
+    while client.next_line().await.is_some() {}
+    assert_eq!((&mut client.run).await.unwrap(), SessionEnd::Shutdown);
+    assert!(!client.handle.is_open());
+    assert_eq!(service.sessions(), 0);
+}
+
+#[actix_rt::test]
+async fn closing_the_input_terminates_the_tree() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    assert_eq!(client.handle.stats().tasks(), 1);
+    assert_eq!(client.close_input().await, SessionEnd::InputClosed);
+    assert_eq!(client.handle.stats().tasks(), 0);
+    assert!(!client.handle.is_open());
+}
+
+#[actix_rt::test]
+async fn a_client_that_does_not_read_overflows_its_outbox_and_is_closed() {
+    let service = service(Limits { outbox_capacity: 4, ..limits() }, Auth::open());
+    let mut client = Client::open(&service);
+    client.send(json!({ "type": "handshake/req", "agent_caps": ["multi_agent"] })).await;
+    client.send(json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m" } })).await;
+    // Never read; keep sending until the session stops taking input.
+    for _ in 0..64 {
+        let Some(input) = client.input.as_ref() else { break };
+        if input.send(Frame::Line(br#"{"type":"ping"}"#.to_vec())).await.is_err() {
+            break;
+        }
+    }
+    let end = (&mut client.run).await.unwrap();
+    assert_eq!(end, SessionEnd::SlowClient);
+    assert!(!client.handle.is_open());
+    assert_eq!(client.handle.stats().tasks(), 0);
+    // What was queued is bounded by the outbox capacity.
+    let mut queued = 0;
+    while client.output.try_recv().is_ok() {
+        queued += 1;
+    }
+    assert!(queued <= 4, "{queued} lines queued");
+}
+
+#[actix_rt::test]
+async fn max_sessions_is_enforced_and_a_closed_session_frees_its_slot() {
+    let service = service(Limits { max_sessions: 1, ..limits() }, Auth::open());
+    let mut first = Client::open(&service);
+    let refused = service.open().expect_err("second session refused");
+    assert!(refused.message.contains("max_sessions"), "{refused}");
+    first.close_input().await;
+    assert_eq!(service.sessions(), 0);
+    let _again = Client::open(&service);
+    assert_eq!(service.sessions(), 1);
+}
