@@ -8,7 +8,12 @@
 //!   message as `data: <json>\n\n`. Messages produced while no stream is
 //!   attached wait in the session's bounded outbox and are sent on attach; a
 //!   new stream for the same session replaces the previous one.
-//! - `GET /health` → `{"status": "ok", "sessions": N}`.
+//! - `GET /health` → `{"status": "ok", "sessions": N, "streams": M}`.
+//!
+//! SSE has no acknowledgements: a message written into a connection that
+//! died before the host noticed is lost. A client closing its connection is
+//! noticed at once (half-closed connections are not kept), so a client that
+//! reconnects after its old stream is gone loses nothing.
 //!
 //! A session with no request and no attached stream for
 //! `limits.session_idle_seconds` is closed and forgotten.
@@ -80,6 +85,11 @@ impl HttpSessions {
 
     fn remove(&self, id: &str) {
         lock(&self.map).remove(id);
+    }
+
+    /// SSE streams attached now, over all sessions.
+    pub fn streams(&self) -> usize {
+        lock(&self.map).values().map(|session| session.streams.load(Ordering::Acquire)).sum()
     }
 
     /// Closes and forgets sessions idle for longer than `idle`.
@@ -238,7 +248,11 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
 }
 
 async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok", "sessions": sessions.service.sessions() }))
+    HttpResponse::Ok().json(json!({
+        "status": "ok",
+        "sessions": sessions.service.sessions(),
+        "streams": sessions.streams(),
+    }))
 }
 
 /// Builds the HTTP server on an already bound listener; run the returned
@@ -256,6 +270,9 @@ pub fn server(listener: std::net::TcpListener, sessions: Arc<HttpSessions>, work
     })
     .workers(workers.max(1))
     .disable_signals()
+    // A client closing its side ends its stream at once, so the outbox is
+    // not drained into a dead connection.
+    .h1_allow_half_closed(false)
     .shutdown_timeout(1)
     .listen(listener)?
     .run();

@@ -1,0 +1,128 @@
+//! The real binary over HTTP + SSE: sessions, send, stream, health, 400/404,
+//! replies kept until the stream attaches, reconnects, idle expiry.
+
+mod e2e_support;
+
+use e2e_support::*;
+use serde_json::json;
+
+fn new_session(addr: &str) -> String {
+    let (status, body) = http(addr, "POST", "/session", &[], "");
+    assert_eq!(status, 200, "{body}");
+    body["session_id"].as_str().expect("session_id").to_owned()
+}
+
+fn send(addr: &str, session: &str, lines: &[serde_json::Value]) {
+    let body: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let (status, reply) =
+        http(addr, "POST", "/send", &[("X-Session-Id", session), ("Content-Type", "text/plain")], &body.join("\n"));
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply, json!({ "ok": true }));
+}
+
+#[test]
+fn health_answers_ok() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let (status, body) = http(server.http.as_deref().unwrap(), "GET", "/health", &[], "");
+    assert_eq!(status, 200);
+    assert_eq!(body["status"], "ok");
+}
+
+#[test]
+fn send_and_stream_need_a_known_session() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let addr = server.http.as_deref().unwrap();
+    assert_eq!(http(addr, "POST", "/send", &[], "{}").0, 400);
+    assert_eq!(http(addr, "POST", "/send", &[("X-Session-Id", "nope")], "{}").0, 404);
+    assert_eq!(http(addr, "GET", "/stream", &[], "").0, 400);
+    assert_eq!(http(addr, "GET", "/stream", &[("X-Session-Id", "nope")], "").0, 404);
+}
+
+#[test]
+fn replies_sent_before_the_stream_attaches_are_delivered_and_a_full_flow_works() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let addr = server.http.as_deref().unwrap();
+    let session = new_session(addr);
+    // Handshake and ping before any stream exists (the SDK does this).
+    send(
+        addr,
+        &session,
+        &[
+            json!({ "type": "handshake/req", "id": "h", "version": "1.0", "agent_id": "a", "agent_caps": ["subagents"], "auth_token": "" }),
+            json!({ "type": "ping", "id": "p" }),
+        ],
+    );
+    let mut stream = SseStream::open(addr, &session);
+    assert_eq!(stream.status, 200);
+    assert!(stream.content_type.starts_with("text/event-stream"), "{}", stream.content_type);
+    let hs = stream.next().expect("handshake reply");
+    assert_eq!(hs["type"], "handshake/resp");
+    assert_eq!(hs["req_id"], "h");
+    assert_eq!(hs["session_id"], session.as_str());
+    assert_eq!(hs["accepted_caps"][0]["capability"], "multi_agent");
+    assert_eq!(stream.next().expect("pong")["type"], "pong");
+
+    send(addr, &session, &[json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "m" } })]);
+    let sub = stream.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    send(
+        addr,
+        &session,
+        &[
+            json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": { "name": "t", "instruction": "i" } }),
+            json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": sub }),
+        ],
+    );
+    assert_eq!(stream.reply("d")["accepted"], true);
+    let done = stream.reply("a");
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["result"]["summary"], "Completed task: t");
+
+    // A bad line gets its error on the stream; the session goes on.
+    let (status, _) = http(addr, "POST", "/send", &[("X-Session-Id", &session)], "{\"type\":\"ping\",\"id\":\"x\"");
+    assert_eq!(status, 200);
+    assert_eq!(stream.next().expect("error")["code"], "parse_error");
+    send(addr, &session, &[json!({ "type": "shutdown", "id": "bye", "timeout": 0 })]);
+    assert_eq!(stream.reply("bye")["type"], "shutdown/resp");
+    assert!(stream.next().is_none(), "the stream ends with the session");
+}
+
+#[test]
+fn a_reconnecting_stream_gets_what_was_produced_meanwhile() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let addr = server.http.as_deref().unwrap();
+    let session = new_session(addr);
+    let mut first = SseStream::open(addr, &session);
+    send(addr, &session, &[json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })]);
+    assert_eq!(first.reply("h")["ok"], true);
+    drop(first);
+    // SSE has no acks: wait until the host has seen the old stream go.
+    server.wait_streams(0);
+    send(addr, &session, &[json!({ "type": "ping", "id": "p1" }), json!({ "type": "ping", "id": "p2" })]);
+    let mut second = SseStream::open(addr, &session);
+    assert_eq!(second.next().expect("p1")["req_id"], "p1");
+    assert_eq!(second.next().expect("p2")["req_id"], "p2");
+    // A third stream replaces the second without losing anything.
+    let mut third = SseStream::open(addr, &session);
+    send(addr, &session, &[json!({ "type": "ping", "id": "p3" })]);
+    assert_eq!(third.reply("p3")["type"], "pong");
+    assert!(second.next().is_none(), "the replaced stream ends");
+}
+
+#[test]
+fn an_idle_session_expires() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nsession_idle_seconds = 1\n"));
+    let addr = server.http.as_deref().unwrap();
+    let session = new_session(addr);
+    assert_eq!(server.sessions(), 1);
+    server.wait_sessions(0);
+    assert_eq!(http(addr, "POST", "/send", &[("X-Session-Id", &session)], "{}").0, 404);
+}
+
+#[test]
+fn max_sessions_answers_503() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
+    let addr = server.http.as_deref().unwrap();
+    new_session(addr);
+    let (status, body) = http(addr, "POST", "/session", &[], "");
+    assert_eq!(status, 503, "{body}");
+}

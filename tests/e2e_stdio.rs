@@ -1,0 +1,105 @@
+//! The real binary over stdio: only protocol lines on stdout (even at
+//! `RUST_LOG=trace`), EOF on stdin → exit 0, SIGTERM → exit 0.
+
+mod e2e_support;
+
+use e2e_support::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Stdio;
+
+#[test]
+fn stdio_at_trace_level_writes_only_protocol_lines_and_exits_0_on_eof() {
+    let mut child = command(&["--stdio"], None)
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let stderr = drain_stderr(&mut child);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut request = |message: Value| writeln!(stdin, "{message}").unwrap();
+    request(
+        json!({ "type": "handshake/req", "id": "h", "agent_id": "a", "agent_caps": ["subagents"], "auth_token": "" }),
+    );
+    request(json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "m" } }));
+    let mut spawned = None;
+    let mut line = String::new();
+    while spawned.is_none() {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "stdout ended early");
+        let value: Value = serde_json::from_str(&line).expect("stdout line is JSON");
+        if value["req_id"] == "s" {
+            spawned = value["subagent_id"].as_str().map(str::to_owned);
+        }
+    }
+    let sub = spawned.unwrap();
+    request(
+        json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": { "name": "t", "instruction": "i" } }),
+    );
+    request(json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": sub }));
+    request(json!({ "type": "ping", "id": "p" }));
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = wait(&mut child);
+    assert!(status.success(), "exit status {status:?}");
+    let mut await_status = None;
+    for line in rest.lines() {
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|_| panic!("non-protocol line on stdout: {line:?}"));
+        assert_eq!(value["a2e"], "1.0", "{line}");
+        assert!(value["type"].is_string(), "{line}");
+        if value["req_id"] == "a" {
+            await_status = value["status"].as_str().map(str::to_owned);
+        }
+    }
+    assert_eq!(await_status.as_deref(), Some("COMPLETED"), "requests read before EOF are answered");
+    // The trace logs went to stderr, not stdout.
+    assert!(stderr.try_iter().count() > 0, "trace logging produced stderr output");
+}
+
+#[test]
+fn stdio_logs_nothing_per_request_by_default() {
+    let mut child = command(&["--stdio"], None)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let mut stdin = child.stdin.take().unwrap();
+    for n in 0..50 {
+        writeln!(stdin, "{}", json!({ "type": "ping", "id": n })).unwrap();
+    }
+    writeln!(stdin, "not json").unwrap();
+    drop(stdin);
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(wait(&mut child).success());
+    assert_eq!(out.lines().count(), 51, "one reply per line");
+    assert_eq!(err, "", "nothing logged at the default level");
+}
+
+#[test]
+fn stdio_sigterm_exits_0() {
+    let mut child = command(&["--stdio"], None)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    writeln!(stdin, "{}", json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })).unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("handshake/resp"), "{line}");
+    signal(&child, "TERM");
+    let status = wait(&mut child);
+    assert!(status.success(), "exit status {status:?}");
+    drop(stdin);
+}

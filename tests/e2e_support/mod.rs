@@ -1,0 +1,318 @@
+//! Helpers for the end-to-end tests: start the real `subagentd`, find the
+//! addresses it bound, talk NDJSON over TCP and HTTP/SSE with tiny clients,
+//! and stop it with a signal.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Generous bound on any single wait, so a bug fails instead of hanging.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A running `subagentd`.
+pub struct Server {
+    pub child: Child,
+    pub tcp: Option<String>,
+    pub http: Option<String>,
+    pub stderr: mpsc::Receiver<String>,
+    _config: Option<tempfile_lite::TempFile>,
+}
+
+/// A config file that is removed on drop.
+pub mod tempfile_lite {
+    /// A file in the temp dir, removed on drop.
+    pub struct TempFile(pub std::path::PathBuf);
+    impl TempFile {
+        pub fn with(text: &str) -> Self {
+            let path =
+                std::env::temp_dir().join(format!("subagentd-test-{}-{}.toml", std::process::id(), fastrand_name()));
+            std::fs::write(&path, text).expect("write config");
+            Self(path)
+        }
+    }
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    fn fastrand_name() -> String {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        format!("{}-{:?}", N.fetch_add(1, Ordering::Relaxed), std::time::SystemTime::now())
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+    }
+}
+
+pub fn command(args: &[&str], config: Option<&tempfile_lite::TempFile>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_subagentd"));
+    cmd.arg("serve").args(args);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(&config.0);
+    }
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+/// Forwards every stderr line of `child` to a channel (and keeps draining).
+pub fn drain_stderr(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                // Keep draining so the child never blocks on a full pipe.
+                continue;
+            }
+        }
+    });
+    rx
+}
+
+impl Server {
+    /// Starts `subagentd serve ARGS` (with a config when given) and waits
+    /// for the addresses it reports.
+    pub fn start(args: &[&str], config: Option<&str>) -> Self {
+        let config = config.map(tempfile_lite::TempFile::with);
+        let mut child = command(args, config.as_ref())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start subagentd");
+        let stderr = drain_stderr(&mut child);
+        let want_tcp = args.contains(&"--tcp");
+        let want_http = args.contains(&"--http");
+        let (mut tcp, mut http) = (None, None);
+        let deadline = Instant::now() + PATIENCE;
+        while (want_tcp && tcp.is_none()) || (want_http && http.is_none()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = stderr.recv_timeout(left).expect("subagentd reports its addresses");
+            if let Some(addr) = line.strip_prefix("subagentd: tcp listening on ") {
+                tcp = Some(addr.to_owned());
+            }
+            if let Some(addr) = line.strip_prefix("subagentd: http listening on ") {
+                http = Some(addr.to_owned());
+            }
+        }
+        Self { child, tcp, http, stderr, _config: config }
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        signal(&self.child, "TERM");
+        wait(&mut self.child)
+    }
+
+    /// `GET /health`'s session count.
+    pub fn sessions(&self) -> u64 {
+        let (status, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
+        assert_eq!(status, 200);
+        body["sessions"].as_u64().expect("sessions count")
+    }
+
+    /// Waits until `/health` reports `n` attached streams.
+    pub fn wait_streams(&self, n: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (_, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
+            if body["streams"].as_u64() == Some(n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "streams never reached {n}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `/health` reports `n` sessions.
+    pub fn wait_sessions(&self, n: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.sessions() != n {
+            assert!(Instant::now() < deadline, "sessions never reached {n}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends a signal with `kill`.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status().expect("run kill");
+    assert!(status.success());
+}
+
+/// Waits for a child, failing the test if it does not exit in time.
+pub fn wait(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "subagentd did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// An NDJSON client over TCP.
+pub struct LineClient {
+    pub writer: TcpStream,
+    pub reader: BufReader<TcpStream>,
+}
+
+impl LineClient {
+    pub fn connect(addr: &str) -> Self {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        Self { writer: stream.try_clone().unwrap(), reader: BufReader::new(stream) }
+    }
+
+    pub fn send(&mut self, message: &Value) {
+        writeln!(self.writer, "{message}").expect("write");
+    }
+
+    /// The next line, `None` at EOF.
+    pub fn next(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).expect("JSON line")),
+        }
+    }
+
+    /// The reply with `req_id`, skipping other lines.
+    pub fn reply(&mut self, req_id: &str) -> Value {
+        loop {
+            let line = self.next().expect("reply before EOF");
+            if line["req_id"] == req_id {
+                return line;
+            }
+        }
+    }
+}
+
+/// One HTTP/1.1 request; returns the status and the JSON body.
+pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).expect("connect http");
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8(response).expect("utf-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let body = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()))
+    };
+    (status, body)
+}
+
+/// An attached SSE stream.
+pub struct SseStream {
+    reader: BufReader<TcpStream>,
+    pub status: u16,
+    pub content_type: String,
+    chunked: bool,
+    buffer: String,
+}
+
+impl SseStream {
+    pub fn open(addr: &str, session: &str) -> Self {
+        let mut stream = TcpStream::connect(addr).expect("connect http");
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        write!(
+            stream,
+            "GET /stream HTTP/1.1\r\nHost: {addr}\r\nX-Session-Id: {session}\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut status = 0;
+        let mut content_type = String::new();
+        let mut chunked = false;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("header line");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if line.starts_with("HTTP/1.1 ") {
+                status = line[9..12].parse().unwrap();
+            } else if let Some((name, value)) = line.split_once(':') {
+                match name.to_ascii_lowercase().as_str() {
+                    "content-type" => content_type = value.trim().to_owned(),
+                    "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
+                    _ => {}
+                }
+            }
+        }
+        Self { reader, status, content_type, chunked, buffer: String::new() }
+    }
+
+    fn fill(&mut self) -> bool {
+        if self.chunked {
+            let mut size = String::new();
+            if self.reader.read_line(&mut size).unwrap_or(0) == 0 {
+                return false;
+            }
+            let Ok(size) = usize::from_str_radix(size.trim(), 16) else { return false };
+            if size == 0 {
+                return false;
+            }
+            let mut chunk = vec![0; size + 2];
+            if self.reader.read_exact(&mut chunk).is_err() {
+                return false;
+            }
+            self.buffer.push_str(std::str::from_utf8(&chunk[..size]).expect("utf-8"));
+        } else {
+            let mut line = String::new();
+            if self.reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return false;
+            }
+            self.buffer.push_str(&line);
+        }
+        true
+    }
+
+    /// The next `data:` message, `None` when the stream ends.
+    pub fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let data = event.strip_prefix("data: ").expect("data: prefix").trim_end();
+                return Some(serde_json::from_str(data).expect("JSON data"));
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    /// The message with `req_id`, skipping others.
+    pub fn reply(&mut self, req_id: &str) -> Value {
+        loop {
+            let message = self.next().expect("message before the stream ends");
+            if message["req_id"] == req_id {
+                return message;
+            }
+        }
+    }
+}
