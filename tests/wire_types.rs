@@ -5,7 +5,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
-use subagent_host::protocol::request::{body, decode_line, Decoded, Request};
+use subagent_host::protocol::request::{body, decode_line, Request};
 use subagent_host::protocol::wire::*;
 use subagent_host::ErrorCode;
 
@@ -80,7 +80,7 @@ fn every_example_request_decodes_through_the_envelope_to_its_variant() {
         (r#"{"type":"SUBAGENT_MERGE_REQ","id":"1","subagent_ids":[]}"#, "merge"),
     ];
     for (line, want) in cases {
-        let Ok(Decoded::Request(incoming)) = decode_line(line.as_bytes()) else { panic!("{line} did not decode") };
+        let Ok(Some(incoming)) = decode_line(line.as_bytes()) else { panic!("{line} did not decode") };
         assert_eq!(incoming.id, "1");
         let got = match incoming.request {
             Request::Spawn(_) => "spawn",

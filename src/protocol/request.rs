@@ -96,17 +96,9 @@ pub struct DecodeError {
     pub error: HostError,
 }
 
-/// What a line decodes to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decoded {
-    /// A request to serve.
-    Request(Incoming),
-    /// A message that needs no reply (an `error` sent by the client).
-    Ignored,
-}
-
-/// Decodes one NDJSON line.
-pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
+/// Decodes one NDJSON line: `Ok(None)` for a message that needs no reply
+/// (an `error` sent by the client).
+pub fn decode_line(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
     let fail = |req_id: &str, error: HostError| DecodeError { req_id: req_id.to_owned(), error };
     let text = std::str::from_utf8(line)
         .map_err(|err| fail("", HostError::new(ErrorCode::ParseError, format!("line is not valid UTF-8: {err}"))))?;
@@ -134,10 +126,7 @@ pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
     };
     check_version(&object).map_err(|error| fail(&id, error))?;
     let request = typed(&kind, object).map_err(|error| fail(&id, error))?;
-    Ok(match request {
-        Some(request) => Decoded::Request(Incoming { id, request }),
-        None => Decoded::Ignored,
-    })
+    Ok(request.map(|request| Incoming { id, request }))
 }
 
 fn check_version(object: &Map<String, Value>) -> Result<(), HostError> {

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ErrorCode, HostError};
 use crate::protocol::codec::Frame;
 use crate::protocol::encode;
-use crate::protocol::request::{decode_line, Decoded, Incoming, Request};
+use crate::protocol::request::{decode_line, Incoming, Request};
 use crate::runtime::Session;
 pub use auth::Auth;
 use handshake::Grant;
@@ -205,8 +205,8 @@ impl ProtocolSession {
             }
         };
         let Incoming { id, request } = match decode_line(&line) {
-            Ok(Decoded::Request(incoming)) => incoming,
-            Ok(Decoded::Ignored) => return None,
+            Ok(Some(incoming)) => incoming,
+            Ok(None) => return None,
             Err(bad) => {
                 self.outbox.push(encode::error(&bad.error, &bad.req_id));
                 return None;

@@ -124,13 +124,13 @@ fn error(status: actix_web::http::StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
 
-fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<HttpSession>), HttpResponse> {
+fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<HttpSession>), Box<HttpResponse>> {
     let Some(id) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Err(error(actix_web::http::StatusCode::BAD_REQUEST, "missing X-Session-Id header"));
+        return Err(Box::new(error(actix_web::http::StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
     match sessions.get(id) {
         Some(session) => Ok((id.to_owned(), session)),
-        None => Err(error(actix_web::http::StatusCode::NOT_FOUND, "unknown session")),
+        None => Err(Box::new(error(actix_web::http::StatusCode::NOT_FOUND, "unknown session"))),
     }
 }
 
@@ -162,7 +162,7 @@ async fn create(sessions: web::Data<HttpSessions>) -> HttpResponse {
 async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
     let (_, session) = match lookup(&req, &sessions) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     session.touch();
     let mut decoder = LineDecoder::new(sessions.service.limits().max_line_bytes);
@@ -230,7 +230,7 @@ async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>
 async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResponse {
     let (id, session) = match lookup(&req, &sessions) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let token = CancellationToken::new();
     {
