@@ -170,11 +170,7 @@ impl TaskContext {
         agent: SubagentConfig,
         task: Option<TaskDefinition>,
     ) -> Result<SubagentId, HostError> {
-        let request = SpawnRequest {
-            agent,
-            parent_agent_id: Some(self.subagent_id.to_string()),
-            root_agent_id: None,
-        };
+        let request = SpawnRequest { agent, parent_agent_id: Some(self.subagent_id.to_string()), root_agent_id: None };
         let spawned = self.supervisor.send(msg::Spawn(request)).await??;
         if let Some(task) = task {
             let reply = self.delegate(spawned.subagent_id, task).await?;
@@ -191,9 +187,7 @@ impl TaskContext {
     /// Delegates a task to a subagent of the session; its deadline is capped
     /// by this task's.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
-        self.supervisor
-            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline) })
-            .await?
+        self.supervisor.send(msg::Delegate { id, task, deadline_cap: Some(self.deadline) }).await?
     }
 
     /// Waits for a subagent's task to end (`WAITING` meanwhile).
@@ -212,9 +206,7 @@ impl TaskContext {
     /// Sends a message from this subagent to another of the session.
     pub async fn send_message(&self, to: SubagentId, kind: &str, content: Value) -> Result<(), HostError> {
         let payload = SubagentMessagePayload { kind: kind.to_owned(), content };
-        self.supervisor
-            .send(msg::SendMessage { from: self.subagent_id.to_string(), to, payload })
-            .await??;
+        self.supervisor.send(msg::SendMessage { from: self.subagent_id.to_string(), to, payload }).await??;
         Ok(())
     }
 
