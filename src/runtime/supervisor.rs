@@ -94,6 +94,13 @@ impl Supervisor {
         self.index.get(&id).ok_or_else(|| HostError::unknown_subagent(&id.to_string()))
     }
 
+    /// Looks up a subagent for a request: `Err` when the session has no such
+    /// id, `Ok(None)` when its actor is gone (it is `TERMINATED`).
+    fn live(&self, id: SubagentId) -> Result<Option<(&Addr<SubagentActor>, &Entry)>, HostError> {
+        let entry = self.entry(id)?;
+        Ok(entry.addr.as_ref().map(|addr| (addr, entry)))
+    }
+
     fn spawn(&mut self, request: SpawnRequest, ctx: &mut Context<Self>) -> Result<SpawnResponse, HostError> {
         if self.closing {
             return Err(HostError::new(ErrorCode::InvalidState, "the session is closing"));
@@ -250,17 +257,15 @@ impl Handler<Delegate> for Supervisor {
     type Result = Response<Result<DelegateResponse, HostError>>;
 
     fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
-        let entry = match self.entry(msg.id) {
-            Ok(entry) => entry,
-            Err(err) => return Response::reply(Err(err)),
-        };
-        let Some(addr) = &entry.addr else {
-            return Response::reply(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }));
-        };
-        let reply = addr.send(RunTask { task: msg.task, deadline_cap: msg.deadline_cap });
-        Response::fut(async move {
-            Ok(reply.await.unwrap_or(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }))
-        })
+        const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
+        match self.live(msg.id) {
+            Err(err) => Response::reply(Err(err)),
+            Ok(None) => Response::reply(Ok(REFUSED)),
+            Ok(Some((addr, _))) => {
+                let reply = addr.send(RunTask { task: msg.task, deadline_cap: msg.deadline_cap });
+                Response::fut(async move { Ok(reply.await.unwrap_or(REFUSED)) })
+            }
+        }
     }
 }
 
@@ -284,25 +289,22 @@ impl Handler<SendMessage> for Supervisor {
     type Result = Response<Result<MessageResponse, HostError>>;
 
     fn handle(&mut self, msg: SendMessage, _ctx: &mut Self::Context) -> Self::Result {
-        let entry = match self.entry(msg.to) {
-            Ok(entry) => entry,
-            Err(err) => return Response::reply(Err(err)),
-        };
-        let Some(addr) = &entry.addr else {
-            return Response::reply(Err(HostError::new(
-                ErrorCode::InvalidState,
-                format!("{} is terminated and takes no messages", msg.to),
-            )));
-        };
-        let reply = addr.send(Deliver { from: msg.from, payload: msg.payload });
         let to = msg.to;
-        Response::fut(async move {
-            match reply.await {
-                Ok(Ok(())) => Ok(MessageResponse { delivered: true }),
-                Ok(Err(err)) => Err(err),
-                Err(_) => Err(HostError::new(ErrorCode::InvalidState, format!("{to} is terminated"))),
+        let terminated =
+            move || HostError::new(ErrorCode::InvalidState, format!("{to} is terminated and takes no messages"));
+        match self.live(to) {
+            Err(err) => Response::reply(Err(err)),
+            Ok(None) => Response::reply(Err(terminated())),
+            Ok(Some((addr, _))) => {
+                let reply = addr.send(Deliver { from: msg.from, payload: msg.payload });
+                Response::fut(async move {
+                    match reply.await {
+                        Ok(delivered) => delivered.map(|()| MessageResponse { delivered: true }),
+                        Err(_closed) => Err(terminated()),
+                    }
+                })
             }
-        })
+        }
     }
 }
 
@@ -349,15 +351,15 @@ impl Handler<Cancel> for Supervisor {
     type Result = Response<Result<Vec<SubagentId>, HostError>>;
 
     fn handle(&mut self, msg: Cancel, _ctx: &mut Self::Context) -> Self::Result {
-        let entry = match self.entry(msg.0) {
-            Ok(entry) => entry,
-            Err(err) => return Response::reply(Err(err)),
-        };
-        let Some(addr) = &entry.addr else {
-            return Response::reply(Ok(Vec::new()));
-        };
-        let reply = addr.send(CancelTree);
-        Response::fut(async move { Ok(reply.await.unwrap_or_default()) })
+        match self.live(msg.0) {
+            Err(err) => Response::reply(Err(err)),
+            // A terminated subagent has nothing left to cancel.
+            Ok(None) => Response::reply(Ok(Vec::new())),
+            Ok(Some((addr, _))) => {
+                let reply = addr.send(CancelTree);
+                Response::fut(async move { Ok(reply.await.unwrap_or_default()) })
+            }
+        }
     }
 }
 
@@ -365,20 +367,21 @@ impl Handler<Terminate> for Supervisor {
     type Result = Response<Result<Vec<SubagentId>, HostError>>;
 
     fn handle(&mut self, msg: Terminate, _ctx: &mut Self::Context) -> Self::Result {
-        let entry = match self.entry(msg.0) {
-            Ok(entry) => entry,
-            Err(err) => return Response::reply(Err(err)),
-        };
-        let Some(addr) = &entry.addr else {
-            return Response::reply(Ok(Vec::new()));
-        };
-        let reply = addr.send(TerminateTree);
-        let gone = entry.gone.clone();
-        Response::fut(async move {
-            let stopped = reply.await.unwrap_or_default();
-            gone.cancelled().await;
-            Ok(stopped)
-        })
+        match self.live(msg.0) {
+            Err(err) => Response::reply(Err(err)),
+            Ok(None) => Response::reply(Ok(Vec::new())),
+            Ok(Some((addr, entry))) => {
+                let reply = addr.send(TerminateTree);
+                let gone = entry.gone.clone();
+                Response::fut(async move {
+                    let stopped = reply.await.unwrap_or_default();
+                    // The reply means every descendant is gone; wait for the
+                    // target's own actor too.
+                    gone.cancelled().await;
+                    Ok(stopped)
+                })
+            }
+        }
     }
 }
 
