@@ -1,0 +1,461 @@
+//! Over the wire: the spawn → delegate → await cycle against the real service
+//! binary (`subagentd serve --tcp … --http …`, started by this bench with a
+//! config that lifts the per-session quota), with pipelining clients.
+//!
+//! | bench | one element is | client |
+//! |---|---|---|
+//! | `wire_tcp/floor_1_session` | one cycle against an in-process fake host that answers each request with a canned reply (no actors, no events): socket + JSON + client cost | 1 connection, `WINDOW` cycles in flight |
+//! | `wire_tcp/1_session` | one cycle over TCP NDJSON | 1 connection, `WINDOW` cycles in flight |
+//! | `wire_tcp/8_sessions` | one cycle over TCP NDJSON | 8 connections, `WINDOW` cycles in flight on each |
+//! | `wire_http/1_session` | one request (`/send`; a cycle is 3) with its reply read from `/stream` | 1 HTTP session, `WINDOW` cycles in flight |
+//!
+//! A cycle sends `SUBAGENT_SPAWN_REQ`, then on its reply `SUBAGENT_DELEGATE_REQ`
+//! and `SUBAGENT_AWAIT_REQ` (over TCP back to back: a session handles its
+//! requests in order, so the await sees the delegated task; over HTTP the
+//! await waits for the delegate's reply, as two POSTs may take two pooled
+//! connections) and ends at the await reply,
+//! which must say `COMPLETED`. The service's `SUBAGENT_EVENT`s (three per
+//! cycle) are read and skipped. Each criterion sample runs on a fresh session;
+//! the host, the client and criterion share the machine's cores.
+//!
+//! Run: `cargo bench --bench wire` (the bench builds `subagentd` itself).
+
+use actix_web::web::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Cycles kept in flight per session.
+const WINDOW: usize = 128;
+
+const HANDSHAKE: &str =
+    r#"{"type":"handshake/req","id":"h1","a2e":"1.0","agent_id":"bench","agent_caps":["multi_agent"],"auth_token":""}"#;
+
+/// The fields of a reply the client looks at.
+#[derive(Deserialize)]
+struct Reply<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    req_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    subagent_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    status: Option<Cow<'a, str>>,
+    #[serde(default)]
+    accepted: Option<bool>,
+}
+
+/// What a cycle needs back from a reply.
+#[derive(Debug)]
+struct Answer {
+    kind: String,
+    subagent_id: Option<String>,
+    status: Option<String>,
+    accepted: Option<bool>,
+}
+
+/// Requests waiting for their reply, by request id.
+type Pending = Rc<RefCell<HashMap<u64, oneshot::Sender<Answer>>>>;
+
+/// Routes one reply line to the request waiting for it; events are skipped.
+fn dispatch(line: &str, pending: &Pending) {
+    let reply: Reply<'_> = serde_json::from_str(line).unwrap_or_else(|err| panic!("bad reply {line}: {err}"));
+    let Some(req_id) = reply.req_id.as_deref().filter(|id| !id.is_empty()) else {
+        assert_eq!(reply.kind, "SUBAGENT_EVENT", "unsolicited {line}");
+        return;
+    };
+    if reply.kind == "error" {
+        panic!("error reply: {line}");
+    }
+    let key: u64 = req_id.parse().unwrap_or_else(|_| panic!("foreign req_id in {line}"));
+    if let Some(waiter) = pending.borrow_mut().remove(&key) {
+        let _ = waiter.send(Answer {
+            kind: reply.kind.into_owned(),
+            subagent_id: reply.subagent_id.map(Cow::into_owned),
+            status: reply.status.map(Cow::into_owned),
+            accepted: reply.accepted,
+        });
+    }
+}
+
+/// One pipelining client session: `send` writes a request and returns its
+/// reply; the transport is TCP NDJSON or HTTP `/send` + `/stream`.
+struct Client {
+    next_id: Cell<u64>,
+    pending: Pending,
+    out: Out,
+}
+
+enum Out {
+    /// Lines for the writer task (which batches them into few writes).
+    Tcp(mpsc::UnboundedSender<String>),
+    /// POST each request to `/send`.
+    Http { client: awc::Client, url: String, session: String },
+}
+
+impl Client {
+    async fn request(&self, body: impl FnOnce(u64) -> String) -> Answer {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, tx);
+        let line = body(id);
+        match &self.out {
+            Out::Tcp(lines) => lines.send(line).expect("writer gone"),
+            Out::Http { client, url, session } => {
+                let response = client
+                    .post(url.as_str())
+                    .insert_header(("X-Session-Id", session.as_str()))
+                    .insert_header(("Content-Type", "text/plain"))
+                    .send_body(line)
+                    .await
+                    .expect("POST /send");
+                assert!(response.status().is_success(), "/send: {}", response.status());
+            }
+        }
+        rx.await.expect("reply lost (connection closed?)")
+    }
+
+    /// spawn → delegate + await (pipelined over TCP) → COMPLETED.
+    async fn cycle(&self) {
+        let spawned = self
+            .request(|id| format!(r#"{{"type":"SUBAGENT_SPAWN_REQ","id":"{id}","agent":{{"name":"n","model":"m"}}}}"#))
+            .await;
+        assert_eq!(spawned.kind, "SUBAGENT_SPAWN_RESP", "{spawned:?}");
+        let sub = spawned.subagent_id.expect("subagent_id");
+        let delegated = self.request(|id| {
+            format!(
+                r#"{{"type":"SUBAGENT_DELEGATE_REQ","id":"{id}","subagent_id":"{sub}","task":{{"name":"unit","instruction":"do the unit of work"}}}}"#
+            )
+        });
+        let awaited =
+            self.request(|id| format!(r#"{{"type":"SUBAGENT_AWAIT_REQ","id":"{id}","subagent_id":"{sub}"}}"#));
+        let (delegated, awaited) = match self.out {
+            // One connection keeps the two requests in order.
+            Out::Tcp(_) => futures_util::future::join(delegated, awaited).await,
+            // Two POSTs may take different pooled connections: the await goes
+            // once the delegate has been answered.
+            Out::Http { .. } => {
+                let delegated = delegated.await;
+                (delegated, awaited.await)
+            }
+        };
+        assert_eq!(delegated.accepted, Some(true), "{delegated:?}");
+        assert_eq!(awaited.status.as_deref(), Some("COMPLETED"), "{awaited:?}");
+    }
+
+    /// Runs `cycles` cycles with `WINDOW` in flight.
+    async fn run(&self, cycles: u64) {
+        let left = Cell::new(cycles);
+        let worker = || async {
+            while left.get() > 0 {
+                left.set(left.get() - 1);
+                self.cycle().await;
+            }
+        };
+        futures_util::future::join_all((0..WINDOW).map(|_| worker())).await;
+    }
+
+    /// Ends the session: an HTTP session is shut down (it would otherwise
+    /// live until its idle timeout); a TCP one ends when its socket closes.
+    async fn close(self) {
+        if let Out::Http { client, url, session } = &self.out {
+            let _ = client
+                .post(url.as_str())
+                .insert_header(("X-Session-Id", session.as_str()))
+                .insert_header(("Content-Type", "text/plain"))
+                .send_body(r#"{"type":"shutdown","id":"0","a2e":"1.0","timeout":0}"#)
+                .await;
+        }
+    }
+}
+
+/// Opens a TCP session (handshake done) with its reader and writer tasks.
+async fn tcp_client(addr: SocketAddr) -> Client {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (read, write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let mut writer = BufWriter::new(write);
+    writer.write_all(HANDSHAKE.as_bytes()).await.expect("write");
+    writer.write_all(b"\n").await.expect("write");
+    writer.flush().await.expect("flush");
+    let hello = lines.next_line().await.expect("read").expect("handshake reply");
+    assert!(hello.contains(r#""ok":true"#), "handshake refused: {hello}");
+    let pending: Pending = Rc::default();
+    let reader_pending = pending.clone();
+    actix_rt::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            dispatch(&line, &reader_pending);
+        }
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    actix_rt::spawn(async move {
+        while let Some(line) = rx.recv().await {
+            let mut batch = line;
+            batch.push('\n');
+            while let Ok(more) = rx.try_recv() {
+                batch.push_str(&more);
+                batch.push('\n');
+            }
+            if writer.write_all(batch.as_bytes()).await.is_err() || writer.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    Client { next_id: Cell::new(1), pending, out: Out::Tcp(tx) }
+}
+
+/// Opens an HTTP session, attaches its `/stream`, and handshakes.
+async fn http_client(addr: SocketAddr) -> Client {
+    let client = awc::Client::builder()
+        .connector(awc::Connector::new().limit(2 * WINDOW))
+        .timeout(Duration::from_secs(30))
+        .finish();
+    let base = format!("http://{addr}");
+    let mut opened = client.post(format!("{base}/session")).send().await.expect("POST /session");
+    let body: serde_json::Value = opened.json().await.expect("session json");
+    let session = body["session_id"].as_str().expect("session_id").to_owned();
+    let mut stream = client
+        .get(format!("{base}/stream"))
+        .insert_header(("X-Session-Id", session.as_str()))
+        .send()
+        .await
+        .expect("GET /stream");
+    assert!(stream.status().is_success(), "/stream: {}", stream.status());
+    let pending: Pending = Rc::default();
+    let reader_pending = pending.clone();
+    let (hello_tx, hello_rx) = oneshot::channel::<String>();
+    actix_rt::spawn(async move {
+        let mut hello = Some(hello_tx);
+        let mut buffer: Vec<u8> = Vec::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            let chunk: Bytes = chunk;
+            buffer.extend_from_slice(&chunk);
+            let mut start = 0;
+            while let Some(end) = buffer[start..].windows(2).position(|w| w == b"\n\n") {
+                let frame = std::str::from_utf8(&buffer[start..start + end]).expect("utf-8 frame");
+                for data in frame.lines().filter_map(|l| l.strip_prefix("data:")) {
+                    let data = data.trim_start();
+                    if data.contains(r#""type":"handshake/resp""#) {
+                        if let Some(tx) = hello.take() {
+                            let _ = tx.send(data.to_owned());
+                        }
+                    } else {
+                        dispatch(data, &reader_pending);
+                    }
+                }
+                start += end + 2;
+            }
+            buffer.drain(..start);
+        }
+    });
+    let url = format!("{base}/send");
+    let sent = client
+        .post(url.as_str())
+        .insert_header(("X-Session-Id", session.as_str()))
+        .insert_header(("Content-Type", "text/plain"))
+        .send_body(HANDSHAKE)
+        .await
+        .expect("POST handshake");
+    assert!(sent.status().is_success());
+    let hello = hello_rx.await.expect("handshake reply on the stream");
+    assert!(hello.contains(r#""ok":true"#), "handshake refused: {hello}");
+    Client { next_id: Cell::new(1), pending, out: Out::Http { client, url, session } }
+}
+
+// ---- the service under test, and the floor ------------------------------------
+
+fn free_addr() -> SocketAddr {
+    StdListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr")
+}
+
+/// `subagentd serve --tcp … --http …`, killed on drop.
+struct Service {
+    child: Child,
+    tcp: SocketAddr,
+    http: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start_service() -> Service {
+    let dir = std::env::temp_dir().join(format!("subagentd-wire-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("bench.toml");
+    let mut file = std::fs::File::create(&config).expect("config");
+    // Every criterion sample opens a fresh session, so one session holds at
+    // most one sample's cycles.
+    writeln!(
+        file,
+        "[limits]\nmax_subagents_per_session = 1000000\nmax_retained_records = 1000000\nmax_sessions = 1024"
+    )
+    .expect("write config");
+    let (tcp, http) = (free_addr(), free_addr());
+    let child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
+        .args(["serve", "--tcp", &tcp.to_string(), "--http", &http.to_string(), "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start subagentd");
+    let service = Service { child, tcp, http, _dir: TempDir(dir) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(service.tcp).is_err() || std::net::TcpStream::connect(service.http).is_err() {
+        assert!(Instant::now() < deadline, "subagentd did not start listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    service
+}
+
+/// The floor: a host that answers each request at once with a canned reply
+/// in the service's shape (full envelope, no actors, no events), on its own
+/// thread.
+fn start_fake_host() -> SocketAddr {
+    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async move {
+            listener.set_nonblocking(true).expect("nonblocking");
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let local = tokio::task::LocalSet::new();
+            local
+                .run_until(async move {
+                    while let Ok((stream, _)) = listener.accept().await {
+                        tokio::task::spawn_local(fake_session(stream));
+                    }
+                })
+                .await;
+        });
+    });
+    addr
+}
+
+async fn fake_session(stream: TcpStream) {
+    stream.set_nodelay(true).expect("nodelay");
+    let (read, write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut writer = BufWriter::new(write);
+    let mut line = String::new();
+    let mut next = 0u64;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        let request: serde_json::Value = serde_json::from_str(&line).expect("json");
+        let id = request["id"].as_str().unwrap_or("");
+        next += 1;
+        let mut reply = serde_json::json!({
+            "a2e": "1.0",
+            "id": format!("{:032x}", next),
+            "req_id": id,
+            "ts": 1.0e9,
+        });
+        let body = match request["type"].as_str().unwrap_or("") {
+            "handshake/req" => serde_json::json!({ "type": "handshake/resp", "ok": true, "session_id": "fake" }),
+            "SUBAGENT_SPAWN_REQ" => {
+                serde_json::json!({ "type": "SUBAGENT_SPAWN_RESP", "subagent_id": format!("sub_{:08x}", next), "status": "READY" })
+            }
+            "SUBAGENT_DELEGATE_REQ" => {
+                serde_json::json!({ "type": "SUBAGENT_DELEGATE_RESP", "accepted": true, "status": "RUNNING" })
+            }
+            "SUBAGENT_AWAIT_REQ" => serde_json::json!({
+                "type": "SUBAGENT_AWAIT_RESP",
+                "subagent_id": request["subagent_id"],
+                "status": "COMPLETED",
+                "result": { "summary": "Completed task: unit", "instruction": "do the unit of work" },
+                "error": null,
+            }),
+            other => panic!("fake host: unexpected {other}"),
+        };
+        reply.as_object_mut().expect("object").extend(body.as_object().expect("object").clone());
+        let mut text = reply.to_string();
+        text.push('\n');
+        if writer.write_all(text.as_bytes()).await.is_err() {
+            return;
+        }
+        // Flush only when no more input is already buffered (pipelining).
+        if reader.buffer().is_empty() && writer.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+// ---- criterion ----------------------------------------------------------------
+
+/// Time for `iters` cycles spread over `sessions` fresh sessions made by `open`.
+async fn timed<F, Fut>(iters: u64, sessions: u64, open: F) -> Duration
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Client>,
+{
+    let clients = futures_util::future::join_all((0..sessions).map(|_| open())).await;
+    let share = iters.div_ceil(sessions);
+    let start = Instant::now();
+    futures_util::future::join_all(clients.iter().map(|client| client.run(share))).await;
+    let elapsed = start.elapsed();
+    futures_util::future::join_all(clients.into_iter().map(Client::close)).await;
+    // Let the host tear the sessions down before the next sample.
+    actix_rt::time::sleep(Duration::from_millis(20 + share / 1000)).await;
+    // Report time for exactly `iters` cycles.
+    elapsed.mul_f64(iters as f64 / (share * sessions) as f64)
+}
+
+fn wire(c: &mut Criterion) {
+    let system = actix_rt::System::new();
+    let service = start_service();
+    let fake = start_fake_host();
+
+    let mut group = c.benchmark_group("wire_tcp");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("floor_1_session", |b| {
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(fake))))
+    });
+    group.bench_function("1_session", |b| {
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+    });
+    group.bench_function("8_sessions", |b| {
+        b.iter_custom(|iters| system.block_on(timed(iters, 8, || tcp_client(service.tcp))))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("wire_http");
+    // Three requests (/send) per cycle: the figure is requests per second.
+    group.throughput(Throughput::Elements(3));
+    group.bench_function("1_session", |b| {
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, || http_client(service.http))))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, wire);
+criterion_main!(benches);
