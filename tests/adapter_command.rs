@@ -252,3 +252,44 @@ async fn a_childs_deadline_is_capped_by_its_parents() {
     assert!(child_done.error.as_deref().unwrap_or("").contains("timeout"), "{:?}", child_done.error);
     assert!(all_gone(&pids).await, "the child's processes are gone: {pids:?}");
 }
+
+/// Run by [`the_group_is_killed_without_a_kill_program_on_path`] in a copy of
+/// this test binary whose `PATH` is empty: terminate must still take down the
+/// program and its grandchild (a group kill that ran `kill` from `PATH`
+/// silently left the grandchild running).
+#[ignore = "run with an empty PATH by the_group_is_killed_without_a_kill_program_on_path"]
+#[actix_rt::test]
+async fn terminate_with_an_empty_path_inner() {
+    assert_eq!(std::env::var("PATH").as_deref(), Ok(""), "run me through the outer test");
+    let script = r#"/bin/sleep 600 & echo "pids $$ $!" >&2; wait"#;
+    let config = CommandConfig { program: "/bin/sh".into(), args: vec!["-c".into(), script.into()] };
+    let host = host(vec![("cmd-*", Arc::new(CommandAdapter::new(config).expect("adapter")))], Limits::default());
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_session(Arc::new(sink));
+    let id = spawn(&session, SubagentConfig::new("sleeper", "cmd-sleep")).await;
+    session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
+    let pids = pids_of(id, &mut events).await;
+    assert_eq!(pids.len(), 2);
+
+    tokio::time::timeout(GUARD, session.terminate(id)).await.expect("terminate ends").expect("terminate");
+    let gone = all_gone(&pids).await;
+    if !gone {
+        // Leave nothing behind when the assertion fails.
+        for pid in pids.iter().filter(|pid| alive(**pid)) {
+            let _ = std::process::Command::new("/bin/kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+    assert!(gone, "program and grandchild are gone: {pids:?}");
+}
+
+#[test]
+fn the_group_is_killed_without_a_kill_program_on_path() {
+    let name = "terminate_with_an_empty_path_inner";
+    let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--ignored", "--test-threads=1", "--nocapture"])
+        .env("PATH", "")
+        .output()
+        .expect("run the inner test");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && text.contains("1 passed"), "{text}");
+}

@@ -13,6 +13,7 @@
 //! is dropped (terminate, timeout, grace expired) the group gets SIGKILL, so
 //! grandchildren die with it.
 
+use rustix::process::{kill_process_group, Pid, Signal};
 use serde_json::{json, Value};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -79,25 +80,25 @@ struct ProcessGroup {
 }
 
 impl ProcessGroup {
-    /// Sends `signal` (a name such as `TERM`) to every process of the group.
-    fn signal(&self, signal: &str) {
-        // `kill` the program keeps this crate free of unsafe code; `--` so
-        // the negative pid (a group) is not read as an option.
-        let sent = std::process::Command::new("kill")
-            .args([format!("-{signal}"), "--".to_owned(), format!("-{}", self.pgid)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if let Err(err) = sent {
-            log::warn!("could not signal process group {}: {err}", self.pgid);
+    /// Sends `signal` to every process of the group: one `kill(2)` system
+    /// call through rustix's safe API (no helper program, so it never blocks
+    /// the actor's thread and needs nothing on `PATH`).
+    fn signal(&self, signal: Signal) {
+        let Some(pgid) = i32::try_from(self.pgid).ok().and_then(Pid::from_raw) else {
+            log::warn!("process group id {} is not a valid pid", self.pgid);
+            return;
+        };
+        match kill_process_group(pgid, signal) {
+            // ESRCH: every process of the group is already gone.
+            Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+            Err(err) => log::warn!("could not signal process group {}: {err}", self.pgid),
         }
     }
 
     /// SIGKILLs the group now and disarms the guard.
     fn kill(&mut self) {
         if std::mem::take(&mut self.armed) {
-            self.signal("KILL");
+            self.signal(Signal::KILL);
         }
     }
 }
@@ -159,7 +160,7 @@ async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonOb
     let finished = tokio::select! {
         finished = &mut run => finished,
         _ = ctx.cancel.cancelled() => {
-            group.signal("TERM");
+            group.signal(Signal::TERM);
             run.await
         }
     };
