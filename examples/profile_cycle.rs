@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Modes: `raw` (start an actor, send, reply, stop), `session` (spawn →
-//! delegate → await, the default scripted task), `fanout` (N subagents spawned
-//! and delegated at once, then awaited), `rawfanout` (N raw actors).
+//! delegate → await, the default scripted task), `fanout` (N subagents: all
+//! spawned, then all delegated, then all awaited, each phase concurrent),
+//! `fanout_chained` (one spawn-then-delegate future per subagent, then all
+//! awaited), `rawfanout` (N raw actors).
 //! Divide the instruction count of `hot` by N for a per-cycle cost.
 
 use actix::prelude::*;
@@ -90,9 +92,18 @@ fn hot(system: &actix_rt::SystemRunner, session: &Session, mode: &str, n: usize)
                 }
             }
             "fanout" => {
+                // Phases: spawn all, delegate all, await all (small futures).
+                let spawned = join_all((0..n).map(|_| session.spawn(spawn_request()))).await;
+                let ids: Vec<_> = spawned.into_iter().map(|r| r.expect("spawn").subagent_id).collect();
+                let task = TaskDefinition::new("unit", "do the unit of work");
+                join_all(ids.iter().map(|id| session.delegate(*id, task.clone()))).await;
+                join_all(ids.iter().map(|id| session.await_result(*id))).await;
+            }
+            "fanout_chained" => {
+                // Per subagent one future: spawn, then delegate.
                 let ids = join_all((0..n).map(|_| async {
                     let id = session.spawn(spawn_request()).await.expect("spawn").subagent_id;
-                    session.delegate(id, TaskDefinition::new("unit", "x")).await.expect("delegate");
+                    session.delegate(id, TaskDefinition::new("unit", "do the unit of work")).await.expect("delegate");
                     id
                 }))
                 .await;
