@@ -5,7 +5,8 @@
 //! - [`router`]: model globs → adapters, tried in order, with a default.
 //! - [`openai`]: OpenAI-compatible chat completions, a tool-calling loop.
 //! - [`command`]: an external program per task, JSON on stdin and stdout.
-//! - [`build_route`]: the adapter a config-file route names.
+//! - [`build_route`], [`build_route_with_policy`]: the adapter a config-file
+//!   route names.
 
 pub mod command;
 pub mod openai;
@@ -217,8 +218,18 @@ impl TaskContext {
 }
 
 /// Builds the adapter a config-file route names (`scripted`, `openai`,
-/// `command`), checking that it has the keys it needs and none it ignores.
+/// `command`), checking that it has the keys it needs and none it ignores;
+/// an openai adapter gets the default [`openai::ToolPolicy`].
 pub fn build_route(spec: &route_spec::RouteSpec) -> Result<Arc<dyn AgentAdapter>, String> {
+    build_route_with_policy(spec, &openai::ToolPolicy::default())
+}
+
+/// [`build_route`] with the host's tool policy (the config's `[policy]`
+/// table), which decides what the openai adapter's `restricted` scope allows.
+pub fn build_route_with_policy(
+    spec: &route_spec::RouteSpec,
+    policy: &openai::ToolPolicy,
+) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", spec.model);
     let adapter = spec.adapter.as_str();
     let set = [
@@ -246,6 +257,7 @@ pub fn build_route(spec: &route_spec::RouteSpec) -> Result<Arc<dyn AgentAdapter>
             let mut config = openai::OpenAiConfig::new(base_url);
             config.api_key_env = spec.api_key_env.clone();
             config.upstream_model = spec.upstream_model.clone();
+            config.policy = policy.clone();
             Ok(Arc::new(openai::OpenAiAdapter::new(config).map_err(fail)?))
         }
         "command" => {

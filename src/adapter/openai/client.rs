@@ -8,7 +8,7 @@
 
 use awc::http::header;
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::adapter::TaskError;
 
@@ -181,8 +181,7 @@ impl ChatClient {
             .headers()
             .get(header::RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
-            .and_then(|text| text.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|text| parse_retry_after(text, SystemTime::now()));
         let body = match response.body().limit(MAX_BODY_BYTES).await {
             Ok(body) => body,
             Err(err) if status.is_success() => {
@@ -228,6 +227,19 @@ impl std::fmt::Debug for ChatClient {
 enum Attempt {
     Done(Completion),
     Retry { reason: String, retry_after: Option<Duration> },
+}
+
+/// A `Retry-After` value: whole seconds (`120`) or an HTTP date
+/// (`Wed, 21 Oct 2015 07:28:00 GMT`, or the obsolete RFC 850 and asctime
+/// forms), as a wait from `now`. A date already past means no wait; a value
+/// that is neither is ignored (`None`, so the computed backoff applies).
+fn parse_retry_after(text: &str, now: SystemTime) -> Option<Duration> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The upstream's error message: `error.message` of a JSON body, else the
@@ -308,6 +320,19 @@ mod tests {
         assert_eq!(policy.delay(0, Some(Duration::from_secs(3))), Duration::from_secs(3));
         assert_eq!(policy.delay(0, Some(Duration::ZERO)), Duration::ZERO);
         assert_eq!(policy.delay(0, Some(Duration::from_secs(3600))), MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn retry_after_is_read_as_seconds_or_as_an_http_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // Wed, 21 Oct 2015 07:28:00 GMT
+        assert_eq!(parse_retry_after(" 120 ", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:07 GMT", now), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after("Wednesday, 21-Oct-15 07:28:30 GMT", now), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("Wed Oct 21 07:29:00 2015", now), Some(Duration::from_secs(60)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now), Some(Duration::ZERO), "past");
+        assert_eq!(parse_retry_after("-1", now), None);
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("", now), None);
     }
 
     #[test]

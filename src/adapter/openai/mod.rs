@@ -12,7 +12,8 @@
 //! `{"summary", "steps", "usage"}`. Everything said is appended to memory.
 //!
 //! - `client`: the HTTP call, retries (429, 5xx) and reply parsing.
-//! - [`tools`]: the tools, their schemas and the tool-scope filter.
+//! - [`tools`]: the tools, their schemas, the host's [`ToolPolicy`] and the
+//!   tool-scope filter.
 //!
 //! Cancellation races every call: a cancel stops the task at once, and
 //! dropping the task's future (terminate, timeout) drops the in-flight
@@ -32,7 +33,7 @@ use crate::runtime::memory::InboxMessage;
 use client::{ChatClient, Usage};
 
 pub use client::RetryPolicy;
-pub use tools::{allowed_tools, tool_schema, TOOL_NAMES};
+pub use tools::{allowed_tools, tool_schema, ToolPolicy, TOOL_NAMES};
 
 /// Where the adapter sends its calls, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,13 +47,21 @@ pub struct OpenAiConfig {
     pub upstream_model: Option<String>,
     /// Retries of 429, 5xx and transport errors.
     pub retry: RetryPolicy,
+    /// Which tools the `restricted` scope (and a top-level subagent) may call.
+    pub policy: ToolPolicy,
 }
 
 impl OpenAiConfig {
     /// A config for `base_url` with no key, the subagent's model name, and
-    /// the default retry policy.
+    /// the default retry and tool policies.
     pub fn new(base_url: impl Into<String>) -> Self {
-        Self { base_url: base_url.into(), api_key_env: None, upstream_model: None, retry: RetryPolicy::default() }
+        Self {
+            base_url: base_url.into(),
+            api_key_env: None,
+            upstream_model: None,
+            retry: RetryPolicy::default(),
+            policy: ToolPolicy::default(),
+        }
     }
 }
 
@@ -113,7 +122,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         None => None,
     };
     let client = ChatClient::new(&config.base_url, api_key, config.retry.clone());
-    let allowed = allowed_tools(&ctx.config);
+    let allowed = allowed_tools(&ctx.config, &config.policy);
     let tool_definitions = Value::Array(tools::definitions(&allowed));
     let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());
 
