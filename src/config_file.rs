@@ -1,4 +1,5 @@
-//! The TOML config file: `[limits]`, `[auth]`, `[[routes]]` and `[server]`.
+//! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]` and
+//! `[server]`.
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file;
@@ -30,6 +31,29 @@ pub struct FileConfig {
     /// Process settings.
     #[serde(default)]
     pub server: ServerConfig,
+    /// What subagents' tools may do.
+    #[serde(default)]
+    pub policy: PolicyConfig,
+}
+
+/// `[policy]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// The tools the `restricted` tool scope allows (default: all of them).
+    #[serde(default)]
+    pub restricted_tools: Option<Vec<String>>,
+}
+
+impl PolicyConfig {
+    /// The host's tool policy; fails on a name that is not a tool.
+    pub fn tool_policy(&self) -> Result<crate::adapter::openai::ToolPolicy, String> {
+        match &self.restricted_tools {
+            Some(names) => crate::adapter::openai::ToolPolicy::restricted_to(names)
+                .map_err(|err| format!("invalid config: policy.restricted_tools: {err}")),
+            None => Ok(Default::default()),
+        }
+    }
 }
 
 /// `[auth]`.
@@ -158,6 +182,7 @@ impl FileConfig {
                 return Err(format!("invalid config: limits.{key} must be at least 1"));
             }
         }
+        self.policy.tool_policy()?;
         for (index, route) in self.routes.iter().enumerate() {
             glob::Pattern::new(&route.model).map_err(|err| {
                 format!("invalid config: routes[{index}].model `{}` is not a glob: {err}", route.model)
@@ -169,9 +194,10 @@ impl FileConfig {
     /// The routing table: each route in order, scripted for the rest.
     pub fn router(&self) -> Result<AdapterRouter, String> {
         let mut router = AdapterRouter::default();
+        let policy = self.policy.tool_policy()?;
         for (index, route) in self.routes.iter().enumerate() {
-            let adapter =
-                crate::adapter::build_route(&route.spec()).map_err(|err| format!("routes[{index}]: {err}"))?;
+            let adapter = crate::adapter::build_route_with_policy(&route.spec(), &policy)
+                .map_err(|err| format!("routes[{index}]: {err}"))?;
             router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
         }
         Ok(router)
