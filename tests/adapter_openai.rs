@@ -8,11 +8,12 @@ mod fake_openai;
 use fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig, RetryPolicy};
 use subagent_host::adapter::route_spec::RouteSpec;
 use subagent_host::adapter::{build_route, AdapterRouter};
 use subagent_host::config::Limits;
+use subagent_host::config_file::FileConfig;
 use subagent_host::event::{Event, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::{Host, HostConfig, Session, SubagentId};
@@ -181,6 +182,33 @@ async fn a_429_and_a_503_are_retried_then_the_task_completes() {
     assert_eq!(server.requests().len(), 3);
 }
 
+/// A server's `Retry-After` is waited out in both of its forms, although the
+/// computed backoff (10 ms here) is far shorter. The fake server times the
+/// requests it gets.
+#[actix_rt::test]
+async fn retry_after_is_honoured_as_seconds_and_as_an_http_date() {
+    let server = FakeServer::start(|_, index| match index {
+        0 => Reply::Status { code: 429, retry_after: Some(1), body: json!({"error": "slow down"}) },
+        1 => {
+            // Two seconds ahead, cut to whole seconds: at least one second from now.
+            let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(2));
+            Reply::RetryAfter { code: 503, header: at, body: json!({"error": "busy"}) }
+        }
+        _ => answer("fine"),
+    });
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:patient"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+
+    let seen = server.requests();
+    assert_eq!(seen.len(), 3);
+    let seconds_gap = seen[1].at - seen[0].at;
+    let date_gap = seen[2].at - seen[1].at;
+    assert!(seconds_gap >= Duration::from_secs(1), "Retry-After: 1 waited only {seconds_gap:?}");
+    assert!(date_gap >= Duration::from_secs(1), "Retry-After: <date> waited only {date_gap:?}");
+}
+
 #[actix_rt::test]
 async fn retries_are_bounded() {
     let server = FakeServer::start(|_, _| Reply::Status { code: 500, retry_after: None, body: json!({}) });
@@ -323,6 +351,109 @@ async fn tool_scope_and_capabilities_decide_the_offered_tools() {
     assert_eq!(offered("AGENT:multi").len(), 6);
     assert_eq!(offered("AGENT:isolated"), ["send_message", "list_subagents"]);
     assert!(requests_of(&server, "AGENT:bare")[0].get("tools").is_none());
+}
+
+/// A boss that spawns the listed children (name, tool_scope, tools) at its
+/// first step and answers at its second; every child answers at once.
+fn spawning_boss(children: &'static [(&'static str, &'static str, &'static [&'static str])]) -> FakeServer {
+    FakeServer::start(move |body, _| {
+        if !system_prompt(body).starts_with("AGENT:boss") {
+            return answer("child done");
+        }
+        if !tool_outputs(body).is_empty() {
+            return answer("spawned them");
+        }
+        let calls: Vec<(&str, Value)> = children
+            .iter()
+            .map(|(name, scope, tools)| {
+                let args = json!({
+                    "name": name, "instruction": "work", "system_prompt": format!("AGENT:{name}"),
+                    "tool_scope": scope, "tools": tools,
+                });
+                ("spawn_subagent", args)
+            })
+            .collect();
+        call_tools(None, &calls)
+    })
+}
+
+/// Runs `boss`, then waits until each of its `children` (system prompts)
+/// called the model.
+async fn run_boss(server: &FakeServer, session: &Session, boss: SubagentConfig, children: &[&str]) {
+    let (_, done) = run(session, boss, "spawn your children").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let outputs = tool_outputs(&requests_of(server, "AGENT:boss")[1]);
+    assert!(outputs.iter().all(|out| out.get("subagent_id").is_some()), "{outputs:?}");
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while !children.iter().all(|child| !requests_of(server, child).is_empty()) {
+        assert!(tokio::time::Instant::now() < deadline, "every child called the model");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Regression: an `isolated` parent allowed only `spawn_subagent` could give
+/// a `shared` child all six tools. A child's tools are always within its
+/// parent's, whatever scope the model asks for.
+#[actix_rt::test]
+async fn a_model_spawned_child_never_gets_a_tool_its_parent_lacks() {
+    let server = spawning_boss(&[
+        ("kid-shared", "shared", &[]),
+        ("kid-restricted", "restricted", &[]),
+        ("kid-isolated", "isolated", &["spawn_subagent", "list_subagents"]),
+    ]);
+    let host = host(&server, Limits::default());
+    let session = host.open_session(Arc::new(NullSink));
+    let mut boss = agent("AGENT:boss");
+    boss.capabilities = vec!["multi_agent".into()];
+    boss.tool_scope = ToolScope::Isolated;
+    boss.metadata.insert("tools".into(), json!(["spawn_subagent"]));
+    let kids = ["AGENT:kid-shared", "AGENT:kid-restricted", "AGENT:kid-isolated"];
+    run_boss(&server, &session, boss, &kids).await;
+
+    for system in ["AGENT:boss"].iter().chain(&kids) {
+        assert_eq!(offered_tools(&requests_of(&server, system)[0]), ["spawn_subagent"], "{system}");
+    }
+}
+
+/// `[policy] restricted_tools` of the config file reaches the adapter:
+/// `restricted` is that allowlist ∩ the parent's tools, while `shared` is
+/// the parent's tools (a top-level subagent's parent set is the allowlist).
+#[actix_rt::test]
+async fn restricted_is_the_policy_allowlist_and_shared_follows_the_parent() {
+    let server = spawning_boss(&[("kid-shared", "shared", &[]), ("kid-restricted", "restricted", &[])]);
+    let text = format!(
+        "[policy]\nrestricted_tools = [\"spawn_subagent\", \"read_mailbox\", \"list_subagents\"]\n\n\
+         [[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n",
+        server.base_url
+    );
+    let file = FileConfig::parse(&text).expect("config");
+    let host = Host::new(HostConfig { router: file.router().expect("router"), ..Default::default() });
+    let session = host.open_session(Arc::new(NullSink));
+
+    let mut top = agent("AGENT:top-restricted");
+    top.capabilities = vec!["multi_agent".into()];
+    let mut top_shared = top.clone();
+    top_shared.system_prompt = Some("AGENT:top-shared".into());
+    top_shared.tool_scope = ToolScope::Shared;
+    for config in [top, top_shared] {
+        assert_eq!(run(&session, config, "hello").await.1.status, SubagentStatus::Completed);
+    }
+    let policy = ["spawn_subagent", "read_mailbox", "list_subagents"];
+    assert_eq!(offered_tools(&requests_of(&server, "AGENT:top-restricted")[0]), policy);
+    assert_eq!(offered_tools(&requests_of(&server, "AGENT:top-shared")[0]), policy);
+
+    let mut boss = agent("AGENT:boss");
+    boss.capabilities = vec!["multi_agent".into()];
+    boss.tool_scope = ToolScope::Isolated;
+    let boss_tools = ["spawn_subagent", "delegate_task", "send_message", "list_subagents"];
+    boss.metadata.insert("tools".into(), json!(boss_tools));
+    run_boss(&server, &session, boss, &["AGENT:kid-shared", "AGENT:kid-restricted"]).await;
+    assert_eq!(offered_tools(&requests_of(&server, "AGENT:boss")[0]), boss_tools);
+    assert_eq!(offered_tools(&requests_of(&server, "AGENT:kid-shared")[0]), boss_tools);
+    assert_eq!(offered_tools(&requests_of(&server, "AGENT:kid-restricted")[0]), ["spawn_subagent", "list_subagents"]);
+
+    let error = FileConfig::parse("[policy]\nrestricted_tools = [\"list_subagents\", \"rm_rf\"]\n").unwrap_err();
+    assert!(error.contains("policy.restricted_tools") && error.contains("rm_rf"), "{error}");
 }
 
 #[actix_rt::test]

@@ -11,7 +11,7 @@
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -23,6 +23,8 @@ pub enum Reply {
     Json(Value),
     /// This status, an optional `Retry-After` (seconds), and this JSON body.
     Status { code: u16, retry_after: Option<u64>, body: Value },
+    /// This status with this exact `Retry-After` text (e.g. an HTTP date).
+    RetryAfter { code: u16, header: String, body: Value },
     /// 200 with a body that is not JSON.
     Garbage,
     /// Never answers; reports when the client closes the connection.
@@ -36,6 +38,8 @@ pub struct Seen {
     pub body: Value,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// When the whole request had arrived.
+    pub at: Instant,
 }
 
 type Model = dyn Fn(&Value, usize) -> Reply + Send + Sync;
@@ -105,12 +109,13 @@ async fn serve(mut socket: TcpStream, state: Arc<State>) {
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let index = {
             let mut seen = state.seen.lock().unwrap();
-            seen.push(Seen { body: body.clone(), authorization });
+            seen.push(Seen { body: body.clone(), authorization, at: Instant::now() });
             seen.len() - 1
         };
         let (code, retry_after, text) = match (state.model)(&body, index) {
             Reply::Json(value) => (200, None, value.to_string()),
-            Reply::Status { code, retry_after, body } => (code, retry_after, body.to_string()),
+            Reply::Status { code, retry_after, body } => (code, retry_after.map(|s| s.to_string()), body.to_string()),
+            Reply::RetryAfter { code, header, body } => (code, Some(header), body.to_string()),
             Reply::Garbage => (200, None, "<html>not json</html>".to_owned()),
             Reply::Hang => {
                 let mut sink = [0u8; 1024];
@@ -121,8 +126,8 @@ async fn serve(mut socket: TcpStream, state: Arc<State>) {
         };
         let mut head =
             format!("HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", text.len());
-        if let Some(seconds) = retry_after {
-            head.push_str(&format!("retry-after: {seconds}\r\n"));
+        if let Some(value) = retry_after {
+            head.push_str(&format!("retry-after: {value}\r\n"));
         }
         head.push_str("\r\n");
         if socket.write_all(head.as_bytes()).await.is_err() || socket.write_all(text.as_bytes()).await.is_err() {
