@@ -34,6 +34,15 @@ pub struct Limits {
     /// Messages queued for one session's client; a client that lets more pile
     /// up is too slow and its session is closed.
     pub outbox_capacity: usize,
+    /// Bytes queued for one session's client, counted from when a line is
+    /// queued until the transport takes it to write; past it the client is
+    /// too slow and its session is closed, as for `outbox_capacity`. A single
+    /// line longer than this is still queued when nothing else is.
+    pub outbox_max_bytes: usize,
+    /// Requests a client is told it may run in parallel
+    /// (`handshake/resp.max_parallel`), for sizing its request pool. A hint:
+    /// the host itself serves up to `max_inflight_requests` at once.
+    pub max_parallel: usize,
     /// An HTTP session with no request and no stream for this long is closed.
     pub session_idle_seconds: u64,
 }
@@ -52,6 +61,8 @@ impl Default for Limits {
             max_memory_entries: 256,
             max_inflight_requests: 4_096,
             outbox_capacity: 65_536,
+            outbox_max_bytes: 16 << 20,
+            max_parallel: 4,
             session_idle_seconds: 900,
         }
     }

@@ -174,6 +174,8 @@ impl FileConfig {
             ("max_line_bytes", limits.max_line_bytes),
             ("max_inflight_requests", limits.max_inflight_requests),
             ("outbox_capacity", limits.outbox_capacity),
+            ("outbox_max_bytes", limits.outbox_max_bytes),
+            ("max_parallel", limits.max_parallel),
             ("mailbox_capacity", limits.mailbox_capacity),
             ("session_idle_seconds", limits.session_idle_seconds as usize),
         ];

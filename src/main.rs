@@ -155,12 +155,11 @@ async fn serve_network(
     let mut http_handle = None;
     if let Some(listener) = http_listener {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
-        let sessions = http::HttpSessions::new(service.clone());
+        let sessions = http::HttpSessions::new(service.clone(), final_flush);
         let server = http::server(listener, sessions.clone(), threads(http_workers))
             .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
         actix_rt::spawn(server);
-        actix_rt::spawn(sessions.reap());
         eprintln!("subagentd: http listening on {addr}");
     }
     stop_signal.await;

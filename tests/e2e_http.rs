@@ -1,5 +1,6 @@
 //! The real binary over HTTP + SSE: sessions, send, stream, health, 400/404,
-//! replies kept until the stream attaches, reconnects, idle expiry.
+//! replies kept until the stream attaches, reconnects, idle expiry, ended
+//! sessions forgotten (and counted until then), 429 when busy.
 
 mod e2e_support;
 
@@ -125,4 +126,99 @@ fn max_sessions_answers_503() {
     new_session(addr);
     let (status, body) = http(addr, "POST", "/session", &[], "");
     assert_eq!(status, 503, "{body}");
+}
+
+fn handshake_and_shutdown(addr: &str, session: &str) {
+    send(
+        addr,
+        session,
+        &[
+            json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] }),
+            json!({ "type": "shutdown", "id": "bye", "timeout": 0 }),
+        ],
+    );
+}
+
+#[test]
+fn ended_sessions_are_forgotten_so_create_shutdown_loops_never_hit_503() {
+    let config = "[limits]\nmax_sessions = 2\n[server]\nfinal_flush_ms = 200\n";
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let addr = server.http.as_deref().unwrap();
+    for round in 0..6 {
+        let session = new_session(addr);
+        handshake_and_shutdown(addr, &session);
+        if round % 2 == 0 {
+            // A stream that takes the last line removes the session at once.
+            let mut stream = SseStream::open(addr, &session);
+            assert_eq!(stream.reply("bye")["type"], "shutdown/resp");
+            assert!(stream.next().is_none(), "the stream ends with the session");
+        }
+        // Without a stream, it goes after final_flush_ms.
+        server.wait_sessions(0);
+        let headers = [("X-Session-Id", session.as_str())];
+        assert_eq!(http(addr, "GET", "/stream", &headers, "").0, 404, "round {round}: the session is forgotten");
+    }
+}
+
+#[test]
+fn an_ended_session_counts_toward_max_sessions_until_its_last_lines_are_delivered() {
+    let config = "[limits]\nmax_sessions = 1\n[server]\nfinal_flush_ms = 600000\n";
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let addr = server.http.as_deref().unwrap();
+    let session = new_session(addr);
+    handshake_and_shutdown(addr, &session);
+    // Once the session has ended, /send answers 404 (meanwhile it is taken
+    // and refused on the stream).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (status, body) = http(addr, "POST", "/send", &[("X-Session-Id", &session)], r#"{"type":"ping"}"#);
+        if status == 404 {
+            break;
+        }
+        assert_eq!(status, 200, "{body}");
+        assert!(std::time::Instant::now() < deadline, "the session never ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Ended with undelivered lines: still counted.
+    assert_eq!(server.sessions(), 1);
+    assert_eq!(http(addr, "POST", "/session", &[], "").0, 503);
+    let mut stream = SseStream::open(addr, &session);
+    assert_eq!(stream.reply("h")["ok"], true);
+    assert_eq!(stream.reply("bye")["type"], "shutdown/resp");
+    while let Some(message) = stream.next() {
+        assert_eq!(message["code"], "invalid_state", "pings sent while it drained are refused: {message}");
+    }
+    server.wait_sessions(0);
+    new_session(addr);
+}
+
+#[test]
+fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_inflight_requests = 1\n"));
+    let addr = server.http.as_deref().unwrap();
+    let session = new_session(addr);
+    let mut stream = SseStream::open(addr, &session);
+    send(addr, &session, &[json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })]);
+    send(addr, &session, &[json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "m" } })]);
+    let sub = stream.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 600_000 }] } });
+    send(addr, &session, &[json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task })]);
+    assert_eq!(stream.reply("d")["status"], "RUNNING");
+    // The pending await is the one request in flight: the session stops
+    // reading, its input queue fills, and then /send must not wait.
+    send(addr, &session, &[json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": sub })]);
+    let headers = [("X-Session-Id", session.as_str()), ("Content-Type", "text/plain")];
+    let mut accepted = 0;
+    let busy = loop {
+        let (status, body) = http(addr, "POST", "/send", &headers, r#"{"type":"ping"}"#);
+        if status == 429 {
+            break body;
+        }
+        assert_eq!(status, 200, "{body}");
+        accepted += 1;
+        assert!(accepted < 1_000, "/send never reported busy");
+    };
+    assert_eq!(busy["ok"], false, "{busy}");
+    assert_eq!(busy["error"], "busy", "{busy}");
+    assert!(accepted > 0, "the queue took some pings first");
 }

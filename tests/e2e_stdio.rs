@@ -1,5 +1,6 @@
 //! The real binary over stdio: only protocol lines on stdout (even at
-//! `RUST_LOG=trace`), EOF on stdin → exit 0, SIGTERM → exit 0.
+//! `RUST_LOG=trace`), EOF on stdin → exit 0, SIGTERM and SIGINT terminate
+//! a running tree and exit 0.
 
 mod e2e_support;
 
@@ -84,8 +85,9 @@ fn stdio_logs_nothing_per_request_by_default() {
     assert_eq!(err, "", "nothing logged at the default level");
 }
 
-#[test]
-fn stdio_sigterm_exits_0() {
+/// Starts a stdio host with a running task, sends `signal`, and checks the
+/// tree was terminated and the exit status is 0.
+fn a_signal_terminates_the_running_tree_and_exits_0(signal_name: &str) {
     let mut child = command(&["--stdio"], None)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -94,12 +96,42 @@ fn stdio_sigterm_exits_0() {
         .expect("start");
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    writeln!(stdin, "{}", json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })).unwrap();
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert!(line.contains("handshake/resp"), "{line}");
-    signal(&child, "TERM");
+    let mut reply = |message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "stdout ended early");
+            let value: Value = serde_json::from_str(&line).expect("JSON line");
+            if value["req_id"] == message["id"] {
+                return value;
+            }
+        }
+    };
+    assert_eq!(reply(json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] }))["ok"], true);
+    let spawned = reply(json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "m" } }));
+    let sub = spawned["subagent_id"].as_str().unwrap().to_owned();
+    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 600_000 }] } });
+    let delegated = reply(json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task }));
+    assert_eq!(delegated["status"], "RUNNING");
+    signal(&child, signal_name);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
     let status = wait(&mut child);
     assert!(status.success(), "exit status {status:?}");
+    let terminated = rest.lines().any(|line| {
+        let value: Value = serde_json::from_str(line).expect("JSON line");
+        value["event"] == "terminated" && value["subagent_id"] == sub.as_str()
+    });
+    assert!(terminated, "the running subagent was terminated: {rest}");
     drop(stdin);
+}
+
+#[test]
+fn stdio_sigterm_terminates_the_running_tree_and_exits_0() {
+    a_signal_terminates_the_running_tree_and_exits_0("TERM");
+}
+
+#[test]
+fn stdio_sigint_terminates_the_running_tree_and_exits_0() {
+    a_signal_terminates_the_running_tree_and_exits_0("INT");
 }

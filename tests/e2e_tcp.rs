@@ -1,5 +1,6 @@
-//! The real binary over TCP: closing a connection ends its session, a
-//! client that never reads is disconnected, `max_sessions` holds, SIGTERM
+//! The real binary over TCP: closing a connection ends its session and
+//! kills its task processes, a client that never reads is disconnected (line
+//! and byte bounds), accept failures back off, `max_sessions` holds, SIGTERM
 //! exits 0, and start-up refuses unsafe binds and bad config.
 
 mod e2e_support;
@@ -7,7 +8,9 @@ mod e2e_support;
 use e2e_support::*;
 use serde_json::json;
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 fn handshake(client: &mut LineClient) {
     client.send(&json!({ "type": "handshake/req", "id": "h", "agent_id": "a", "agent_caps": ["multi_agent"], "auth_token": "" }));
@@ -23,16 +26,52 @@ fn start_sleeper(client: &mut LineClient) -> String {
     sub
 }
 
+/// Whether process `pid` is running (not gone, not a zombie).
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z') | Some('X'))
+}
+
+/// Waits (bounded) until `check` holds.
+fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
-fn closing_the_connection_closes_the_session_and_its_tree() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
+fn closing_the_connection_closes_the_session_and_terminates_its_tree() {
+    // A command-adapter task whose process writes its pid, then sleeps.
+    let pid_file = std::env::temp_dir().join(format!("subagentd-sleeper-{}.pid", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let config = format!(
+        "[[routes]]\nmodel = \"sleeper\"\nadapter = \"command\"\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}]\n",
+        json!(script)
+    );
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(&config));
     let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
     handshake(&mut client);
-    start_sleeper(&mut client);
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "sleeper" } }));
+    let sub = client.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    let task = json!({ "name": "t", "instruction": "i" });
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task }));
+    assert_eq!(client.reply("d")["status"], "RUNNING");
+    let mut pid = None;
+    until("the task's process wrote its pid", || {
+        pid = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<u32>().ok());
+        pid.is_some()
+    });
+    let pid = pid.unwrap();
+    let _ = std::fs::remove_file(&pid_file);
+    assert!(running(pid), "the task's process {pid} runs");
     assert_eq!(server.sessions(), 1);
     drop(client);
-    // The session (and with it the running subagent) is gone.
     server.wait_sessions(0);
+    until("the task's process is gone", || !running(pid));
 }
 
 #[test]
@@ -54,6 +93,72 @@ fn a_client_that_never_reads_is_disconnected() {
     }
     assert!(disconnected, "the host kept accepting from a client that never reads");
     server.wait_sessions(0);
+}
+
+#[test]
+fn a_client_that_never_reads_large_replies_is_disconnected_at_the_byte_bound() {
+    // Each list reply is ~800 KB; the line bound (65 536 lines) is far away,
+    // so only the byte bound can stop the host from holding them all.
+    let config = "[limits]\noutbox_max_bytes = 4194304\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    handshake(&mut client);
+    let name = "x".repeat(200 * 1024);
+    for n in 0..4 {
+        let id = format!("s{n}");
+        client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": id, "agent": { "name": name, "model": "m" } }));
+        assert_eq!(client.reply(&id)["type"], "SUBAGENT_SPAWN_RESP");
+    }
+    // From here on, never read: 120 replies are ~100 MB.
+    let list = format!("{}\n", json!({ "type": "SUBAGENT_LIST_REQ" }));
+    for _ in 0..120 {
+        if client.writer.write_all(list.as_bytes()).is_err() {
+            break;
+        }
+    }
+    server.wait_sessions(0);
+    // And the connection is closed: writing soon fails.
+    let mut closed = false;
+    for _ in 0..10_000 {
+        if client.writer.write_all(list.as_bytes()).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(closed, "the host closed the connection");
+}
+
+#[test]
+fn accept_failures_back_off_and_warn_rarely_then_serving_resumes() {
+    // Few file descriptors: accepting soon fails with EMFILE.
+    let mut server = Server::start_with(Some("ulimit -n 40"), &["--tcp", "127.0.0.1:0"], None);
+    let addr = server.tcp.clone().unwrap();
+    let held: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(&addr).expect("connect")).collect();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = server.stderr.recv_timeout(left).expect("an accept failure is reported");
+        if line.contains("accept failed") {
+            break;
+        }
+    }
+    // While accepting keeps failing, stderr stays quiet (a spinning accept
+    // loop would log thousands of lines in this window).
+    let window = Instant::now() + Duration::from_secs(2);
+    let mut lines = Vec::new();
+    while let Ok(line) = server.stderr.recv_timeout(window.saturating_duration_since(Instant::now())) {
+        lines.push(line);
+        if lines.len() > 100 {
+            break;
+        }
+    }
+    assert!(lines.len() <= 2, "stderr flooded: {} lines, e.g. {:?}", lines.len(), lines.first());
+    drop(held);
+    // Descriptors come back; the listener serves again.
+    let mut client = LineClient::connect(&addr);
+    handshake(&mut client);
+    assert!(server.terminate().success());
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::codec::{Frame, LineDecoder};
-use subagent_host::session::{Auth, Service, SessionEnd};
+use subagent_host::session::{Auth, OutboxReceiver, Service, SessionEnd, SHUTTING_DOWN};
 use subagent_host::{Host, HostConfig, Session};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -27,7 +27,7 @@ fn service(limits: Limits, auth: Auth) -> Arc<Service> {
 /// One client of one in-process session.
 struct Client {
     input: Option<mpsc::Sender<Frame>>,
-    output: mpsc::Receiver<String>,
+    output: OutboxReceiver,
     decoder: LineDecoder,
     handle: Session,
     run: JoinHandle<SessionEnd>,
@@ -472,4 +472,63 @@ async fn max_sessions_is_enforced_and_a_closed_session_frees_its_slot() {
     assert_eq!(service.sessions(), 0);
     let _again = Client::open(&service);
     assert_eq!(service.sessions(), 1);
+}
+
+#[actix_rt::test]
+async fn requests_after_shutdown_are_refused_with_invalid_state_while_it_drains() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let sub = client.spawn("s1").await;
+    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    // The running task keeps the drain going while later requests arrive.
+    client.send(json!({ "type": "shutdown", "id": "sd", "timeout": 600 })).await;
+    let reply = client.request(json!({ "type": "ping" }), "p1").await;
+    assert_error(&reply, "invalid_state", "p1");
+    assert_eq!(reply["message"], SHUTTING_DOWN);
+    let reply = client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l1").await;
+    assert_error(&reply, "invalid_state", "l1");
+    client.raw(b"garbage\n").await;
+    let bad = loop {
+        let line = client.next().await;
+        if line["type"] == "error" {
+            break line;
+        }
+    };
+    assert_error(&bad, "parse_error", "");
+    // A signal cuts the drain short; the shutdown is answered last.
+    service.shutdown();
+    let reply = client.reply("sd").await;
+    assert_eq!(reply["type"], "shutdown/resp", "{reply}");
+    assert_eq!(reply["stopped"], json!([sub]));
+    assert_eq!((&mut client.run).await.unwrap(), SessionEnd::Shutdown);
+}
+
+#[actix_rt::test]
+async fn a_handshake_in_another_version_gets_handshake_resp_version_mismatch() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    for (field, id) in [("version", "h1"), ("a2e", "h2")] {
+        let mut hs =
+            json!({ "type": "handshake/req", "agent_id": "a", "agent_caps": ["multi_agent"], "auth_token": "" });
+        hs[field] = json!("2.0");
+        let reply = client.request(hs, id).await;
+        assert_eq!(reply["type"], "handshake/resp", "{reply}");
+        assert_eq!(reply["req_id"], id);
+        assert_eq!(reply["ok"], false);
+        assert_eq!(reply["reason"], "version_mismatch");
+        assert_eq!(reply["accepted_caps"], json!([]));
+    }
+    // No session was granted; other requests in another version stay `error`s.
+    assert_error(&client.request(json!({ "type": "ping" }), "p").await, "unauthorized", "p");
+    assert_error(&client.request(json!({ "type": "ping", "a2e": "2.0" }), "v").await, "version_mismatch", "v");
+    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+}
+
+#[actix_rt::test]
+async fn max_parallel_reports_the_configured_hint_not_the_inflight_bound() {
+    let mut client = Client::open(&service(limits(), Auth::open()));
+    assert_eq!(client.handshake(&["multi_agent"]).await["max_parallel"], 4);
+    let mut client = Client::open(&service(Limits { max_parallel: 16, ..limits() }, Auth::open()));
+    assert_eq!(client.handshake(&["multi_agent"]).await["max_parallel"], 16);
 }

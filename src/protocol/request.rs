@@ -92,6 +92,9 @@ pub struct Incoming {
 pub struct DecodeError {
     /// The request's `id` when it could be read, else empty.
     pub req_id: String,
+    /// The message's `type` when it could be read (a handshake in the wrong
+    /// version is answered with `handshake/resp`, not `error`).
+    pub kind: Option<String>,
     /// What was wrong.
     pub error: HostError,
 }
@@ -99,7 +102,7 @@ pub struct DecodeError {
 /// Decodes one NDJSON line: `Ok(None)` for a message that needs no reply
 /// (an `error` sent by the client).
 pub fn decode_line(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
-    let fail = |req_id: &str, error: HostError| DecodeError { req_id: req_id.to_owned(), error };
+    let fail = |req_id: &str, error: HostError| DecodeError { req_id: req_id.to_owned(), kind: None, error };
     let text = std::str::from_utf8(line)
         .map_err(|err| fail("", HostError::new(ErrorCode::ParseError, format!("line is not valid UTF-8: {err}"))))?;
     let value: Value = serde_json::from_str(text)
@@ -124,8 +127,9 @@ pub fn decode_line(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
             return Err(fail(&id, error));
         }
     };
-    check_version(&object).map_err(|error| fail(&id, error))?;
-    let request = typed(&kind, object).map_err(|error| fail(&id, error))?;
+    let failed = |error| DecodeError { kind: Some(kind.clone()), ..fail(&id, error) };
+    check_version(&object).map_err(failed)?;
+    let request = typed(&kind, object).map_err(failed)?;
     Ok(request.map(|request| Incoming { id, request }))
 }
 

@@ -12,6 +12,9 @@ pub const CAPABILITY: &str = "multi_agent";
 /// The alias clients may request it by.
 pub const CAPABILITY_ALIAS: &str = "subagents";
 
+/// The handshake request's type.
+pub(crate) const HANDSHAKE: &str = "handshake/req";
+
 /// What a successful handshake grants.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Grant {
@@ -27,14 +30,7 @@ pub(crate) fn answer(
     req: &HandshakeRequest,
 ) -> (String, Option<Grant>) {
     if !service.auth().check(req.auth_token.as_deref()) {
-        let body = json!({
-            "session_id": session_id,
-            "accepted_caps": [],
-            "max_parallel": max_parallel(service),
-            "ok": false,
-            "reason": "auth_failed",
-        });
-        return (encode::message("handshake/resp", Some(req_id), &body), None);
+        return (refuse(service, session_id, req_id, "auth_failed"), None);
     }
     let multi_agent = req.agent_caps.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
     let accepted: Vec<_> = if multi_agent {
@@ -52,8 +48,22 @@ pub(crate) fn answer(
     (encode::message("handshake/resp", Some(req_id), &body), Some(Grant { multi_agent }))
 }
 
+/// A `handshake/resp` with `ok: false` and `reason` (`auth_failed`,
+/// `version_mismatch`).
+pub(crate) fn refuse(service: &Service, session_id: &str, req_id: &str, reason: &str) -> String {
+    let body = json!({
+        "session_id": session_id,
+        "accepted_caps": [],
+        "max_parallel": max_parallel(service),
+        "ok": false,
+        "reason": reason,
+    });
+    encode::message("handshake/resp", Some(req_id), &body)
+}
+
+// What clients are told to size their request pools by.
 fn max_parallel(service: &Service) -> usize {
-    service.limits().max_inflight_requests
+    service.limits().max_parallel
 }
 
 fn metadata(service: &Service) -> JsonObject {

@@ -11,9 +11,12 @@
 //! - [`auth`]: token checking.
 //! - [`outbox`]: the bounded outbox and the slow-client rule.
 //! - `handshake`, `dispatch`: the handshake and the subagent requests.
+//! - `drain`: the end of a `shutdown` (or stdio EOF): tasks may finish while
+//!   later requests are refused with `invalid_state`.
 
 pub mod auth;
 mod dispatch;
+mod drain;
 mod handshake;
 pub mod outbox;
 pub mod service;
@@ -30,14 +33,20 @@ use crate::protocol::encode;
 use crate::protocol::request::{decode_line, Incoming, Request};
 use crate::runtime::Session;
 pub use auth::Auth;
+pub use drain::SHUTTING_DOWN;
 use handshake::Grant;
+use handshake::HANDSHAKE;
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
-pub use outbox::Outbox;
-use service::SessionSlot;
-pub use service::{OpenedSession, Service};
+pub use outbox::{Outbox, OutboxReceiver};
+pub use service::{OpenedSession, Service, SessionSlot};
 
 /// Longest `shutdown.timeout` honoured, in seconds.
 const MAX_SHUTDOWN_SECONDS: f64 = 3_600.0;
+
+// Waits until every in-flight request has pushed its reply.
+async fn finish(permits: &Arc<Semaphore>, bound: usize) {
+    let _ = permits.acquire_many(bound as u32).await;
+}
 
 /// Why a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +79,9 @@ pub struct ProtocolSession {
     // When set, the end of input drains like `shutdown` with this timeout
     // instead of closing at once (stdio: EOF means shutdown).
     eof_drain: Option<Duration>,
-    // The `max_sessions` slot, released when the session is dropped.
-    _slot: SessionSlot,
+    // The `max_sessions` slot, released when the session is dropped unless a
+    // transport took it to release later.
+    slot: Option<SessionSlot>,
 }
 
 // What the handshake granted so far.
@@ -98,7 +108,7 @@ impl ProtocolSession {
         input: mpsc::Receiver<Frame>,
         slot: SessionSlot,
     ) -> Self {
-        Self { service, session, session_id, outbox, stop, input, eof_drain: None, _slot: slot }
+        Self { service, session, session_id, outbox, stop, input, eof_drain: None, slot: Some(slot) }
     }
 
     /// Makes the end of input drain the session like a `shutdown` with this
@@ -107,6 +117,12 @@ impl ProtocolSession {
     pub fn drain_on_eof(mut self, grace: Duration) -> Self {
         self.eof_drain = Some(grace);
         self
+    }
+
+    /// Takes the session's `max_sessions` slot: it is then released when the
+    /// caller drops it, not when the session ends.
+    pub fn take_slot(&mut self) -> Option<SessionSlot> {
+        self.slot.take()
     }
 
     /// The session's id.
@@ -156,24 +172,12 @@ impl ProtocolSession {
         let end = match ending {
             Ending::End(end) => {
                 self.session.close().await;
-                self.finish(&permits, bound).await;
+                finish(&permits, bound).await;
                 end
             }
             Ending::Drain { end, grace, req_id } => {
-                let deadline = tokio::time::Instant::now() + grace;
-                let drained = async {
-                    // Requests already taken may start tasks: let them land first.
-                    let _ = tokio::time::timeout_at(deadline, self.finish(&permits, bound)).await;
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    self.session.drain(left).await
-                };
-                // A signal or a client that stops reading cuts the drain short.
-                let stopped = tokio::select! {
-                    stopped = drained => stopped,
-                    _ = self.stop.cancelled() => self.session.close().await,
-                    _ = overflowed.cancelled() => self.session.close().await,
-                };
-                self.finish(&permits, bound).await;
+                let stopped = self.drain(grace, &permits, bound).await;
+                finish(&permits, bound).await;
                 if let Some(req_id) = req_id {
                     let body = json!({ "ok": true, "stopped": stopped });
                     self.outbox.push(encode::message("shutdown/resp", Some(&req_id), &body));
@@ -186,27 +190,23 @@ impl ProtocolSession {
         end
     }
 
-    // Waits until every in-flight request has pushed its reply.
-    async fn finish(&self, permits: &Arc<Semaphore>, bound: usize) {
-        let _ = permits.acquire_many(bound as u32).await;
-    }
-
     fn on_frame(&self, frame: Frame, permit: OwnedSemaphorePermit, state: &mut State) -> Option<Ending> {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::TooLong { limit } => {
-                let err = HostError::new(
-                    ErrorCode::InvalidMessage,
-                    format!("line longer than max_line_bytes ({limit} bytes); skipped"),
-                )
-                .with_detail(json!({ "limit": "max_line_bytes", "max_line_bytes": limit }));
-                self.outbox.push(encode::error(&err, ""));
+                self.outbox.push(encode::error(&drain::too_long(limit), ""));
                 return None;
             }
         };
         let Incoming { id, request } = match decode_line(&line) {
             Ok(Some(incoming)) => incoming,
             Ok(None) => return None,
+            Err(bad) if bad.error.code == ErrorCode::VersionMismatch && bad.kind.as_deref() == Some(HANDSHAKE) => {
+                // A handshake in another version is refused by its own reply type.
+                state.grant = None;
+                self.outbox.push(handshake::refuse(&self.service, &self.session_id, &bad.req_id, "version_mismatch"));
+                return None;
+            }
             Err(bad) => {
                 self.outbox.push(encode::error(&bad.error, &bad.req_id));
                 return None;

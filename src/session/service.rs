@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
-use super::outbox::{Outbox, OutboxSink};
+use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
 use super::ProtocolSession;
 use crate::config::Limits;
 use crate::error::HostError;
@@ -47,7 +47,7 @@ pub struct OpenedSession {
     /// Where the transport pushes decoded frames.
     pub input: mpsc::Sender<Frame>,
     /// Every line for the client, in order; ends when the session ends.
-    pub output: mpsc::Receiver<String>,
+    pub output: OutboxReceiver,
     /// Cancel it to close this one session (idle expiry).
     pub stop: CancellationToken,
 }
@@ -103,7 +103,7 @@ impl Service {
                 .with_detail(serde_json::json!({ "limit": "max_sessions", "value": max })));
         }
         let slot = SessionSlot(self.clone());
-        let (outbox, output) = Outbox::new(self.limits().outbox_capacity);
+        let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let session = self.host.open_session(Arc::new(OutboxSink(outbox.clone())));
         let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
         let stop = self.shutdown.child_token();
@@ -137,9 +137,11 @@ impl Service {
     }
 }
 
-/// One taken `max_sessions` slot, given back on drop.
+/// One taken `max_sessions` slot, given back on drop. A transport that
+/// keeps an ended session around (HTTP, until its last lines are delivered)
+/// takes the slot from the [`ProtocolSession`] so it stays counted.
 #[derive(Debug)]
-pub(crate) struct SessionSlot(Arc<Service>);
+pub struct SessionSlot(Arc<Service>);
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {

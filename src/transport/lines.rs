@@ -5,6 +5,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 use crate::protocol::codec::{Frame, LineDecoder};
+use crate::session::OutboxReceiver;
 
 /// Bytes read from a stream at a time.
 const CHUNK: usize = 64 * 1024;
@@ -35,7 +36,7 @@ pub async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, inpu
 
 /// Writes every line of `output` to `writer`, one per `\n`; returns when the
 /// outbox is closed and drained, or the stream fails.
-pub async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut output: mpsc::Receiver<String>) -> std::io::Result<()> {
+pub async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut output: OutboxReceiver) -> std::io::Result<()> {
     let mut writer = BufWriter::new(writer);
     while let Some(line) = output.recv().await {
         writer.write_all(line.as_bytes()).await?;

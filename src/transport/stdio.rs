@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::codec::{Frame, LineDecoder};
-use crate::session::{Service, SessionEnd};
+use crate::session::{OutboxReceiver, Service, SessionEnd};
 
 /// How long running tasks may finish after EOF on stdin (as `shutdown`'s default).
 pub const EOF_DRAIN: Duration = Duration::from_secs(10);
@@ -60,7 +60,7 @@ fn read_stdin(limit: usize, input: mpsc::Sender<Frame>) {
     }
 }
 
-fn write_stdout(output: &mut mpsc::Receiver<String>) -> std::io::Result<()> {
+fn write_stdout(output: &mut OutboxReceiver) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     while let Some(line) = output.blocking_recv() {

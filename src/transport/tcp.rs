@@ -1,9 +1,10 @@
 //! TCP: NDJSON both ways, one session per connection. Closing the
 //! connection closes the session and terminates its tree. A client that
-//! does not read its replies overflows its outbox and is disconnected.
+//! does not read its replies overflows its outbox (line or byte bound) and
+//! is disconnected.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -11,9 +12,24 @@ use super::lines::{finish_writer, read_frames, write_lines};
 use crate::protocol::encode;
 use crate::session::{Service, SessionEnd};
 
-/// Accepts connections until the service shuts down.
+/// First pause after a failed accept (out of file descriptors and the
+/// like); it doubles on each failure in a row up to [`ACCEPT_BACKOFF_MAX`].
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between two accepts that fail.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one accept-failure warning is logged per this period.
+pub const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Accepts connections until the service shuts down. When accepting fails
+/// (e.g. `EMFILE`), waits before retrying (backing off from
+/// [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]) and warns at most once
+/// per [`ACCEPT_WARN_EVERY`], so the failure neither spins a core nor floods
+/// stderr; the connections already open are served meanwhile.
 pub async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Duration) {
     let shutdown = service.shutdown_token().clone();
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut warned: Option<Instant> = None;
+    let mut unreported = 0u64;
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -22,12 +38,21 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Du
         match accepted {
             Ok((stream, peer)) => {
                 log::debug!("tcp connection from {peer}");
+                backoff = ACCEPT_BACKOFF_MIN;
                 actix_rt::spawn(connection(stream, service.clone(), final_flush));
             }
             Err(err) => {
-                // Out of file descriptors and the like: keep serving the rest.
-                log::warn!("tcp accept failed: {err}");
-                tokio::task::yield_now().await;
+                unreported += 1;
+                if warned.is_none_or(|at| at.elapsed() >= ACCEPT_WARN_EVERY) {
+                    log::warn!("tcp accept failed {unreported} time(s): {err}; retrying in {backoff:?}");
+                    warned = Some(Instant::now());
+                    unreported = 0;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
             }
         }
     }

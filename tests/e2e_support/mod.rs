@@ -50,6 +50,19 @@ pub mod tempfile_lite {
 pub fn command(args: &[&str], config: Option<&tempfile_lite::TempFile>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_subagentd"));
     cmd.arg("serve").args(args);
+    finish_command(cmd, config)
+}
+
+/// `subagentd serve ARGS` started by `bash -c "PRELUDE; exec subagentd …"`,
+/// e.g. with `ulimit -n 40` as the prelude.
+pub fn shell_command(prelude: &str, args: &[&str], config: Option<&tempfile_lite::TempFile>) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c").arg(format!("{prelude}; exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_subagentd"));
+    cmd.arg("serve").args(args);
+    finish_command(cmd, config)
+}
+
+fn finish_command(mut cmd: Command, config: Option<&tempfile_lite::TempFile>) -> Command {
     if let Some(config) = config {
         cmd.arg("--config").arg(&config.0);
     }
@@ -77,13 +90,19 @@ impl Server {
     /// Starts `subagentd serve ARGS` (with a config when given) and waits
     /// for the addresses it reports.
     pub fn start(args: &[&str], config: Option<&str>) -> Self {
+        Self::start_with(None, args, config)
+    }
+
+    /// [`Server::start`], run through `bash -c "PRELUDE; exec subagentd …"`
+    /// when a prelude is given.
+    pub fn start_with(prelude: Option<&str>, args: &[&str], config: Option<&str>) -> Self {
         let config = config.map(tempfile_lite::TempFile::with);
-        let mut child = command(args, config.as_ref())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start subagentd");
+        let mut cmd = match prelude {
+            Some(prelude) => shell_command(prelude, args, config.as_ref()),
+            None => command(args, config.as_ref()),
+        };
+        let mut child =
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start subagentd");
         let stderr = drain_stderr(&mut child);
         let want_tcp = args.contains(&"--tcp");
         let want_http = args.contains(&"--http");

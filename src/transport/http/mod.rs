@@ -2,8 +2,13 @@
 //!
 //! - `POST /session` → `{"session_id": "..."}` (503 at `max_sessions`).
 //! - `POST /send` with header `X-Session-Id`, body one or more NDJSON lines →
-//!   `{"ok": true}`; the replies go to the stream. 400 without the header,
-//!   404 for an unknown (or expired) session.
+//!   `{"ok": true}` at once; the replies go to the stream. 400 without the
+//!   header, 404 for an unknown, expired or ended session. It never waits
+//!   for the session: when the session's input queue is full (it is at its
+//!   `max_inflight_requests` bound) it answers 429 with
+//!   `{"ok": false, "error": "busy", "accepted": N}` and `Retry-After: 1`:
+//!   the first N lines of the body were taken (and will be answered), the
+//!   rest were not.
 //! - `GET /stream` with header `X-Session-Id` → `text/event-stream`, each
 //!   message as `data: <json>\n\n`. Messages produced while no stream is
 //!   attached wait in the session's bounded outbox and are sent on attach; a
@@ -16,147 +21,74 @@
 //! reconnects after its old stream is gone loses nothing.
 //!
 //! A session with no request and no attached stream for
-//! `limits.session_idle_seconds` is closed and forgotten.
+//! `limits.session_idle_seconds` is closed and forgotten. A session that has
+//! ended (`shutdown`) is forgotten once a stream has delivered its last
+//! lines, or `[server] final_flush_ms` after it ended with no stream
+//! attached; until then it still counts toward `max_sessions`. Requests sent
+//! while it drains after `shutdown` are answered on the stream with
+//! `invalid_state`; once it has ended, `/send` answers 404. See
+//! `sessions.rs` for the lifecycle.
 
 use actix_web::dev::Server;
 use actix_web::http::header;
+use actix_web::http::StatusCode;
 use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
 use futures_util::StreamExt;
 use serde_json::json;
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::codec::{Frame, LineDecoder};
-use crate::session::Service;
+use crate::session::OutboxReceiver;
+
+mod sessions;
+
+pub use sessions::HttpSessions;
+use sessions::{lock, HttpSession};
 
 /// The header naming the session of `/send` and `/stream`.
 pub const SESSION_HEADER: &str = "X-Session-Id";
 
-/// The HTTP sessions of a service.
-#[derive(Debug)]
-pub struct HttpSessions {
-    // Opens sessions and enforces `max_sessions`.
-    service: Arc<Service>,
-    // Live (and ended but undelivered) sessions by id.
-    map: Mutex<HashMap<String, Arc<HttpSession>>>,
-}
-
-#[derive(Debug)]
-struct HttpSession {
-    // Frames for the session loop.
-    input: mpsc::Sender<Frame>,
-    // The outbox's receiving side; an attached stream holds the lock.
-    output: Arc<tokio::sync::Mutex<mpsc::Receiver<String>>>,
-    // Cancels the attached stream when a new one replaces it.
-    stream_token: Mutex<CancellationToken>,
-    // Streams attached now (a session with a stream is never idle).
-    streams: AtomicUsize,
-    // Last request or stream activity, for idle expiry.
-    last_active: Mutex<Instant>,
-    // Closes the session (idle expiry).
-    stop: CancellationToken,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl HttpSession {
-    fn touch(&self) {
-        *lock(&self.last_active) = Instant::now();
-    }
-}
-
-impl HttpSessions {
-    /// The HTTP front of `service`.
-    pub fn new(service: Arc<Service>) -> Arc<Self> {
-        Arc::new(Self { service, map: Mutex::new(HashMap::new()) })
-    }
-
-    fn get(&self, id: &str) -> Option<Arc<HttpSession>> {
-        lock(&self.map).get(id).cloned()
-    }
-
-    fn remove(&self, id: &str) {
-        lock(&self.map).remove(id);
-    }
-
-    /// SSE streams attached now, over all sessions.
-    pub fn streams(&self) -> usize {
-        lock(&self.map).values().map(|session| session.streams.load(Ordering::Acquire)).sum()
-    }
-
-    /// Closes and forgets sessions idle for longer than `idle`.
-    pub fn expire_idle(&self, idle: Duration) {
-        let mut map = lock(&self.map);
-        map.retain(|id, session| {
-            let idle_now = session.streams.load(Ordering::Acquire) == 0 && lock(&session.last_active).elapsed() >= idle;
-            if idle_now {
-                log::debug!("http session {id} idle: closing");
-                session.stop.cancel();
-            }
-            !idle_now
-        });
-    }
-
-    /// Runs [`HttpSessions::expire_idle`] periodically until the service shuts down.
-    pub async fn reap(self: Arc<Self>) {
-        let idle = Duration::from_secs(self.service.limits().session_idle_seconds);
-        let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
-        let shutdown = self.service.shutdown_token().clone();
-        let mut ticks = tokio::time::interval(period);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = ticks.tick() => self.expire_idle(idle),
-            }
-        }
-    }
-}
-
-fn error(status: actix_web::http::StatusCode, message: &str) -> HttpResponse {
+fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
 
 fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<HttpSession>), Box<HttpResponse>> {
     let Some(id) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Err(Box::new(error(actix_web::http::StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
+        return Err(Box::new(error(StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
     match sessions.get(id) {
         Some(session) => Ok((id.to_owned(), session)),
-        None => Err(Box::new(error(actix_web::http::StatusCode::NOT_FOUND, "unknown session"))),
+        None => Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session"))),
     }
 }
 
 async fn create(sessions: web::Data<HttpSessions>) -> HttpResponse {
-    let opened = match sessions.service.open() {
-        Ok(opened) => opened,
-        Err(err) => return error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, &err.message),
-    };
-    let id = opened.session_id.clone();
-    let entry = Arc::new(HttpSession {
-        input: opened.input,
-        output: Arc::new(tokio::sync::Mutex::new(opened.output)),
-        stream_token: Mutex::new(CancellationToken::new()),
-        streams: AtomicUsize::new(0),
-        last_active: Mutex::new(Instant::now()),
-        stop: opened.stop,
-    });
-    lock(&sessions.map).insert(id.clone(), entry.clone());
-    let session = opened.session;
-    actix_rt::spawn(async move {
-        let end = session.run().await;
-        log::debug!("http session ended: {end:?}");
-        // Kept until its stream has delivered the last replies, or idle expiry.
-        entry.touch();
-    });
-    HttpResponse::Ok().json(json!({ "session_id": id }))
+    match sessions.service.open() {
+        Ok(opened) => HttpResponse::Ok().json(json!({ "session_id": sessions.clone().into_inner().insert(opened) })),
+        Err(err) => error(StatusCode::SERVICE_UNAVAILABLE, &err.message),
+    }
+}
+
+// Hands one frame to the session without waiting: a full input queue (the
+// session is at its in-flight bound) is 429, an ended session 404.
+fn offer(session: &HttpSession, frame: Frame, accepted: &mut usize) -> Result<(), Box<HttpResponse>> {
+    match session.input.try_send(frame) {
+        Ok(()) => {
+            *accepted += 1;
+            Ok(())
+        }
+        Err(TrySendError::Full(_)) => Err(Box::new(
+            HttpResponse::build(StatusCode::TOO_MANY_REQUESTS)
+                .insert_header((header::RETRY_AFTER, "1"))
+                .json(json!({ "ok": false, "error": "busy", "accepted": *accepted })),
+        )),
+        Err(TrySendError::Closed(_)) => Err(Box::new(error(StatusCode::NOT_FOUND, "session has ended"))),
+    }
 }
 
 async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
@@ -167,23 +99,24 @@ async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Http
     session.touch();
     let mut decoder = LineDecoder::new(sessions.service.limits().max_line_bytes);
     let mut frames = Vec::new();
-    let mut closed = false;
+    let mut accepted = 0;
     while let Some(chunk) = body.next().await {
         let Ok(chunk) = chunk else {
-            return error(actix_web::http::StatusCode::BAD_REQUEST, "could not read the request body");
+            return error(StatusCode::BAD_REQUEST, "could not read the request body");
         };
         decoder.feed(&chunk, &mut frames);
         for frame in frames.drain(..) {
-            closed |= !closed && session.input.send(frame).await.is_err();
+            if let Err(response) = offer(&session, frame, &mut accepted) {
+                return *response;
+            }
         }
     }
     if let Some(frame) = decoder.finish() {
-        closed |= !closed && session.input.send(frame).await.is_err();
+        if let Err(response) = offer(&session, frame, &mut accepted) {
+            return *response;
+        }
     }
     session.touch();
-    if closed {
-        return error(actix_web::http::StatusCode::NOT_FOUND, "session has ended");
-    }
     HttpResponse::Ok().json(json!({ "ok": true }))
 }
 
@@ -193,13 +126,14 @@ struct Attached {
     session: Arc<HttpSession>,
     sessions: web::Data<HttpSessions>,
     token: CancellationToken,
-    guard: Option<tokio::sync::OwnedMutexGuard<mpsc::Receiver<String>>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<OutboxReceiver>>,
 }
 
 impl Drop for Attached {
     fn drop(&mut self) {
         self.session.streams.fetch_sub(1, Ordering::AcqRel);
         self.session.touch();
+        self.session.detached.notify_one();
     }
 }
 

@@ -1,0 +1,166 @@
+//! The HTTP transport's session registry and each session's lifecycle.
+//!
+//! Every HTTP session has one watcher task ([`HttpSessions::watch`]) that
+//! runs the protocol session and:
+//!
+//! - closes it once it has had no request and no attached stream for
+//!   `limits.session_idle_seconds` (a per-session deadline, re-armed from the
+//!   last activity when it fires; no periodic scan of all sessions);
+//! - once it has ended, keeps it only until its last lines are delivered: a
+//!   stream that takes the last line removes it at once; with no stream
+//!   attached it is removed after `[server] final_flush_ms`.
+//!
+//! The session's `max_sessions` slot is held by its registry entry, so an
+//! ended session still counts until it is removed: create→shutdown loops
+//! cannot grow the registry past `max_sessions`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::codec::Frame;
+use crate::session::{OpenedSession, OutboxReceiver, ProtocolSession, Service, SessionSlot};
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The HTTP sessions of a service.
+#[derive(Debug)]
+pub struct HttpSessions {
+    // Opens sessions and enforces `max_sessions`.
+    pub(super) service: Arc<Service>,
+    // How long an ended session waits for a stream to take its last lines.
+    final_flush: Duration,
+    // Live (and ended but undelivered) sessions by id.
+    map: Mutex<HashMap<String, Arc<HttpSession>>>,
+}
+
+/// One HTTP session's transport state.
+#[derive(Debug)]
+pub(super) struct HttpSession {
+    // Frames for the session loop.
+    pub(super) input: mpsc::Sender<Frame>,
+    // The outbox's receiving side; an attached stream holds the lock.
+    pub(super) output: Arc<tokio::sync::Mutex<OutboxReceiver>>,
+    // Cancels the attached stream when a new one replaces it.
+    pub(super) stream_token: Mutex<CancellationToken>,
+    // Streams attached now (a session with a stream is never idle).
+    pub(super) streams: AtomicUsize,
+    // Woken when a stream detaches: the idle deadline or the final grace
+    // starts again from then.
+    pub(super) detached: Notify,
+    // Last request or stream activity, for idle expiry.
+    last_active: Mutex<Instant>,
+    // Closes the session (idle expiry).
+    stop: CancellationToken,
+    // The `max_sessions` slot, released when the entry is removed.
+    slot: Mutex<Option<SessionSlot>>,
+}
+
+impl HttpSession {
+    /// Records activity: the idle deadline moves.
+    pub(super) fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+    }
+
+    fn streams(&self) -> usize {
+        self.streams.load(Ordering::Acquire)
+    }
+}
+
+impl HttpSessions {
+    /// The HTTP front of `service`; an ended session with no stream attached
+    /// is kept `final_flush` for one to take its last lines.
+    pub fn new(service: Arc<Service>, final_flush: Duration) -> Arc<Self> {
+        Arc::new(Self { service, final_flush, map: Mutex::new(HashMap::new()) })
+    }
+
+    pub(super) fn get(&self, id: &str) -> Option<Arc<HttpSession>> {
+        lock(&self.map).get(id).cloned()
+    }
+
+    /// Forgets a session and gives back its `max_sessions` slot.
+    pub(super) fn remove(&self, id: &str) {
+        let removed = lock(&self.map).remove(id);
+        if let Some(entry) = removed {
+            lock(&entry.slot).take();
+        }
+    }
+
+    /// SSE streams attached now, over all sessions.
+    pub fn streams(&self) -> usize {
+        lock(&self.map).values().map(|session| session.streams()).sum()
+    }
+
+    /// Registers a freshly opened session and starts its watcher; returns
+    /// its id.
+    pub(super) fn insert(self: &Arc<Self>, opened: OpenedSession) -> String {
+        let mut session = opened.session;
+        let entry = Arc::new(HttpSession {
+            input: opened.input,
+            output: Arc::new(tokio::sync::Mutex::new(opened.output)),
+            stream_token: Mutex::new(CancellationToken::new()),
+            streams: AtomicUsize::new(0),
+            detached: Notify::new(),
+            last_active: Mutex::new(Instant::now()),
+            stop: opened.stop,
+            slot: Mutex::new(session.take_slot()),
+        });
+        let id = opened.session_id;
+        lock(&self.map).insert(id.clone(), entry.clone());
+        actix_rt::spawn(self.clone().watch(id.clone(), entry, session));
+        id
+    }
+
+    /// Runs the session, closes it when idle, and removes it once it has
+    /// ended and its last lines are delivered (or could not be).
+    async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpSession>, session: ProtocolSession) {
+        let idle = Duration::from_secs(self.service.limits().session_idle_seconds);
+        let run = session.run();
+        tokio::pin!(run);
+        let mut expired = false;
+        let end = loop {
+            let streaming = entry.streams() > 0;
+            let deadline = tokio::time::Instant::from_std(*lock(&entry.last_active) + idle);
+            tokio::select! {
+                end = &mut run => break end,
+                _ = tokio::time::sleep_until(deadline), if !streaming && !expired => {
+                    if entry.streams() == 0 && lock(&entry.last_active).elapsed() >= idle {
+                        log::debug!("http session {id} idle: closing");
+                        entry.stop.cancel();
+                        expired = true;
+                    }
+                }
+                _ = entry.detached.notified(), if streaming => {}
+            }
+        };
+        log::debug!("http session {id} ended: {end:?}");
+        if !expired {
+            self.linger(&id, &entry).await;
+        }
+        self.remove(&id);
+    }
+
+    // Waits, for an ended session, until a stream has taken its last lines
+    // (the stream removes it), or `final_flush` passed with no stream
+    // attached, or the host shuts down.
+    async fn linger(&self, id: &str, entry: &HttpSession) {
+        let shutdown = self.service.shutdown_token();
+        while self.get(id).is_some() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                // A stream left: a new grace starts for it to come back.
+                _ = entry.detached.notified() => {}
+                _ = tokio::time::sleep(self.final_flush) => {
+                    if entry.streams() == 0 {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
