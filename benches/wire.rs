@@ -7,7 +7,7 @@
 //! | `wire_tcp/floor_1_session` | one cycle against an in-process fake host that answers each request with a canned reply (no actors, no events): socket + JSON + client cost | 1 connection, `WINDOW` cycles in flight |
 //! | `wire_tcp/1_session` | one cycle over TCP NDJSON | 1 connection, `WINDOW` cycles in flight |
 //! | `wire_tcp/8_sessions` | one cycle over TCP NDJSON | 8 connections, `WINDOW` cycles in flight on each |
-//! | `wire_http/1_session` | one request (`/send`; a cycle is 3) with its reply read from `/stream` | 1 HTTP session, `WINDOW` cycles in flight |
+//! | `wire_http/1_session` | one request (`/send`; a cycle is 3) with its reply read from `/stream` | 1 HTTP session, `HTTP_WINDOW` cycles in flight |
 //!
 //! A cycle sends `SUBAGENT_SPAWN_REQ`, then on its reply `SUBAGENT_DELEGATE_REQ`
 //! and `SUBAGENT_AWAIT_REQ` (over TCP back to back: a session handles its
@@ -36,8 +36,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-/// Cycles kept in flight per session.
+/// Cycles kept in flight per TCP session.
 const WINDOW: usize = 128;
+
+/// Cycles (so `/send` requests) kept in flight per HTTP session: below the
+/// service's input queue (64 frames), past which `/send` answers 429.
+const HTTP_WINDOW: usize = 48;
 
 const HANDSHAKE: &str =
     r#"{"type":"handshake/req","id":"h1","a2e":"1.0","agent_id":"bench","agent_caps":["multi_agent"],"auth_token":""}"#;
@@ -94,6 +98,10 @@ fn dispatch(line: &str, pending: &Pending) {
 /// reply; the transport is TCP NDJSON or HTTP `/send` + `/stream`.
 struct Client {
     next_id: Cell<u64>,
+    // Cycles kept in flight.
+    window: usize,
+    // `/send` answers 429 (busy) that were retried.
+    busy: Cell<u64>,
     pending: Pending,
     out: Out,
 }
@@ -114,16 +122,25 @@ impl Client {
         let line = body(id);
         match &self.out {
             Out::Tcp(lines) => lines.send(line).expect("writer gone"),
-            Out::Http { client, url, session } => {
+            Out::Http { client, url, session } => loop {
                 let response = client
                     .post(url.as_str())
                     .insert_header(("X-Session-Id", session.as_str()))
                     .insert_header(("Content-Type", "text/plain"))
-                    .send_body(line)
+                    .send_body(line.clone())
                     .await
                     .expect("POST /send");
+                if response.status() == awc::http::StatusCode::TOO_MANY_REQUESTS {
+                    // The session's input queue is full: nothing was taken.
+                    // Back off briefly (not the advertised second: that
+                    // would measure the sleep) and count it.
+                    self.busy.set(self.busy.get() + 1);
+                    actix_rt::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
                 assert!(response.status().is_success(), "/send: {}", response.status());
-            }
+                break;
+            },
         }
         rx.await.expect("reply lost (connection closed?)")
     }
@@ -165,12 +182,15 @@ impl Client {
                 self.cycle().await;
             }
         };
-        futures_util::future::join_all((0..WINDOW).map(|_| worker())).await;
+        futures_util::future::join_all((0..self.window).map(|_| worker())).await;
     }
 
     /// Ends the session: an HTTP session is shut down (it would otherwise
     /// live until its idle timeout); a TCP one ends when its socket closes.
     async fn close(self) {
+        if self.busy.get() > 0 {
+            eprintln!("wire bench: {} `/send` answered 429 and were retried", self.busy.get());
+        }
         if let Out::Http { client, url, session } = &self.out {
             let _ = client
                 .post(url.as_str())
@@ -215,7 +235,7 @@ async fn tcp_client(addr: SocketAddr) -> Client {
             }
         }
     });
-    Client { next_id: Cell::new(1), pending, out: Out::Tcp(tx) }
+    Client { next_id: Cell::new(1), window: WINDOW, busy: Cell::new(0), pending, out: Out::Tcp(tx) }
 }
 
 /// Opens an HTTP session, attaches its `/stream`, and handshakes.
@@ -273,7 +293,13 @@ async fn http_client(addr: SocketAddr) -> Client {
     assert!(sent.status().is_success());
     let hello = hello_rx.await.expect("handshake reply on the stream");
     assert!(hello.contains(r#""ok":true"#), "handshake refused: {hello}");
-    Client { next_id: Cell::new(1), pending, out: Out::Http { client, url, session } }
+    Client {
+        next_id: Cell::new(1),
+        window: HTTP_WINDOW,
+        busy: Cell::new(0),
+        pending,
+        out: Out::Http { client, url, session },
+    }
 }
 
 // ---- the service under test, and the floor ------------------------------------

@@ -16,12 +16,19 @@
 //! Divide the instruction count of `hot` by N for a per-cycle cost.
 
 use actix::prelude::*;
-use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use subagent_host::config::Limits;
 use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::{Host, HostConfig, Session};
+
+/// Runs `futures` concurrently and collects their outputs in completion
+/// order (`join_all` keeps input order, paying a binary heap for it once
+/// outputs arrive out of order, which grows the driver's cost with N).
+async fn all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    futures.into_iter().collect::<FuturesUnordered<F>>().collect().await
+}
 
 struct Echo;
 
@@ -86,28 +93,28 @@ fn hot(system: &actix_rt::SystemRunner, session: &Session, mode: &str, n: usize)
             }
             "rawfanout" => {
                 let addrs: Vec<_> = (0..n).map(|_| Echo.start()).collect();
-                join_all(addrs.iter().enumerate().map(|(i, a)| a.send(Ping(i as u64)))).await;
+                all(addrs.iter().enumerate().map(|(i, a)| a.send(Ping(i as u64)))).await;
                 for addr in &addrs {
                     addr.do_send(Stop);
                 }
             }
             "fanout" => {
                 // Phases: spawn all, delegate all, await all (small futures).
-                let spawned = join_all((0..n).map(|_| session.spawn(spawn_request()))).await;
+                let spawned = all((0..n).map(|_| session.spawn(spawn_request()))).await;
                 let ids: Vec<_> = spawned.into_iter().map(|r| r.expect("spawn").subagent_id).collect();
                 let task = TaskDefinition::new("unit", "do the unit of work");
-                join_all(ids.iter().map(|id| session.delegate(*id, task.clone()))).await;
-                join_all(ids.iter().map(|id| session.await_result(*id))).await;
+                all(ids.iter().map(|id| session.delegate(*id, task.clone()))).await;
+                all(ids.iter().map(|id| session.await_result(*id))).await;
             }
             "fanout_chained" => {
                 // Per subagent one future: spawn, then delegate.
-                let ids = join_all((0..n).map(|_| async {
+                let ids = all((0..n).map(|_| async {
                     let id = session.spawn(spawn_request()).await.expect("spawn").subagent_id;
                     session.delegate(id, TaskDefinition::new("unit", "do the unit of work")).await.expect("delegate");
                     id
                 }))
                 .await;
-                join_all(ids.iter().map(|id| session.await_result(*id))).await;
+                all(ids.iter().map(|id| session.await_result(*id))).await;
             }
             other => panic!("unknown mode {other}"),
         }
