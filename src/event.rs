@@ -4,6 +4,8 @@
 //! `Arc<str>`); they become `SUBAGENT_EVENT` JSON only when a sink wants wire
 //! form, so an in-process user that ignores events pays almost nothing.
 
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -131,6 +133,52 @@ impl Event {
     /// The event as a `SUBAGENT_EVENT` body.
     pub fn to_wire(&self) -> SubagentEvent {
         SubagentEvent { subagent_id: self.subagent_id, event: self.kind.as_str().to_owned(), content: self.content() }
+    }
+}
+
+/// The wire body of an event (`SUBAGENT_EVENT` without the envelope),
+/// serialized straight from the event: the same fields as
+/// [`Event::to_wire`], without building a JSON tree first.
+#[derive(Debug, Clone, Copy)]
+pub struct WireEvent<'a>(pub &'a Event);
+
+impl Serialize for WireEvent<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("subagent_id", &self.0.subagent_id)?;
+        map.serialize_entry("event", self.0.kind.as_str())?;
+        map.serialize_entry("content", &WireContent(self.0))?;
+        map.end()
+    }
+}
+
+/// [`Event::content`], serialized in place.
+struct WireContent<'a>(&'a Event);
+
+impl Serialize for WireContent<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let event = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("status", event.status.as_str())?;
+        map.serialize_entry("parent_agent_id", &event.parent_agent_id.as_deref())?;
+        map.serialize_entry("root_agent_id", &event.root_agent_id.as_deref())?;
+        map.serialize_entry("depth", &event.depth)?;
+        if let Some(error) = &event.error {
+            map.serialize_entry("error", &**error)?;
+        }
+        match &event.detail {
+            EventDetail::None => {}
+            EventDetail::Progress(text) => map.serialize_entry("message", text)?,
+            EventDetail::Message { from, kind } => {
+                map.serialize_entry("from_subagent_id", from)?;
+                map.serialize_entry("message_type", kind)?;
+            }
+            EventDetail::Merged { strategy, subagent_ids } => {
+                map.serialize_entry("strategy", strategy)?;
+                map.serialize_entry("subagent_ids", subagent_ids)?;
+            }
+        }
+        map.end()
     }
 }
 

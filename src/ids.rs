@@ -69,6 +69,36 @@ impl IdSource for RandomIds {
     }
 }
 
+/// Hashes a subagent id (already a random `u32`) with one multiply instead of
+/// SipHash: ids are drawn by the host, not chosen by clients, so there is no
+/// flooding to defend against.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // A multiply mixes each bit upward only; folding the high half down
+        // makes the low bits (hashbrown's bucket index) depend on every bit
+        // of the id, which matters for the registry's shards, whose ids all
+        // share their low bits. The top bits (the control byte) stay mixed.
+        let product = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        product ^ (product >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(*byte);
+        }
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.0 = u64::from(value);
+    }
+}
+
+/// The `BuildHasher` of maps and sets keyed by subagent id.
+pub type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 const SHARDS: usize = 64;
 
 /// The host-wide set of ids in use.
@@ -77,7 +107,7 @@ const SHARDS: usize = 64;
 /// so ids never collide within a host, even across sessions.
 pub struct IdRegistry {
     source: Box<dyn IdSource>,
-    shards: Vec<Mutex<HashSet<u32>>>,
+    shards: Vec<Mutex<HashSet<u32, IdHash>>>,
 }
 
 impl fmt::Debug for IdRegistry {
@@ -89,10 +119,10 @@ impl fmt::Debug for IdRegistry {
 impl IdRegistry {
     /// A registry drawing candidates from `source`.
     pub fn new(source: Box<dyn IdSource>) -> Self {
-        Self { source, shards: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect() }
+        Self { source, shards: (0..SHARDS).map(|_| Mutex::new(HashSet::default())).collect() }
     }
 
-    fn shard(&self, id: u32) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+    fn shard(&self, id: u32) -> std::sync::MutexGuard<'_, HashSet<u32, IdHash>> {
         // A poisoned shard only means another thread panicked mid-insert; the
         // set itself is still consistent, so keep using it.
         self.shards[id as usize % SHARDS].lock().unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -99,7 +99,7 @@ pub struct TaskContext {
     pub deadline: Instant,
     pub(crate) generation: u64,
     pub(crate) steps: Cell<u32>,
-    pub(crate) supervisor: Addr<Supervisor>,
+    pub(crate) supervisor: Arc<Addr<Supervisor>>,
     pub(crate) actor: Addr<SubagentActor>,
 }
 

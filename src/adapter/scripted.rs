@@ -64,11 +64,20 @@ fn parse_script(metadata: &JsonObject) -> Result<Option<Vec<Step>>, TaskError> {
         .map_err(|err| TaskError(format!("malformed script at `script.{}`: {}", err.path(), err.inner())))
 }
 
+// Values are built directly: `json!` would send each one through serde.
 fn default_result(ctx: &TaskContext) -> JsonObject {
     let mut result = JsonObject::new();
-    result.insert("summary".into(), json!(format!("Completed task: {}", ctx.task.name)));
-    result.insert("instruction".into(), json!(ctx.task.instruction));
+    result.insert("summary".into(), Value::String(format!("Completed task: {}", ctx.task.name)));
+    result.insert("instruction".into(), Value::String(ctx.task.instruction.clone()));
     result
+}
+
+/// A `{"role": …, "content": …}` memory entry.
+fn memory_entry(role: &str, content: Value) -> Value {
+    let mut entry = JsonObject::new();
+    entry.insert("role".into(), Value::String(role.to_owned()));
+    entry.insert("content".into(), content);
+    Value::Object(entry)
 }
 
 impl AgentAdapter for ScriptedAdapter {
@@ -88,11 +97,11 @@ impl AgentAdapter for ScriptedAdapter {
 }
 
 async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
-    ctx.memory.push(json!({ "role": "user", "content": ctx.task.instruction }));
+    ctx.memory.push(memory_entry("user", Value::String(ctx.task.instruction.clone())));
     let Some(steps) = parse_script(&ctx.task.metadata)? else {
         ctx.step()?;
         let result = default_result(ctx);
-        ctx.memory.push(json!({ "role": "assistant", "content": result["summary"] }));
+        ctx.memory.push(memory_entry("assistant", result["summary"].clone()));
         return Ok(result);
     };
     let mut messages: Vec<Value> = Vec::new();

@@ -3,13 +3,13 @@
 //! [`HostError`] becomes the `error` wire message in one place.
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::request::PROTOCOL_VERSION;
 use super::wire::{JsonObject, SubagentEvent};
 use crate::error::HostError;
-use crate::event::{stopped_content, Event};
+use crate::event::{stopped_content, Event, WireEvent};
 use crate::ids::SubagentId;
 
 /// Seconds since the Unix epoch, as a float.
@@ -21,24 +21,62 @@ pub fn now_ts() -> f64 {
 /// is `Some` for a reply (empty when the request had no id), `None` for an
 /// unsolicited message.
 pub fn message<T: Serialize>(kind: &str, req_id: Option<&str>, body: &T) -> String {
-    let mut object = match serde_json::to_value(body) {
-        Ok(Value::Object(object)) => object,
-        Ok(Value::Null) => Map::new(),
-        Ok(other) => {
-            let mut object = Map::new();
-            object.insert("value".into(), other);
-            object
-        }
-        Err(err) => return error(&HostError::runtime(format!("cannot encode {kind}: {err}")), req_id.unwrap_or("")),
-    };
-    object.insert("type".into(), json!(kind));
-    object.insert("id".into(), json!(uuid::Uuid::new_v4().simple().to_string()));
-    object.insert("a2e".into(), json!(PROTOCOL_VERSION));
-    object.insert("ts".into(), json!(now_ts()));
-    if let Some(req_id) = req_id {
-        object.insert("req_id".into(), json!(req_id));
+    // Written straight into the line: building a `serde_json::Value` first
+    // (a BTreeMap with a String per key) and printing it through `Display`
+    // cost several times the serialization itself.
+    let mut line = Vec::with_capacity(256);
+    line.extend_from_slice(b"{\"type\":");
+    push_str(&mut line, kind);
+    line.extend_from_slice(b",\"id\":\"");
+    let mut id = [0u8; 32];
+    line.extend_from_slice(message_id(&mut id).as_bytes());
+    line.extend_from_slice(b"\",\"a2e\":");
+    push_str(&mut line, PROTOCOL_VERSION);
+    line.extend_from_slice(b",\"ts\":");
+    if serde_json::to_writer(&mut line, &now_ts()).is_err() {
+        line.push(b'0');
     }
-    Value::Object(object).to_string()
+    if let Some(req_id) = req_id {
+        line.extend_from_slice(b",\"req_id\":");
+        push_str(&mut line, req_id);
+    }
+    let mark = line.len();
+    if let Err(err) = serde_json::to_writer(&mut line, body) {
+        return error(&HostError::runtime(format!("cannot encode {kind}: {err}")), req_id.unwrap_or(""));
+    }
+    match line[mark..].first() {
+        // `{…}`: its fields join the envelope's, its `}` closes the line.
+        Some(b'{') if line.len() - mark > 2 => line[mark] = b',',
+        Some(b'{') => {
+            line.truncate(mark);
+            line.push(b'}');
+        }
+        Some(b'n') => {
+            line.truncate(mark);
+            line.push(b'}');
+        }
+        _ => {
+            let value = line.split_off(mark);
+            line.extend_from_slice(b",\"value\":");
+            line.extend_from_slice(&value);
+            line.push(b'}');
+        }
+    }
+    // serde_json writes UTF-8 only.
+    String::from_utf8(line).unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
+}
+
+fn push_str(line: &mut Vec<u8>, text: &str) {
+    if serde_json::to_writer(&mut *line, text).is_err() {
+        line.extend_from_slice(b"\"\"");
+    }
+}
+
+/// A fresh message id: a version-4 UUID in simple (32 hex) form, drawn from
+/// `fastrand` instead of a `getrandom` system call per message.
+fn message_id(buffer: &mut [u8; 32]) -> &str {
+    let bytes = fastrand::u128(..).to_le_bytes();
+    uuid::Builder::from_random_bytes(bytes).into_uuid().simple().encode_lower(buffer)
 }
 
 /// The `error` reply for `err`: the one place errors meet the wire.
@@ -76,7 +114,7 @@ pub fn stopped(event: &str, req_id: &str, target: SubagentId, result: Result<Vec
 
 /// An unsolicited `SUBAGENT_EVENT` (no `req_id`).
 pub fn event(event: &Event) -> String {
-    message("SUBAGENT_EVENT", None, &event.to_wire())
+    message("SUBAGENT_EVENT", None, &WireEvent(event))
 }
 
 /// An empty JSON object body.

@@ -3,11 +3,13 @@
 //! supervisor routes them to the target `SubagentActor` by one index lookup.
 
 use actix::prelude::*;
+use actix::WeakAddr;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::subagent::SubagentActor;
+use super::supervisor::Supervisor;
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
@@ -75,11 +77,6 @@ pub(crate) struct ChildrenOf(pub SubagentId);
 #[rtype(result = "Vec<SubagentId>")]
 pub(crate) struct Close;
 
-/// The supervisor's record of a subagent (used after its actor has gone).
-#[derive(Message)]
-#[rtype(result = "Result<AwaitResponse, HostError>")]
-pub(crate) struct ReadRecord(pub SubagentId);
-
 /// Counted status of the session: (busy subagent ids).
 #[derive(Message)]
 #[rtype(result = "Vec<SubagentId>")]
@@ -101,18 +98,79 @@ pub(crate) struct Report {
 
 // ---- supervisor (or a parent) to a subagent actor ----------------------------
 
-/// Start a task on this subagent.
+/// Start a task on this subagent; the answer goes straight to the client's
+/// reply channel (no forwarding task in the supervisor).
 #[derive(Message)]
-#[rtype(result = "DelegateResponse")]
+#[rtype(result = "()")]
 pub(crate) struct RunTask {
     pub task: TaskDefinition,
     pub deadline_cap: Option<Instant>,
+    pub reply: DelegateReply,
 }
 
-/// Reply when the current task ends (at once when there is none).
+/// Answer `reply` when the current task ends (at once when there is none).
 #[derive(Message)]
-#[rtype(result = "Result<AwaitResponse, HostError>")]
-pub(crate) struct AwaitTask;
+#[rtype(result = "()")]
+pub(crate) struct AwaitTask(pub AwaitReply);
+
+/// A delegate's reply channel, carried to the subagent actor. Dropped
+/// unanswered (the actor stopped before handling it), it answers "not
+/// accepted, TERMINATED".
+pub(crate) struct DelegateReply(pub Option<tokio::sync::oneshot::Sender<Result<DelegateResponse, HostError>>>);
+
+impl DelegateReply {
+    pub(crate) fn send(mut self, answer: DelegateResponse) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(Ok(answer));
+        }
+    }
+}
+
+impl Drop for DelegateReply {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Terminated }));
+        }
+    }
+}
+
+/// An await's reply channel, carried to the subagent actor and kept there
+/// until the task ends. Dropped unanswered (the actor stopped before handling
+/// it), it asks the supervisor to answer from its record, which the actor's
+/// final report reached first.
+pub(crate) struct AwaitReply {
+    pub tx: Option<tokio::sync::oneshot::Sender<Result<AwaitResponse, HostError>>>,
+    pub id: SubagentId,
+    pub supervisor: WeakAddr<Supervisor>,
+}
+
+impl AwaitReply {
+    pub(crate) fn send(mut self, answer: Result<AwaitResponse, HostError>) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(answer);
+        }
+    }
+}
+
+impl Drop for AwaitReply {
+    fn drop(&mut self) {
+        let Some(tx) = self.tx.take() else { return };
+        match self.supervisor.upgrade() {
+            Some(supervisor) => supervisor.do_send(AnswerFromRecord { id: self.id, tx }),
+            None => {
+                let _ = tx.send(Err(HostError::runtime("the session is closed")));
+            }
+        }
+    }
+}
+
+/// Answer an await from the supervisor's record (its actor has gone).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AnswerFromRecord {
+    pub id: SubagentId,
+    pub tx: tokio::sync::oneshot::Sender<Result<AwaitResponse, HostError>>,
+}
 
 /// Queue a mailbox message.
 #[derive(Message)]

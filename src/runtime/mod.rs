@@ -129,7 +129,7 @@ impl Host {
         let stats = Arc::new(SessionStats::default());
         let shared = self.shared.clone();
         let supervisor_stats = stats.clone();
-        let make = move |_: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats);
+        let make = move |ctx: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats, ctx.address());
         let addr = if self.workers.is_empty() {
             Supervisor::create(make)
         } else {

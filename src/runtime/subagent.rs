@@ -8,7 +8,6 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -43,11 +42,25 @@ struct RunningTask {
     // Drops the task's future at once (terminate, or cancel past the grace period).
     abort: AbortHandle,
     // Fires once the task's future is gone and its outcome is recorded.
-    settled: CancellationToken,
+    // Made on first use: most tasks end without anyone waiting on them this way.
+    settled: Option<CancellationToken>,
     // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
     cancel_requested: bool,
     // For the timeout error text.
     timeout_seconds: u64,
+}
+
+impl RunningTask {
+    /// Fires once the task has ended.
+    fn settled(&mut self) -> CancellationToken {
+        self.settled.get_or_insert_with(CancellationToken::new).clone()
+    }
+
+    fn fire_settled(&self) {
+        if let Some(settled) = &self.settled {
+            settled.cancel();
+        }
+    }
 }
 
 /// A child this subagent owns.
@@ -91,7 +104,7 @@ pub(crate) struct SubagentSeed {
     pub id: SubagentId,
     pub parent_id: Option<SubagentId>,
     pub host: Arc<HostShared>,
-    pub supervisor: Addr<Supervisor>,
+    pub supervisor: Arc<Addr<Supervisor>>,
     pub stats: Arc<SessionStats>,
     pub config: Arc<SubagentConfig>,
     pub adapter: Arc<dyn AgentAdapter>,
@@ -105,7 +118,7 @@ pub(crate) struct SubagentActor {
     parent_id: Option<SubagentId>,
     host: Arc<HostShared>,
     // Where status reports go; the supervisor outlives every subagent.
-    supervisor: Addr<Supervisor>,
+    supervisor: Arc<Addr<Supervisor>>,
     stats: Arc<SessionStats>,
     config: Arc<SubagentConfig>,
     adapter: Arc<dyn AgentAdapter>,
@@ -117,7 +130,7 @@ pub(crate) struct SubagentActor {
     error: Option<Arc<str>>,
     task: Option<RunningTask>,
     generation: u64,
-    awaiters: Vec<oneshot::Sender<AwaitResponse>>,
+    awaiters: Vec<AwaitReply>,
     children: Vec<Child>,
     // Set when terminate starts; the actor takes no new work after it.
     terminating: bool,
@@ -208,7 +221,7 @@ impl SubagentActor {
             generation,
             cancel,
             abort: handle.abort_handle(),
-            settled: CancellationToken::new(),
+            settled: None,
             cancel_requested: false,
             timeout_seconds,
         });
@@ -228,7 +241,7 @@ impl SubagentActor {
         };
         if self.terminating {
             // Terminate records TERMINATED itself once the whole subtree is down.
-            task.settled.cancel();
+            task.fire_settled();
             return;
         }
         let (status, kind, result, error) = match ended {
@@ -268,7 +281,7 @@ impl SubagentActor {
         self.error = error;
         self.answer_awaiters();
         self.report(kind, EventDetail::None);
-        task.settled.cancel();
+        task.fire_settled();
     }
 
     fn answer_awaiters(&mut self) {
@@ -277,7 +290,7 @@ impl SubagentActor {
         }
         let record = self.record();
         for awaiter in self.awaiters.drain(..) {
-            let _ = awaiter.send(record.clone());
+            awaiter.send(Ok(record.clone()));
         }
     }
 
@@ -327,44 +340,35 @@ impl Actor for SubagentActor {
 }
 
 impl Handler<RunTask> for SubagentActor {
-    type Result = MessageResult<RunTask>;
+    type Result = ();
 
-    fn handle(&mut self, msg: RunTask, ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: RunTask, ctx: &mut Self::Context) {
         if self.terminating {
-            return MessageResult(DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
+            return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
         }
         if self.task.is_some() {
-            return MessageResult(DelegateResponse { accepted: false, status: self.status });
+            return msg.reply.send(DelegateResponse { accepted: false, status: self.status });
         }
         self.start_task(msg.task, msg.deadline_cap, ctx);
-        MessageResult(DelegateResponse { accepted: true, status: SubagentStatus::Running })
+        msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
     }
 }
 
 impl Handler<AwaitTask> for SubagentActor {
-    type Result = Response<Result<AwaitResponse, HostError>>;
+    type Result = ();
 
-    fn handle(&mut self, _msg: AwaitTask, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: AwaitTask, _ctx: &mut Self::Context) {
+        let reply = msg.0;
         if self.task.is_none() && !self.terminating {
-            return Response::reply(Ok(self.record()));
+            return reply.send(Ok(self.record()));
         }
         if self.awaiters.len() >= self.host.limits.max_awaiters_per_subagent {
-            return Response::reply(Err(HostError::new(
+            return reply.send(Err(HostError::new(
                 ErrorCode::QuotaExceeded,
                 format!("{} already has {} pending awaits", self.id, self.awaiters.len()),
             )));
         }
-        let (tx, rx) = oneshot::channel();
-        self.awaiters.push(tx);
-        let id = self.id;
-        Response::fut(async move {
-            Ok(rx.await.unwrap_or(AwaitResponse {
-                subagent_id: id,
-                status: SubagentStatus::Terminated,
-                result: None,
-                error: Some("terminated".into()),
-            }))
-        })
+        self.awaiters.push(reply);
     }
 }
 
@@ -392,7 +396,7 @@ impl Handler<CancelTree> for SubagentActor {
         let own = self.task.as_mut().map(|task| {
             task.cancel_requested = true;
             task.cancel.cancel();
-            (task.settled.clone(), task.abort.clone())
+            (task.settled(), task.abort.clone())
         });
         let grace = self.host.limits.cancel_grace();
         let id = self.id;
@@ -427,10 +431,10 @@ impl Handler<TerminateTree> for SubagentActor {
             return Box::pin(actix::fut::ready(Vec::new()));
         }
         self.terminating = true;
-        let own = self.task.as_ref().map(|task| {
+        let own = self.task.as_mut().map(|task| {
             task.cancel.cancel();
             task.abort.abort();
-            task.settled.clone()
+            task.settled()
         });
         let children: Vec<_> = self
             .children

@@ -5,7 +5,9 @@
 //! mirrors every status change the subagents report, and emits each event to
 //! the session's sink: one place for events.
 
+use actix::dev::{MessageResponse as Respond, OneshotSender};
 use actix::prelude::*;
+use actix::WeakAddr;
 use futures_util::future::join_all;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,13 +20,17 @@ use super::subagent::{SubagentActor, SubagentSeed};
 use super::{HostShared, SessionStats};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{Event, EventDetail, EventKind, EventSink};
-use crate::ids::SubagentId;
+use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
+
+/// A subagent actor's address, shared so that forwarding a request clones an
+/// `Arc`, not an actix `Addr` (whose clone allocates twice).
+type SharedAddr = Arc<Addr<SubagentActor>>;
 
 /// The supervisor's record of one subagent.
 struct Entry {
     // `None` once the actor has stopped (TERMINATED).
-    addr: Option<Addr<SubagentActor>>,
+    addr: Option<SharedAddr>,
     // Fires when the actor has been dropped.
     gone: CancellationToken,
     config: Arc<SubagentConfig>,
@@ -53,7 +59,7 @@ pub(crate) struct Supervisor {
     host: Arc<HostShared>,
     sink: Arc<dyn EventSink>,
     stats: Arc<SessionStats>,
-    index: HashMap<SubagentId, Entry>,
+    index: HashMap<SubagentId, Entry, IdHash>,
     // Spawn order of top-level subagents (terminated in reverse on close).
     top_level: Vec<SubagentId>,
     // Subagents that are not TERMINATED: the quota counts these.
@@ -61,19 +67,68 @@ pub(crate) struct Supervisor {
     // TERMINATED records, oldest first, forgotten past `max_retained_records`.
     retained: VecDeque<SubagentId>,
     closing: bool,
+    // This supervisor's own address, weak (cloning it allocates nothing), for
+    // the reply channels handed to subagent actors.
+    weak_self: WeakAddr<Supervisor>,
+    // The address every subagent actor and task reports to, shared: cloning
+    // an actix `Addr` allocates twice, cloning this `Arc` does not.
+    strong_self: Arc<Addr<Supervisor>>,
+    // Agent ids (parent, root) shared between the records that name them.
+    interned: Interned,
+}
+
+/// A bounded set of shared strings: most subagents of a session name the same
+/// client agent as parent and root, so they share one allocation.
+#[derive(Default)]
+struct Interned {
+    set: std::collections::HashSet<Arc<str>>,
+    // The last one handed out: a client names the same agent again and again.
+    last: Option<Arc<str>>,
+}
+
+impl Interned {
+    // Forgotten wholesale past this; records keep their own references.
+    const CAPACITY: usize = 1024;
+
+    fn intern(&mut self, text: &str) -> Arc<str> {
+        if let Some(last) = self.last.as_ref().filter(|last| ***last == *text) {
+            return last.clone();
+        }
+        let shared = match self.set.get(text) {
+            Some(shared) => shared.clone(),
+            None => {
+                if self.set.len() >= Self::CAPACITY {
+                    self.set.clear();
+                }
+                let shared: Arc<str> = Arc::from(text);
+                self.set.insert(shared.clone());
+                shared
+            }
+        };
+        self.last = Some(shared.clone());
+        shared
+    }
 }
 
 impl Supervisor {
-    pub(crate) fn new(host: Arc<HostShared>, sink: Arc<dyn EventSink>, stats: Arc<SessionStats>) -> Self {
+    pub(crate) fn new(
+        host: Arc<HostShared>,
+        sink: Arc<dyn EventSink>,
+        stats: Arc<SessionStats>,
+        own: Addr<Supervisor>,
+    ) -> Self {
         Self {
             host,
             sink,
             stats,
-            index: HashMap::new(),
+            index: HashMap::default(),
             top_level: Vec::new(),
             live: 0,
             retained: VecDeque::new(),
             closing: false,
+            weak_self: own.downgrade(),
+            strong_self: Arc::new(own),
+            interned: Interned::default(),
         }
     }
 
@@ -96,12 +151,12 @@ impl Supervisor {
 
     /// Looks up a subagent for a request: `Err` when the session has no such
     /// id, `Ok(None)` when its actor is gone (it is `TERMINATED`).
-    fn live(&self, id: SubagentId) -> Result<Option<(&Addr<SubagentActor>, &Entry)>, HostError> {
+    fn live(&self, id: SubagentId) -> Result<Option<(&SharedAddr, &Entry)>, HostError> {
         let entry = self.entry(id)?;
         Ok(entry.addr.as_ref().map(|addr| (addr, entry)))
     }
 
-    fn spawn(&mut self, request: SpawnRequest, ctx: &mut Context<Self>) -> Result<SpawnResponse, HostError> {
+    fn spawn(&mut self, request: SpawnRequest, _ctx: &mut Context<Self>) -> Result<SpawnResponse, HostError> {
         if self.closing {
             return Err(HostError::new(ErrorCode::InvalidState, "the session is closing"));
         }
@@ -121,10 +176,15 @@ impl Supervisor {
                     .clone()
                     .or_else(|| parent_entry.parent_agent_id.clone())
                     .or_else(|| Some(Arc::from(parent_id.to_string())));
+                let root = root.map(|text| self.interned.intern(&text));
                 (parent_entry.depth + 1, Some(parent_entry.memory.clone()), root)
             }
             None => {
-                let root = request.root_agent_id.as_deref().or(request.parent_agent_id.as_deref()).map(Arc::from);
+                let root = request
+                    .root_agent_id
+                    .as_deref()
+                    .or(request.parent_agent_id.as_deref())
+                    .map(|text| self.interned.intern(text));
                 (0, None, root)
             }
         };
@@ -154,7 +214,7 @@ impl Supervisor {
             id,
             parent_id: parent,
             host: self.host.clone(),
-            supervisor: ctx.address(),
+            supervisor: self.strong_self.clone(),
             stats: self.stats.clone(),
             adapter: self.host.router.select(&config.model),
             config: config.clone(),
@@ -163,8 +223,8 @@ impl Supervisor {
         };
         let addr = SubagentActor::new(seed).start();
         let parent_agent_id = match parent {
-            Some(parent_id) => Some(Arc::from(parent_id.to_string())),
-            None => request.parent_agent_id.map(Arc::from),
+            Some(parent_id) => Some(self.interned.intern(&parent_id.to_string())),
+            None => request.parent_agent_id.as_deref().map(|text| self.interned.intern(text)),
         };
         match parent {
             Some(parent_id) => {
@@ -177,7 +237,7 @@ impl Supervisor {
             None => self.top_level.push(id),
         }
         let entry = Entry {
-            addr: Some(addr),
+            addr: Some(Arc::new(addr)),
             gone,
             config,
             parent_agent_id,
@@ -211,23 +271,64 @@ impl Supervisor {
 
     /// An await routed to the actor, falling back to the record once it is gone.
     fn await_future(&self, id: SubagentId, ctx: &Context<Self>) -> ResponseFuture<Result<AwaitResponse, HostError>> {
-        let entry = match self.entry(id) {
-            Ok(entry) => entry,
-            Err(err) => return Box::pin(std::future::ready(Err(err))),
-        };
-        let Some(addr) = &entry.addr else {
-            return Box::pin(std::future::ready(Ok(entry.record(id))));
-        };
-        let reply = addr.send(AwaitTask);
-        let me = ctx.address();
-        Box::pin(async move {
-            match reply.await {
-                Ok(answer) => answer,
-                // The actor stopped between lookup and delivery; its final
-                // report reached the supervisor before it stopped.
-                Err(_) => me.send(ReadRecord(id)).await?,
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = ctx;
+        self.route_await(id, AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() });
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed"))) })
+    }
+
+    /// Hands `reply` to the subagent's actor, or answers it from the record.
+    fn route_await(&self, id: SubagentId, reply: AwaitReply) {
+        match self.entry(id) {
+            Err(err) => reply.send(Err(err)),
+            Ok(Entry { addr: None, .. }) => reply.send(Ok(self.index[&id].record(id))),
+            // A closed mailbox drops the message and `reply` falls back to the record.
+            Ok(Entry { addr: Some(addr), .. }) => addr.do_send(AwaitTask(reply)),
+        }
+    }
+}
+
+/// A request the supervisor forwards to a subagent actor together with the
+/// caller's own reply channel, so that no task sits between the two (actix
+/// runs a `ResponseFuture` as a tokio task of its own), or answers at once.
+pub(crate) enum Forward<T, M> {
+    /// The answer, known now.
+    Answer(T),
+    /// The actor to forward to, and the message without its reply channel.
+    To(SharedAddr, M),
+}
+
+impl Respond<Supervisor, Delegate> for Forward<Result<DelegateResponse, HostError>, RunTask> {
+    fn handle(self, _ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<DelegateResponse, HostError>>>) {
+        match self {
+            Forward::Answer(answer) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(answer);
+                }
             }
-        })
+            Forward::To(addr, mut run) => {
+                run.reply = DelegateReply(tx);
+                // A closed mailbox drops `run`, and its reply answers "TERMINATED".
+                addr.do_send(run);
+            }
+        }
+    }
+}
+
+impl Respond<Supervisor, Await> for Forward<Result<AwaitResponse, HostError>, AwaitReply> {
+    fn handle(self, _ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<AwaitResponse, HostError>>>) {
+        match self {
+            Forward::Answer(answer) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(answer);
+                }
+            }
+            Forward::To(addr, mut reply) => {
+                reply.tx = tx;
+                // A closed mailbox drops the message, and `reply` falls back to the record.
+                addr.do_send(AwaitTask(reply));
+            }
+        }
     }
 }
 
@@ -254,34 +355,42 @@ impl Handler<Spawn> for Supervisor {
 }
 
 impl Handler<Delegate> for Supervisor {
-    type Result = Response<Result<DelegateResponse, HostError>>;
+    type Result = Forward<Result<DelegateResponse, HostError>, RunTask>;
 
     fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
         const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
         match self.live(msg.id) {
-            Err(err) => Response::reply(Err(err)),
-            Ok(None) => Response::reply(Ok(REFUSED)),
-            Ok(Some((addr, _))) => {
-                let reply = addr.send(RunTask { task: msg.task, deadline_cap: msg.deadline_cap });
-                Response::fut(async move { Ok(reply.await.unwrap_or(REFUSED)) })
-            }
+            Err(err) => Forward::Answer(Err(err)),
+            Ok(None) => Forward::Answer(Ok(REFUSED)),
+            Ok(Some((addr, _))) => Forward::To(
+                Arc::clone(addr),
+                RunTask { task: msg.task, deadline_cap: msg.deadline_cap, reply: DelegateReply(None) },
+            ),
         }
     }
 }
 
 impl Handler<Await> for Supervisor {
-    type Result = ResponseFuture<Result<AwaitResponse, HostError>>;
+    type Result = Forward<Result<AwaitResponse, HostError>, AwaitReply>;
 
-    fn handle(&mut self, msg: Await, ctx: &mut Self::Context) -> Self::Result {
-        self.await_future(msg.0, ctx)
+    fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.0;
+        match self.live(id) {
+            Err(err) => Forward::Answer(Err(err)),
+            Ok(None) => Forward::Answer(Ok(self.index[&id].record(id))),
+            Ok(Some((addr, _))) => {
+                Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: self.weak_self.clone() })
+            }
+        }
     }
 }
 
-impl Handler<ReadRecord> for Supervisor {
-    type Result = Result<AwaitResponse, HostError>;
+impl Handler<AnswerFromRecord> for Supervisor {
+    type Result = ();
 
-    fn handle(&mut self, msg: ReadRecord, _ctx: &mut Self::Context) -> Self::Result {
-        Ok(self.entry(msg.0)?.record(msg.0))
+    fn handle(&mut self, msg: AnswerFromRecord, _ctx: &mut Self::Context) {
+        let answer = self.entry(msg.id).map(|entry| entry.record(msg.id));
+        let _ = msg.tx.send(answer);
     }
 }
 
@@ -470,7 +579,7 @@ impl Handler<Close> for Supervisor {
             .rev()
             .filter_map(|id| self.index.get(id))
             .filter_map(|entry| {
-                let addr = entry.addr.clone()?;
+                let addr = Arc::clone(entry.addr.as_ref()?);
                 let gone = entry.gone.clone();
                 Some(async move {
                     let stopped = addr.send(TerminateTree).await.unwrap_or_default();
