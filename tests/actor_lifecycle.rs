@@ -282,3 +282,22 @@ async fn waiting_on_a_child_shows_waiting_then_running_again() {
         .collect();
     assert_eq!(seen, vec![SubagentStatus::Waiting, SubagentStatus::Running]);
 }
+
+#[actix_rt::test]
+async fn an_idle_subagent_has_no_actor_until_its_first_task_or_message() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let worker = spawn(&session, "worker", None).await;
+    let listener = spawn(&session, "listener", None).await;
+    assert_eq!(session.stats().actors(), 0);
+    // Await and cancel of an idle subagent answer from its record.
+    assert_eq!(session.await_result(worker).await.unwrap().status, SubagentStatus::Ready);
+    assert!(session.cancel(worker).await.unwrap().is_empty());
+    assert_eq!(session.stats().actors(), 0);
+    delegate(&session, worker, TaskDefinition::new("t", "x")).await;
+    assert_eq!(session.stats().actors(), 1);
+    let payload = SubagentMessagePayload { kind: "note".into(), content: json!(1) };
+    session.message("client".into(), listener, payload).await.unwrap();
+    assert_eq!(session.stats().actors(), 2);
+    assert_eq!(session.await_result(worker).await.unwrap().status, SubagentStatus::Completed);
+}

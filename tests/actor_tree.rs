@@ -53,6 +53,9 @@ async fn terminate_at_the_root_of_a_four_level_tree_stops_every_actor_before_rep
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let bystander = spawn(&session, "bystander", None).await;
+    // A finished task leaves the bystander's actor running, idle.
+    delegate(&session, bystander, TaskDefinition::new("t", "x")).await;
+    session.await_result(bystander).await.unwrap();
     let ids = four_level_tree(&session).await;
     assert_eq!(session.stats().actors(), 6);
     let mut stopped = session.terminate(ids[0]).await.unwrap();
@@ -66,7 +69,7 @@ async fn terminate_at_the_root_of_a_four_level_tree_stops_every_actor_before_rep
     for id in &ids {
         assert_eq!(listed_status(&session, *id).await, Some(SubagentStatus::Terminated));
     }
-    assert_eq!(listed_status(&session, bystander).await, Some(SubagentStatus::Ready));
+    assert_eq!(listed_status(&session, bystander).await, Some(SubagentStatus::Completed));
 }
 
 #[actix_rt::test]
@@ -139,4 +142,58 @@ async fn closing_a_session_terminates_every_tree_and_answers_pending_awaits() {
     let answer = pending.await.unwrap().unwrap();
     assert_eq!(answer.status, SubagentStatus::Terminated);
     assert!(!ids.iter().any(|id| host.id_in_use(*id)), "a closed session holds no ids");
+}
+
+#[actix_rt::test]
+async fn a_child_started_under_idle_ancestors_starts_them_so_cancel_and_terminate_reach_it() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let top = spawn(&session, "idle_top", None).await;
+    let middle = spawn(&session, "idle_middle", Some(top)).await;
+    let leaf = spawn(&session, "busy_leaf", Some(middle)).await;
+    assert_eq!(session.stats().actors(), 0, "idle subagents are records, not actors");
+    delegate(&session, leaf, sleeping_task(60_000)).await;
+    assert_eq!(session.stats().actors(), 3, "the leaf's ancestors started to own it");
+    assert_eq!(session.cancel(top).await.unwrap(), vec![leaf]);
+    assert_eq!(session.stats().tasks(), 0);
+    let mut stopped = session.terminate(top).await.unwrap();
+    stopped.sort();
+    let mut expected = vec![top, middle, leaf];
+    expected.sort();
+    assert_eq!(stopped, expected);
+    assert_eq!(session.stats().actors(), 0);
+}
+
+#[actix_rt::test]
+async fn terminating_a_never_used_subtree_retires_every_member() {
+    let host = host_with(test_limits());
+    let (session, mut events) = open(&host);
+    let top = spawn(&session, "idle_top", None).await;
+    let child = spawn(&session, "idle_child", Some(top)).await;
+    let busy = spawn(&session, "busy_sibling", Some(top)).await;
+    delegate(&session, busy, sleeping_task(60_000)).await;
+    let idle_top2 = spawn(&session, "idle_top2", None).await;
+    let idle_child2 = spawn(&session, "idle_child2", Some(idle_top2)).await;
+    // A subtree with no actor at all.
+    let mut stopped = session.terminate(idle_top2).await.unwrap();
+    stopped.sort();
+    let mut expected = vec![idle_top2, idle_child2];
+    expected.sort();
+    assert_eq!(stopped, expected);
+    // A subtree mixing a running member and an idle one.
+    let mut stopped = session.terminate(top).await.unwrap();
+    stopped.sort();
+    let mut expected = vec![top, child, busy];
+    expected.sort();
+    assert_eq!(stopped, expected);
+    assert_eq!((session.stats().tasks(), session.stats().actors()), (0, 0));
+    for id in [top, child, busy, idle_top2, idle_child2] {
+        assert_eq!(session.await_result(id).await.unwrap().status, SubagentStatus::Terminated);
+    }
+    let terminated =
+        drain_events(&mut events).into_iter().filter(|e| e.kind == subagent_host::event::EventKind::Terminated).count();
+    assert_eq!(terminated, 5, "one terminated event each");
+    // They no longer count toward the quota and take no work.
+    let refused = session.delegate(child, TaskDefinition::new("late", "x")).await.unwrap();
+    assert_eq!(refused, DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
 }

@@ -27,12 +27,21 @@ use crate::protocol::wire::*;
 /// `Arc`, not an actix `Addr` (whose clone allocates twice).
 type SharedAddr = Arc<Addr<SubagentActor>>;
 
+/// Where a subagent's actor is.
+enum Slot {
+    /// Spawned and not used yet: no actor runs, so an idle subagent costs only
+    /// its record. The actor starts on the first task or message (its
+    /// ancestors first, so every running actor has its parent as owner).
+    Dormant,
+    /// Its actor, and the token that fires once the actor has been dropped.
+    Live { addr: SharedAddr, gone: CancellationToken },
+    /// Its actor has stopped, or it never ran: it is `TERMINATED`.
+    Gone,
+}
+
 /// The supervisor's record of one subagent.
 struct Entry {
-    // `None` once the actor has stopped (TERMINATED).
-    addr: Option<SharedAddr>,
-    // Fires when the actor has been dropped.
-    gone: CancellationToken,
+    slot: Slot,
     config: Arc<SubagentConfig>,
     parent_agent_id: Option<Arc<str>>,
     root_agent_id: Option<Arc<str>>,
@@ -149,11 +158,65 @@ impl Supervisor {
         self.index.get(&id).ok_or_else(|| HostError::unknown_subagent(&id.to_string()))
     }
 
-    /// Looks up a subagent for a request: `Err` when the session has no such
-    /// id, `Ok(None)` when its actor is gone (it is `TERMINATED`).
-    fn live(&self, id: SubagentId) -> Result<Option<(&SharedAddr, &Entry)>, HostError> {
-        let entry = self.entry(id)?;
-        Ok(entry.addr.as_ref().map(|addr| (addr, entry)))
+    /// Looks up a subagent for a request that needs its actor, starting a
+    /// dormant one: `Err` when the session has no such id, `Ok(None)` when it
+    /// is `TERMINATED`.
+    fn wake(&mut self, id: SubagentId) -> Result<Option<SharedAddr>, HostError> {
+        match &self.entry(id)?.slot {
+            Slot::Live { addr, .. } => Ok(Some(Arc::clone(addr))),
+            Slot::Gone => Ok(None),
+            Slot::Dormant => Ok(Some(self.start(id))),
+        }
+    }
+
+    /// Starts the actor of a dormant subagent, its dormant ancestors first,
+    /// and hands it to its parent's actor, which owns it from then on.
+    fn start(&mut self, id: SubagentId) -> SharedAddr {
+        let parent = self.index.get(&id).and_then(|entry| entry.parent);
+        // Bounded by max_depth. A parent that is gone leaves the child to the
+        // supervisor alone (it was spawned while its parent went down).
+        let parent_addr = parent.and_then(|parent| self.wake(parent).ok().flatten());
+        let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
+        let gone = CancellationToken::new();
+        let seed = SubagentSeed {
+            id,
+            parent_id: parent,
+            host: self.host.clone(),
+            supervisor: self.strong_self.clone(),
+            stats: self.stats.clone(),
+            adapter: self.host.router.select(&entry.config.model),
+            config: entry.config.clone(),
+            memory: entry.memory.clone(),
+            gone: gone.clone(),
+        };
+        let addr = Arc::new(SubagentActor::new(seed).start());
+        if let Some(parent_addr) = parent_addr {
+            parent_addr.do_send(AdoptChild { addr: (*addr).clone(), gone: gone.clone() });
+        }
+        entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
+        addr
+    }
+
+    /// Marks every dormant subagent of the subtree under `root` (itself
+    /// included) `TERMINATED`, appending their ids to `stopped`. They have no
+    /// actor, so there is nothing else to stop.
+    fn retire_dormant_subtree(&mut self, root: SubagentId, stopped: &mut Vec<SubagentId>) {
+        let mut pending = vec![root];
+        while let Some(id) = pending.pop() {
+            let Some(entry) = self.index.get_mut(&id) else { continue };
+            pending.extend(entry.children.iter().copied());
+            if matches!(entry.slot, Slot::Dormant) {
+                entry.slot = Slot::Gone;
+                entry.status = SubagentStatus::Terminated;
+                entry.error = Some("terminated".into());
+                let entry = &self.index[&id];
+                self.emit(id, entry, EventKind::Terminated, entry.error.clone(), EventDetail::None);
+                self.live -= 1;
+                self.retained.push_back(id);
+                stopped.push(id);
+            }
+        }
+        self.forget_oldest_terminated();
     }
 
     fn spawn(&mut self, request: SpawnRequest, _ctx: &mut Context<Self>) -> Result<SpawnResponse, HostError> {
@@ -168,7 +231,7 @@ impl Supervisor {
         let (depth, parent_memory, root) = match parent {
             Some(parent_id) => {
                 let parent_entry = &self.index[&parent_id];
-                if parent_entry.addr.is_none() {
+                if matches!(parent_entry.slot, Slot::Gone) {
                     return Err(HostError::new(ErrorCode::InvalidState, format!("parent {parent_id} is terminated")));
                 }
                 let root = parent_entry
@@ -209,19 +272,6 @@ impl Supervisor {
             (MemoryScope::Snapshot, Some(parent)) => parent.snapshot_copy(),
             _ => Memory::new(limits.max_memory_entries),
         };
-        let gone = CancellationToken::new();
-        let seed = SubagentSeed {
-            id,
-            parent_id: parent,
-            host: self.host.clone(),
-            supervisor: self.strong_self.clone(),
-            stats: self.stats.clone(),
-            adapter: self.host.router.select(&config.model),
-            config: config.clone(),
-            memory: memory.clone(),
-            gone: gone.clone(),
-        };
-        let addr = SubagentActor::new(seed).start();
         let parent_agent_id = match parent {
             Some(parent_id) => Some(self.interned.intern(&parent_id.to_string())),
             None => request.parent_agent_id.as_deref().map(|text| self.interned.intern(text)),
@@ -230,15 +280,11 @@ impl Supervisor {
             Some(parent_id) => {
                 let parent_entry = self.index.get_mut(&parent_id).expect("parent checked above");
                 parent_entry.children.push(id);
-                if let Some(parent_addr) = &parent_entry.addr {
-                    parent_addr.do_send(AdoptChild { addr: addr.clone(), gone: gone.clone() });
-                }
             }
             None => self.top_level.push(id),
         }
         let entry = Entry {
-            addr: Some(Arc::new(addr)),
-            gone,
+            slot: Slot::Dormant,
             config,
             parent_agent_id,
             root_agent_id: root,
@@ -281,9 +327,10 @@ impl Supervisor {
     fn route_await(&self, id: SubagentId, reply: AwaitReply) {
         match self.entry(id) {
             Err(err) => reply.send(Err(err)),
-            Ok(Entry { addr: None, .. }) => reply.send(Ok(self.index[&id].record(id))),
             // A closed mailbox drops the message and `reply` falls back to the record.
-            Ok(Entry { addr: Some(addr), .. }) => addr.do_send(AwaitTask(reply)),
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => addr.do_send(AwaitTask(reply)),
+            // Never delegated, or gone: the record is the answer.
+            Ok(entry) => reply.send(Ok(entry.record(id))),
         }
     }
 }
@@ -359,11 +406,11 @@ impl Handler<Delegate> for Supervisor {
 
     fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
         const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
-        match self.live(msg.id) {
+        match self.wake(msg.id) {
             Err(err) => Forward::Answer(Err(err)),
             Ok(None) => Forward::Answer(Ok(REFUSED)),
-            Ok(Some((addr, _))) => Forward::To(
-                Arc::clone(addr),
+            Ok(Some(addr)) => Forward::To(
+                addr,
                 RunTask { task: msg.task, deadline_cap: msg.deadline_cap, reply: DelegateReply(None) },
             ),
         }
@@ -375,12 +422,13 @@ impl Handler<Await> for Supervisor {
 
     fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
         let id = msg.0;
-        match self.live(id) {
+        match self.entry(id) {
             Err(err) => Forward::Answer(Err(err)),
-            Ok(None) => Forward::Answer(Ok(self.index[&id].record(id))),
-            Ok(Some((addr, _))) => {
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
                 Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: self.weak_self.clone() })
             }
+            // Never delegated, or gone: the record is the answer.
+            Ok(entry) => Forward::Answer(Ok(entry.record(id))),
         }
     }
 }
@@ -401,10 +449,10 @@ impl Handler<SendMessage> for Supervisor {
         let to = msg.to;
         let terminated =
             move || HostError::new(ErrorCode::InvalidState, format!("{to} is terminated and takes no messages"));
-        match self.live(to) {
+        match self.wake(to) {
             Err(err) => Response::reply(Err(err)),
             Ok(None) => Response::reply(Err(terminated())),
-            Ok(Some((addr, _))) => {
+            Ok(Some(addr)) => {
                 let reply = addr.send(Deliver { from: msg.from, payload: msg.payload });
                 Response::fut(async move {
                     match reply.await {
@@ -460,14 +508,15 @@ impl Handler<Cancel> for Supervisor {
     type Result = Response<Result<Vec<SubagentId>, HostError>>;
 
     fn handle(&mut self, msg: Cancel, _ctx: &mut Self::Context) -> Self::Result {
-        match self.live(msg.0) {
+        match self.entry(msg.0) {
             Err(err) => Response::reply(Err(err)),
-            // A terminated subagent has nothing left to cancel.
-            Ok(None) => Response::reply(Ok(Vec::new())),
-            Ok(Some((addr, _))) => {
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
                 let reply = addr.send(CancelTree);
                 Response::fut(async move { Ok(reply.await.unwrap_or_default()) })
             }
+            // A dormant subtree runs nothing (every running actor's ancestors
+            // are live), and a terminated one nothing any more.
+            Ok(_) => Response::reply(Ok(Vec::new())),
         }
     }
 }
@@ -476,21 +525,28 @@ impl Handler<Terminate> for Supervisor {
     type Result = Response<Result<Vec<SubagentId>, HostError>>;
 
     fn handle(&mut self, msg: Terminate, _ctx: &mut Self::Context) -> Self::Result {
-        match self.live(msg.0) {
-            Err(err) => Response::reply(Err(err)),
-            Ok(None) => Response::reply(Ok(Vec::new())),
-            Ok(Some((addr, entry))) => {
-                let reply = addr.send(TerminateTree);
-                let gone = entry.gone.clone();
-                Response::fut(async move {
-                    let stopped = reply.await.unwrap_or_default();
-                    // The reply means every descendant is gone; wait for the
-                    // target's own actor too.
-                    gone.cancelled().await;
-                    Ok(stopped)
-                })
-            }
-        }
+        let id = msg.0;
+        let live = match self.entry(id) {
+            Err(err) => return Response::reply(Err(err)),
+            Ok(Entry { slot: Slot::Gone, .. }) => return Response::reply(Ok(Vec::new())),
+            Ok(Entry { slot: Slot::Live { addr, gone }, .. }) => Some((Arc::clone(addr), gone.clone())),
+            Ok(Entry { slot: Slot::Dormant, .. }) => None,
+        };
+        // Dormant members of the subtree have no actor to stop: retire them here.
+        let mut dormant = Vec::new();
+        self.retire_dormant_subtree(id, &mut dormant);
+        let Some((addr, gone)) = live else {
+            return Response::reply(Ok(dormant));
+        };
+        let reply = addr.send(TerminateTree);
+        Response::fut(async move {
+            let mut stopped = reply.await.unwrap_or_default();
+            // The reply means every descendant actor is gone; wait for the
+            // target's own actor too.
+            gone.cancelled().await;
+            stopped.extend(dormant);
+            Ok(stopped)
+        })
     }
 }
 
@@ -556,13 +612,17 @@ impl Handler<Report> for Supervisor {
             entry.result = None;
             entry.error = None;
         }
-        let terminated = msg.kind == EventKind::Terminated && entry.addr.take().is_some();
+        let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
+        if terminated {
+            entry.slot = Slot::Gone;
+        }
         let entry = &self.index[&msg.id];
         self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
         if terminated {
             self.live -= 1;
             self.retained.push_back(msg.id);
-            self.forget_oldest_terminated();
+            // Children spawned while it went down never ran: they go too.
+            self.retire_dormant_subtree(msg.id, &mut Vec::new());
         }
     }
 }
@@ -572,6 +632,10 @@ impl Handler<Close> for Supervisor {
 
     fn handle(&mut self, _msg: Close, _ctx: &mut Self::Context) -> Self::Result {
         self.closing = true;
+        let mut dormant = Vec::new();
+        for id in self.top_level.clone() {
+            self.retire_dormant_subtree(id, &mut dormant);
+        }
         // Newest first, as OTP stops children in reverse start order.
         let stops: Vec<_> = self
             .top_level
@@ -579,8 +643,8 @@ impl Handler<Close> for Supervisor {
             .rev()
             .filter_map(|id| self.index.get(id))
             .filter_map(|entry| {
-                let addr = Arc::clone(entry.addr.as_ref()?);
-                let gone = entry.gone.clone();
+                let Slot::Live { addr, gone } = &entry.slot else { return None };
+                let (addr, gone) = (Arc::clone(addr), gone.clone());
                 Some(async move {
                     let stopped = addr.send(TerminateTree).await.unwrap_or_default();
                     gone.cancelled().await;
@@ -588,7 +652,7 @@ impl Handler<Close> for Supervisor {
                 })
             })
             .collect();
-        Box::pin(actix::fut::wrap_future(join_all(stops)).map(|lists, act: &mut Self, ctx| {
+        Box::pin(actix::fut::wrap_future(join_all(stops)).map(move |lists, act: &mut Self, ctx| {
             // Ids go back to the host before the reply, so a closed session
             // holds none.
             for id in act.index.keys() {
@@ -596,7 +660,7 @@ impl Handler<Close> for Supervisor {
             }
             act.index.clear();
             ctx.stop();
-            lists.into_iter().flatten().collect()
+            lists.into_iter().flatten().chain(dormant).collect()
         }))
     }
 }
