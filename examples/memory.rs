@@ -115,16 +115,24 @@ fn measure(mode: &str, n: usize) {
                 drop(addrs);
             }
             "idle" | "finished" => {
-                let ids = join_all((0..n).map(|_| session.spawn(spawn_request()))).await;
-                let ids: Vec<_> = ids.into_iter().map(|r| r.expect("spawn").subagent_id).collect();
-                if mode == "finished" {
-                    let task = TaskDefinition::new("unit", "do the unit of work");
-                    join_all(ids.iter().map(|id| session.delegate(*id, task.clone()))).await;
-                    let done = join_all(ids.iter().map(|id| session.await_result(*id))).await;
-                    assert!(done.iter().all(|d| matches!(d, Ok(r) if r.status == SubagentStatus::Completed)));
-                    // Let the last status reports reach the supervisor.
-                    session.list().await.expect("list");
+                // Requests go in windows of WINDOW, as a pipelining client sends
+                // them: N requests in flight at once would measure the client's
+                // backlog (freed afterwards, but kept in RSS by the allocator),
+                // not what a subagent costs the host.
+                let mut ids = Vec::with_capacity(n);
+                for start in (0..n).step_by(WINDOW) {
+                    let window = join_all((start..n.min(start + WINDOW)).map(|_| session.spawn(spawn_request()))).await;
+                    let window: Vec<_> = window.into_iter().map(|r| r.expect("spawn").subagent_id).collect();
+                    if mode == "finished" {
+                        let task = TaskDefinition::new("unit", "do the unit of work");
+                        join_all(window.iter().map(|id| session.delegate(*id, task.clone()))).await;
+                        let done = join_all(window.iter().map(|id| session.await_result(*id))).await;
+                        assert!(done.iter().all(|d| matches!(d, Ok(r) if r.status == SubagentStatus::Completed)));
+                    }
+                    ids.extend(window);
                 }
+                // Let the last status reports reach the supervisor.
+                session.list().await.expect("list");
                 report(mode, n, base);
                 drop(ids);
             }
@@ -133,6 +141,9 @@ fn measure(mode: &str, n: usize) {
         session.close().await;
     });
 }
+
+/// Requests in flight at once while spawning.
+const WINDOW: usize = 1_000;
 
 fn spawn_request() -> SpawnRequest {
     SpawnRequest {
