@@ -20,6 +20,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,6 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::memory::{InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::{self as msg, Report};
-use crate::runtime::subagent::SubagentActor;
 use crate::runtime::supervisor::Supervisor;
 
 pub use router::AdapterRouter;
@@ -97,10 +97,10 @@ pub struct TaskContext {
     pub cancel: CancellationToken,
     /// When the task's time is up (its own timeout, capped by its parent's).
     pub deadline: Instant,
-    pub(crate) generation: u64,
+    // Shared with the subagent actor: set while the task waits (WAITING).
+    pub(crate) waiting: Rc<Cell<bool>>,
     pub(crate) steps: Cell<u32>,
     pub(crate) supervisor: Arc<Addr<Supervisor>>,
-    pub(crate) actor: Addr<SubagentActor>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -147,7 +147,19 @@ impl TaskContext {
 
     /// Marks the task `WAITING` (on a child or the mailbox) or `RUNNING` again.
     pub fn set_waiting(&self, waiting: bool) {
-        self.actor.do_send(msg::SetWaiting { generation: self.generation, waiting });
+        // The task runs on its actor's thread: the flag is the actor's view at
+        // once, and this report goes out before the task's end is reported.
+        if self.waiting.replace(waiting) == waiting {
+            return;
+        }
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::StatusChanged,
+            status: if waiting { SubagentStatus::Waiting } else { SubagentStatus::Running },
+            result: None,
+            error: None,
+            detail: EventDetail::None,
+        });
     }
 
     /// Waits for the next mailbox message, `WAITING` meanwhile; `None` when

@@ -199,11 +199,3 @@ pub(crate) struct AdoptChild {
     pub addr: Addr<SubagentActor>,
     pub gone: CancellationToken,
 }
-
-/// The running task (generation `generation`) waits (`true`) or runs again.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct SetWaiting {
-    pub generation: u64,
-    pub waiting: bool,
-}

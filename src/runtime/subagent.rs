@@ -4,11 +4,14 @@
 
 use actix::prelude::*;
 use futures_util::future::join_all;
+use futures_util::future::{AbortHandle, Abortable};
+use futures_util::FutureExt;
 use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::{AbortHandle, JoinError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +34,10 @@ enum Outcome {
     Completed(JsonObject),
     Failed(String),
     TimedOut,
+    // Dropped at once by terminate, or past the cancel grace period.
+    Aborted,
+    // The adapter panicked; the text of the panic.
+    Panicked(String),
 }
 
 /// The task currently running on a subagent.
@@ -44,6 +51,8 @@ struct RunningTask {
     // Fires once the task's future is gone and its outcome is recorded.
     // Made on first use: most tasks end without anyone waiting on them this way.
     settled: Option<CancellationToken>,
+    // Set by the task while it waits on a child or its mailbox (`WAITING`).
+    waiting: Rc<Cell<bool>>,
     // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
     cancel_requested: bool,
     // For the timeout error text.
@@ -163,10 +172,19 @@ impl SubagentActor {
         }
     }
 
+    /// The status as it is now: a running task may be waiting (its flag is
+    /// set from the task, on this actor's thread).
+    fn current_status(&self) -> SubagentStatus {
+        match &self.task {
+            Some(task) if task.waiting.get() && self.status.is_busy() => SubagentStatus::Waiting,
+            _ => self.status,
+        }
+    }
+
     fn record(&self) -> AwaitResponse {
         AwaitResponse {
             subagent_id: self.id,
-            status: self.status,
+            status: self.current_status(),
             result: self.result.clone(),
             error: self.error.clone(),
         }
@@ -177,7 +195,7 @@ impl SubagentActor {
         self.supervisor.do_send(Report {
             id: self.id,
             kind,
-            status: self.status,
+            status: self.current_status(),
             result: if terminal { self.result.clone() } else { None },
             error: if terminal { self.error.clone() } else { None },
             detail,
@@ -193,6 +211,7 @@ impl SubagentActor {
             deadline = deadline.min(cap);
         }
         let cancel = CancellationToken::new();
+        let waiting = Rc::new(Cell::new(false));
         let task_ctx = TaskContext {
             subagent_id: self.id,
             parent_id: self.parent_id,
@@ -202,30 +221,39 @@ impl SubagentActor {
             mailbox: self.mailbox.clone(),
             cancel: cancel.clone(),
             deadline,
-            generation,
+            waiting: waiting.clone(),
             steps: Cell::new(0),
             supervisor: self.supervisor.clone(),
-            actor: ctx.address(),
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
-        let handle = actix_rt::spawn(async move {
+        let (abort, abort_registration) = AbortHandle::new_pair();
+        // The task runs inside this actor's context (no tokio task of its own):
+        // it is polled with the actor, dropped with it, and its outcome lands
+        // in `settle` on this actor. The adapter's future is gone, and the
+        // live count down, before `settle` runs: the `.await` below consumes
+        // it and `_live` ends with the block.
+        let run = async move {
             let _live = live;
-            match tokio::time::timeout_at(deadline, adapter.run(task_ctx)).await {
-                Ok(Ok(result)) => Outcome::Completed(result),
-                Ok(Err(err)) => Outcome::Failed(err.0),
-                Err(_elapsed) => Outcome::TimedOut,
+            let guarded = Abortable::new(tokio::time::timeout_at(deadline, adapter.run(task_ctx)), abort_registration);
+            match AssertUnwindSafe(guarded).catch_unwind().await {
+                Ok(Ok(Ok(Ok(result)))) => Outcome::Completed(result),
+                Ok(Ok(Ok(Err(err)))) => Outcome::Failed(err.0),
+                Ok(Ok(Err(_elapsed))) => Outcome::TimedOut,
+                Ok(Err(_aborted)) => Outcome::Aborted,
+                Err(panic) => Outcome::Panicked(panic_text(panic)),
             }
-        });
+        };
         self.task = Some(RunningTask {
             generation,
             cancel,
-            abort: handle.abort_handle(),
+            abort,
+            waiting,
             settled: None,
             cancel_requested: false,
             timeout_seconds,
         });
-        ctx.spawn(actix::fut::wrap_future(handle).map(move |ended, act: &mut Self, _ctx| {
+        ctx.spawn(actix::fut::wrap_future(run).map(move |ended, act: &mut Self, _ctx| {
             act.settle(generation, ended);
         }));
         self.status = SubagentStatus::Running;
@@ -235,7 +263,7 @@ impl SubagentActor {
     }
 
     /// Records how task `generation` ended; ignores a stale one.
-    fn settle(&mut self, generation: u64, ended: Result<Outcome, JoinError>) {
+    fn settle(&mut self, generation: u64, ended: Outcome) {
         let Some(task) = self.task.take_if(|task| task.generation == generation) else {
             return;
         };
@@ -245,36 +273,30 @@ impl SubagentActor {
             return;
         }
         let (status, kind, result, error) = match ended {
-            Ok(outcome) if task.cancel_requested => {
+            outcome if task.cancel_requested => {
                 let wound_up = match outcome {
                     Outcome::Completed(result) => Some(Arc::new(result)),
                     _ => None,
                 };
                 (SubagentStatus::Cancelled, EventKind::Cancelled, wound_up, Some("cancelled".into()))
             }
-            Err(_) if task.cancel_requested => {
-                (SubagentStatus::Cancelled, EventKind::Cancelled, None, Some("cancelled".into()))
-            }
-            Ok(Outcome::Completed(result)) => {
+            Outcome::Completed(result) => {
                 (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)
             }
-            Ok(Outcome::Failed(text)) => (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into())),
-            Ok(Outcome::TimedOut) => {
+            Outcome::Failed(text) => (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into())),
+            Outcome::TimedOut => {
                 let text = format!(
                     "timeout: the task ran past its deadline (timeout_seconds = {}, or its parent's deadline)",
                     task.timeout_seconds
                 );
                 (SubagentStatus::Failed, EventKind::Timeout, None, Some(text.into()))
             }
-            Err(join) => {
-                let text = if join.is_panic() {
-                    format!("adapter panicked: {}", panic_text(join.into_panic()))
-                } else {
-                    "the task was aborted".to_owned()
-                };
+            Outcome::Panicked(text) => {
+                let text = format!("adapter panicked: {text}");
                 log::warn!("{}: {text}", self.id);
                 (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into()))
             }
+            Outcome::Aborted => (SubagentStatus::Failed, EventKind::Failed, None, Some("the task was aborted".into())),
         };
         self.status = status;
         self.result = result;
@@ -347,7 +369,7 @@ impl Handler<RunTask> for SubagentActor {
             return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
         }
         if self.task.is_some() {
-            return msg.reply.send(DelegateResponse { accepted: false, status: self.status });
+            return msg.reply.send(DelegateResponse { accepted: false, status: self.current_status() });
         }
         self.start_task(msg.task, msg.deadline_cap, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
@@ -477,21 +499,5 @@ impl Handler<AdoptChild> for SubagentActor {
             msg.addr.do_send(TerminateTree);
         }
         self.children.push(Child { addr: msg.addr, gone: msg.gone });
-    }
-}
-
-impl Handler<SetWaiting> for SubagentActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: SetWaiting, _ctx: &mut Self::Context) {
-        let current = matches!(&self.task, Some(task) if task.generation == msg.generation && !task.cancel_requested);
-        if !current || self.terminating {
-            return;
-        }
-        let status = if msg.waiting { SubagentStatus::Waiting } else { SubagentStatus::Running };
-        if status != self.status {
-            self.status = status;
-            self.report(EventKind::StatusChanged, EventDetail::None);
-        }
     }
 }
