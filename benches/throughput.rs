@@ -26,6 +26,10 @@ use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::{Host, HostConfig, Session, SubagentId};
 
+// The allocator subagentd ships with (src/main.rs), for the floor and the host alike.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 // ---- the raw actix floor ------------------------------------------------------
 
 /// The smallest useful actor: replies to a number with the number.

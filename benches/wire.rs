@@ -36,6 +36,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+// The allocator subagentd ships with (src/main.rs), for the floor and the host alike.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Cycles kept in flight per TCP session.
 const WINDOW: usize = 128;
 

@@ -23,6 +23,10 @@ use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::{Host, HostConfig, Session};
 
+// The allocator subagentd ships with (src/main.rs), for the floor and the host alike.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Runs `futures` concurrently and collects their outputs in completion
 /// order (`join_all` keeps input order, paying a binary heap for it once
 /// outputs arrive out of order, which grows the driver's cost with N).

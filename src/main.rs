@@ -14,6 +14,12 @@ use subagent_host::session::{Auth, Service};
 use subagent_host::transport::{http, stdio, tcp};
 use subagent_host::{Host, HostConfig};
 
+// The allocator subagentd ships with: subagent churn is allocation heavy
+// and mimalloc takes a fifth off the cost of a spawn → delegate → await
+// cycle against glibc malloc (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Default TCP address when `--tcp` is given without one.
 const DEFAULT_TCP: &str = "127.0.0.1:7700";
 /// Default HTTP address when `--http` is given without one.
