@@ -1,6 +1,13 @@
-//! The requests a client may send, decoded from a line in two passes.
+//! The requests a client may send, decoded from a line.
 //!
-//! First pass: the line must be UTF-8 (`parse_error`), JSON (`parse_error`),
+//! The usual line is decoded straight from its text: a borrowed envelope
+//! (`type`, `id`, `a2e`, `version`; every other field skipped), then the
+//! typed body of that `type` from the same text. Anything that path does not
+//! accept as is (bad JSON, a missing or odd envelope field, another version,
+//! a bad body field, an unknown type) goes through the slower path below,
+//! which builds a `Value` only to word the error exactly.
+//!
+//! Slow path, first pass: the line must be UTF-8 (`parse_error`), JSON (`parse_error`),
 //! an object with a string `type` (`invalid_message`), and carry version
 //! `1.0` in `a2e` or `version` when it names one (`version_mismatch`). Second
 //! pass: the object becomes the typed body of its `type` through
@@ -11,6 +18,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 use super::wire::*;
 use crate::error::{ErrorCode, HostError};
@@ -99,9 +107,71 @@ pub struct DecodeError {
     pub error: HostError,
 }
 
+/// The envelope fields the fast path reads, borrowed from the line; serde
+/// skips every other field. Strict on purpose: a field of another type, a
+/// duplicate or a missing `type` sends the line to the slow path.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    // The message type.
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    // The request id (a reply's `req_id`).
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    // The protocol version, as A2E peers send it.
+    #[serde(default, borrow)]
+    a2e: Option<Cow<'a, str>>,
+    // The protocol version, as the Python SDK sends it.
+    #[serde(default, borrow)]
+    version: Option<Cow<'a, str>>,
+}
+
 /// Decodes one NDJSON line: `Ok(None)` for a message that needs no reply
 /// (an `error` sent by the client).
 pub fn decode_line(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
+    match std::str::from_utf8(line).ok().and_then(decode_fast) {
+        Some(decoded) => Ok(decoded),
+        None => decode_slow(line),
+    }
+}
+
+// The fast path: `None` when the line needs the slow path (to be refused
+// with the right error, or for a form this path does not take, such as a
+// non-string `id`). What it accepts, it decodes as the slow path would.
+fn decode_fast(text: &str) -> Option<Option<Incoming>> {
+    // A derived struct also accepts a JSON array (its fields in order); the
+    // protocol takes objects only.
+    if text.as_bytes().trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let envelope: Envelope<'_> = serde_json::from_str(text).ok()?;
+    let supported = |version: &Option<Cow<'_, str>>| version.as_deref().is_none_or(|v| v == PROTOCOL_VERSION);
+    if !supported(&envelope.a2e) || !supported(&envelope.version) {
+        return None;
+    }
+    fn parse<'a, T: Deserialize<'a>>(text: &'a str) -> Option<T> {
+        serde_json::from_str(text).ok()
+    }
+    let request = match &*envelope.kind {
+        "SUBAGENT_SPAWN_REQ" => Request::Spawn(parse(text)?),
+        "SUBAGENT_DELEGATE_REQ" => Request::Delegate(parse(text)?),
+        "SUBAGENT_AWAIT_REQ" => Request::Await(parse(text)?),
+        "SUBAGENT_MESSAGE_REQ" => Request::Message(parse(text)?),
+        "SUBAGENT_LIST_REQ" => Request::List(parse(text)?),
+        "SUBAGENT_CANCEL_REQ" => Request::Cancel(parse(text)?),
+        "SUBAGENT_TERMINATE_REQ" => Request::Terminate(parse(text)?),
+        "SUBAGENT_MERGE_REQ" => Request::Merge(parse(text)?),
+        "handshake/req" => Request::Handshake(parse(text)?),
+        "ping" => Request::Ping,
+        "shutdown" => Request::Shutdown(parse(text)?),
+        "error" => return Some(None),
+        _ => return None,
+    };
+    Some(Some(Incoming { id: envelope.id.map(Cow::into_owned).unwrap_or_default(), request }))
+}
+
+// The slow path: decodes through a `Value` and words what is wrong.
+fn decode_slow(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
     let fail = |req_id: &str, error: HostError| DecodeError { req_id: req_id.to_owned(), kind: None, error };
     let text = std::str::from_utf8(line)
         .map_err(|err| fail("", HostError::new(ErrorCode::ParseError, format!("line is not valid UTF-8: {err}"))))?;
@@ -191,4 +261,37 @@ pub fn body<T: DeserializeOwned>(value: Value) -> Result<T, HostError> {
 // serde's message for a missing field is "missing field `name`".
 fn missing_field(reason: &str) -> Option<&str> {
     reason.strip_prefix("missing field `")?.split('`').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Lines the fast path declines or could misread: each must decode as the
+    // slow path alone decodes it.
+    #[test]
+    fn the_fast_path_agrees_with_the_slow_path() {
+        let lines = [
+            r#"{"type":"SUBAGENT_AWAIT_REQ","id":"r1","a2e":"1.0","subagent_id":"x"}"#,
+            r#"{"type":"SUBAGENT_AWAIT_REQ","id":7,"subagent_id":"x"}"#,
+            r#"{"type":"SUBAGENT_AWAIT_REQ","id":null,"version":null,"subagent_id":"x"}"#,
+            r#"{"type":"SUBAGENT_AWAIT_REQ","id":"a","id":"b","subagent_id":"x"}"#,
+            r#"{"type":"SUBAGENT_AWAIT_REQ","subagent_id":"x","subagent_id":"y"}"#,
+            r#"{"typ\u0065":"SUBAGENT_AWAIT_REQ","id":"r\n1","subagent_id":"\u0078"}"#,
+            r#"["SUBAGENT_AWAIT_REQ","r1"]"#,
+            r#" {"type":"ping","extra":[1,{"a":null}]} "#,
+            r#"{"type":"ping","a2e":"2.0"}"#,
+            r#"{"type":"ping","version":1}"#,
+            r#"{"type":"error","id":"e"}"#,
+            r#"{"type":"error","a2e":"0.9"}"#,
+            r#"{"type":"nope","id":"n"}"#,
+            r#"{"type":"shutdown","timeout":3}"#,
+            r#"{"type":"SUBAGENT_SPAWN_REQ","agent":{"name":"n","model":"m","memory_scope":"bogus"}}"#,
+            r#"{"type":"SUBAGENT_SPAWN_REQ","agent":{"name":"n","model":"m","max_steps":1.5}}"#,
+            r#"{"type":"SUBAGENT_LIST_REQ","id":"l"} trailing"#,
+        ];
+        for line in lines {
+            assert_eq!(decode_line(line.as_bytes()), decode_slow(line.as_bytes()), "{line}");
+        }
+    }
 }
