@@ -316,9 +316,8 @@ impl Supervisor {
     }
 
     /// An await routed to the actor, falling back to the record once it is gone.
-    fn await_future(&self, id: SubagentId, ctx: &Context<Self>) -> ResponseFuture<Result<AwaitResponse, HostError>> {
+    fn await_future(&self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let _ = ctx;
         self.route_await(id, AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() });
         Box::pin(async move { rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed"))) })
     }
@@ -553,7 +552,7 @@ impl Handler<Terminate> for Supervisor {
 impl Handler<Merge> for Supervisor {
     type Result = ResponseActFuture<Self, Result<MergeResponse, HostError>>;
 
-    fn handle(&mut self, msg: Merge, ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: Merge, _ctx: &mut Self::Context) -> Self::Result {
         let MergeRequest { subagent_ids, strategy } = msg.0;
         let Some(merger) = self.host.strategies.get(&strategy) else {
             let known = self.host.strategies.names().join(", ");
@@ -570,7 +569,7 @@ impl Handler<Merge> for Supervisor {
                 None => return Box::pin(actix::fut::ready(Err(HostError::unknown_subagent(text)))),
             }
         }
-        let waits: Vec<_> = ids.iter().map(|id| self.await_future(*id, ctx)).collect();
+        let waits: Vec<_> = ids.iter().map(|id| self.await_future(*id)).collect();
         Box::pin(actix::fut::wrap_future(join_all(waits)).map(move |answers, act: &mut Self, _ctx| {
             let mut inputs = Vec::with_capacity(answers.len());
             for (id, answer) in ids.iter().zip(answers) {
