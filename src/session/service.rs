@@ -17,8 +17,9 @@ use crate::error::HostError;
 use crate::protocol::codec::Frame;
 use crate::runtime::Host;
 
-/// Frames a session's input channel holds before the transport waits.
-const INPUT_QUEUE: usize = 64;
+/// Frames a session's input channel holds before the transport waits (TCP,
+/// stdio: they push back through the socket or pipe).
+pub const INPUT_QUEUE: usize = 64;
 
 /// Shared state of a running service.
 #[derive(Debug)]
@@ -93,6 +94,14 @@ impl Service {
     /// Opens a session, unless `max_sessions` are open or the service is
     /// shutting down. Must run inside the actix system.
     pub fn open(self: &Arc<Self>) -> Result<OpenedSession, HostError> {
+        self.open_with_input(INPUT_QUEUE)
+    }
+
+    /// [`Service::open`] with an input channel of `input_queue` frames (at
+    /// least 1): HTTP, which cannot push back on a client, queues up to
+    /// `max_inflight_requests` frames so that a pipelining client meets its
+    /// limit only when the session is really at its in-flight bound.
+    pub fn open_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedSession, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
@@ -105,7 +114,7 @@ impl Service {
         let slot = SessionSlot(self.clone());
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let session = self.host.open_session(Arc::new(OutboxSink(outbox.clone())));
-        let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
+        let (input, input_rx) = mpsc::channel(input_queue.clamp(1, u32::MAX as usize >> 3));
         let stop = self.shutdown.child_token();
         let session_id = uuid::Uuid::new_v4().simple().to_string();
         let session =

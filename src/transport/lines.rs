@@ -1,7 +1,8 @@
 //! Byte streams ↔ protocol sessions: frames in through the line codec,
-//! lines out with a newline each, flushed whenever the outbox runs dry.
+//! lines out with a newline each, written in batches: every line queued when
+//! the writer wakes goes out in one write.
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::protocol::codec::{Frame, LineDecoder};
@@ -9,6 +10,11 @@ use crate::session::OutboxReceiver;
 
 /// Bytes read from a stream at a time.
 const CHUNK: usize = 64 * 1024;
+
+/// Bytes of queued lines gathered into one write. Lines taken from the
+/// outbox no longer count toward its byte bound, so this also bounds what the
+/// writer holds beyond it (plus one line).
+pub const WRITE_BATCH: usize = 64 * 1024;
 
 /// Reads `reader` to its end, pushing frames into `input` (waiting while the
 /// session is at its in-flight bound). Returns when the stream ends, fails,
@@ -35,20 +41,38 @@ pub async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, inpu
 }
 
 /// Writes every line of `output` to `writer`, one per `\n`; returns when the
-/// outbox is closed and drained, or the stream fails.
-pub async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut output: OutboxReceiver) -> std::io::Result<()> {
-    let mut writer = BufWriter::new(writer);
+/// outbox is closed and drained, or the stream fails. The lines queued when
+/// the writer wakes (up to [`WRITE_BATCH`] bytes) go out in one write: one
+/// system call, and with `TCP_NODELAY` one segment train, per batch.
+pub async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut output: OutboxReceiver) -> std::io::Result<()> {
+    let mut batch = Vec::new();
     while let Some(line) = output.recv().await {
-        writer.write_all(line.as_bytes()).await?;
-        writer.write_all(b"\n").await?;
-        while let Ok(line) = output.try_recv() {
-            writer.write_all(line.as_bytes()).await?;
-            writer.write_all(b"\n").await?;
-        }
-        writer.flush().await?;
+        gather(&mut batch, line, &mut output);
+        writer.write_all(&batch).await?;
+        recycle(&mut batch);
     }
     writer.flush().await?;
     writer.shutdown().await
+}
+
+/// Appends `line` and then every line queued now, each with its `\n`, to
+/// `batch` until it holds [`WRITE_BATCH`] bytes.
+pub fn gather(batch: &mut Vec<u8>, line: String, output: &mut OutboxReceiver) {
+    batch.extend_from_slice(line.as_bytes());
+    batch.push(b'\n');
+    while batch.len() < WRITE_BATCH {
+        let Ok(line) = output.try_recv() else { break };
+        batch.extend_from_slice(line.as_bytes());
+        batch.push(b'\n');
+    }
+}
+
+/// Empties a written batch; a buffer grown by a huge line is given back.
+pub fn recycle(batch: &mut Vec<u8>) {
+    batch.clear();
+    if batch.capacity() > 2 * WRITE_BATCH {
+        batch.shrink_to(WRITE_BATCH);
+    }
 }
 
 /// Lets a writer task flush what is left for up to `grace` (none: abort it

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+use super::lines::{gather, recycle};
 use crate::protocol::codec::{Frame, LineDecoder};
 use crate::session::{OutboxReceiver, Service, SessionEnd};
 
@@ -62,15 +63,13 @@ fn read_stdin(limit: usize, input: mpsc::Sender<Frame>) {
 
 fn write_stdout(output: &mut OutboxReceiver) -> std::io::Result<()> {
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = stdout.lock();
+    let mut batch = Vec::new();
     while let Some(line) = output.blocking_recv() {
-        out.write_all(line.as_bytes())?;
-        out.write_all(b"\n")?;
-        while let Ok(line) = output.try_recv() {
-            out.write_all(line.as_bytes())?;
-            out.write_all(b"\n")?;
-        }
+        gather(&mut batch, line, output);
+        out.write_all(&batch)?;
         out.flush()?;
+        recycle(&mut batch);
     }
     out.flush()
 }

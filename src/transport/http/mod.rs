@@ -4,8 +4,10 @@
 //! - `POST /send` with header `X-Session-Id`, body one or more NDJSON lines →
 //!   `{"ok": true}` at once; the replies go to the stream. 400 without the
 //!   header, 404 for an unknown, expired or ended session. It never waits
-//!   for the session: when the session's input queue is full (it is at its
-//!   `max_inflight_requests` bound) it answers 429 with
+//!   for the session: the session's input queue holds
+//!   `max(max_inflight_requests, 64)` lines, and when it is full (the
+//!   session is at its `max_inflight_requests` bound and that many more
+//!   lines wait behind) it answers 429 with
 //!   `{"ok": false, "error": "busy", "accepted": N}` and `Retry-After: 1`:
 //!   the first N lines of the body were taken (and will be answered), the
 //!   rest were not.
@@ -42,7 +44,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
+use super::lines::WRITE_BATCH;
 use crate::protocol::codec::{Frame, LineDecoder};
+use crate::session::service::INPUT_QUEUE;
 use crate::session::OutboxReceiver;
 
 mod sessions;
@@ -68,7 +72,11 @@ fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<Htt
 }
 
 async fn create(sessions: web::Data<HttpSessions>) -> HttpResponse {
-    match sessions.service.open() {
+    // `/send` never waits, so the input queue holds what the session may
+    // have in flight: a client pipelining below `max_inflight_requests` is
+    // not told it is busy while the session catches up.
+    let queue = sessions.service.limits().max_inflight_requests.max(INPUT_QUEUE);
+    match sessions.service.open_with_input(queue) {
         Ok(opened) => HttpResponse::Ok().json(json!({ "session_id": sessions.clone().into_inner().insert(opened) })),
         Err(err) => error(StatusCode::SERVICE_UNAVAILABLE, &err.message),
     }
@@ -152,13 +160,29 @@ async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>
         line = guard.recv() => line,
     };
     match line {
-        Some(line) => Some((Ok(Bytes::from(format!("data: {line}\n\n"))), attached)),
+        Some(line) => {
+            // Every line queued now goes out in one chunk (one write).
+            let mut chunk = Vec::with_capacity(line.len() + 8);
+            push_event(&mut chunk, &line);
+            while chunk.len() < WRITE_BATCH {
+                let Ok(line) = guard.try_recv() else { break };
+                push_event(&mut chunk, &line);
+            }
+            Some((Ok(Bytes::from(chunk)), attached))
+        }
         None => {
             // The session ended and everything was delivered: forget it.
             attached.sessions.remove(&attached.id);
             None
         }
     }
+}
+
+// One SSE event: `data: <json>\n\n` (a line never holds a newline).
+fn push_event(chunk: &mut Vec<u8>, line: &str) {
+    chunk.extend_from_slice(b"data: ");
+    chunk.extend_from_slice(line.as_bytes());
+    chunk.extend_from_slice(b"\n\n");
 }
 
 async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResponse {
