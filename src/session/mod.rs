@@ -143,26 +143,33 @@ impl ProtocolSession {
         let permits = Arc::new(Semaphore::new(bound));
         let mut state = State::default();
         let overflowed = self.outbox.overflowed().clone();
+        let stop = self.stop.clone();
+        // Made once, not per frame: each `cancelled()` registers a waiter.
+        let overflow = overflowed.cancelled();
+        let stopped = stop.cancelled();
+        tokio::pin!(overflow, stopped);
         let ending = loop {
-            let permit = tokio::select! {
+            // A permit first, then a frame: at the in-flight bound the
+            // session stops reading. Dropping this future between the two
+            // loses nothing (`recv` is cancel-safe).
+            let next = async {
+                let permit = permits.clone().acquire_owned().await.ok()?;
+                Some((permit, self.input.recv().await))
+            };
+            let (permit, frame) = tokio::select! {
                 biased;
-                _ = overflowed.cancelled() => break Ending::End(SessionEnd::SlowClient),
-                _ = self.stop.cancelled() => break Ending::End(SessionEnd::Stopped),
-                permit = permits.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break Ending::End(SessionEnd::Stopped),
+                _ = &mut overflow => break Ending::End(SessionEnd::SlowClient),
+                _ = &mut stopped => break Ending::End(SessionEnd::Stopped),
+                next = next => match next {
+                    Some(next) => next,
+                    None => break Ending::End(SessionEnd::Stopped),
                 },
             };
-            let frame = tokio::select! {
-                biased;
-                _ = overflowed.cancelled() => break Ending::End(SessionEnd::SlowClient),
-                _ = self.stop.cancelled() => break Ending::End(SessionEnd::Stopped),
-                frame = self.input.recv() => match frame {
-                    Some(frame) => frame,
-                    None => match self.eof_drain {
-                        Some(grace) => break Ending::Drain { end: SessionEnd::InputClosed, grace, req_id: None },
-                        None => break Ending::End(SessionEnd::InputClosed),
-                    },
+            let frame = match frame {
+                Some(frame) => frame,
+                None => match self.eof_drain {
+                    Some(grace) => break Ending::Drain { end: SessionEnd::InputClosed, grace, req_id: None },
+                    None => break Ending::End(SessionEnd::InputClosed),
                 },
             };
             if let Some(ending) = self.on_frame(frame, permit, &mut state) {
