@@ -217,11 +217,14 @@ async fn script_spawn_and_await_children_build_a_real_nested_tree() {
     assert_eq!(children.len(), 2);
     let list = session.list().await.unwrap().subagents;
     assert_eq!(list.len(), 4);
-    let by_name = |name: &str| list.iter().find(|i| i.name == name).unwrap().clone();
+    let by_name = |name: &str| list.iter().find(|i| &*i.name == name).unwrap().clone();
     assert_eq!(by_name("child1").depth, 1);
-    assert_eq!(by_name("child1").parent_agent_id, Some(root.to_string()));
+    assert_eq!(by_name("child1").parent_agent_id.as_deref(), Some(root.to_string().as_str()));
     assert_eq!(by_name("grandchild").depth, 2);
-    assert_eq!(by_name("grandchild").parent_agent_id, Some(by_name("child1").subagent_id.to_string()));
+    assert_eq!(
+        by_name("grandchild").parent_agent_id.as_deref(),
+        Some(by_name("child1").subagent_id.to_string().as_str())
+    );
     let child1 = &children[&by_name("child1").subagent_id.to_string()];
     assert_eq!(child1["status"], json!("COMPLETED"));
     assert_eq!(child1["result"]["answer"], json!("child"));

@@ -34,7 +34,7 @@ async fn nested_spawns_record_depth_parent_and_root() {
     assert_eq!(info(top).depth, 0);
     assert_eq!(info(child).depth, 1);
     assert_eq!(info(grandchild).depth, 2);
-    assert_eq!(info(grandchild).parent_agent_id, Some(child.to_string()));
+    assert_eq!(info(grandchild).parent_agent_id.as_deref(), Some(child.to_string().as_str()));
     assert_eq!(info(grandchild).root_agent_id.as_deref(), Some("client_agent"));
 }
 

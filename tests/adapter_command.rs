@@ -243,7 +243,7 @@ async fn a_childs_deadline_is_capped_by_its_parents() {
     assert!(parent_done.error.as_deref().unwrap_or("").contains("timeout"), "{:?}", parent_done.error);
 
     let list = session.list().await.expect("list").subagents;
-    let child = list.iter().find(|info| info.name == "slow-child").expect("child listed");
+    let child = list.iter().find(|info| &*info.name == "slow-child").expect("child listed");
     assert_eq!(child.config.timeout_seconds, 600);
     let pids = pids_of(child.subagent_id, &mut events).await;
     let child_done =

@@ -171,21 +171,23 @@ impl TaskDefinition {
     }
 }
 
-/// `SubagentInfo`: one row of a list response.
+/// `SubagentInfo`: one row of a list response. The strings are shared
+/// (`Arc<str>`, serialized as plain strings) so that a row of a large list
+/// is reference counts, not copies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentInfo {
     /// Subagent identifier.
     pub subagent_id: SubagentId,
     /// Display name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Current status.
     pub status: SubagentStatus,
     /// Parent agent.
     #[serde(default)]
-    pub parent_agent_id: Option<String>,
+    pub parent_agent_id: Option<Arc<str>>,
     /// Root agent.
     #[serde(default)]
-    pub root_agent_id: Option<String>,
+    pub root_agent_id: Option<Arc<str>>,
     /// Nesting depth (0 for a top-level subagent).
     #[serde(default)]
     pub depth: u32,

@@ -473,10 +473,10 @@ impl Handler<List> for Supervisor {
             .iter()
             .map(|(id, entry)| SubagentInfo {
                 subagent_id: *id,
-                name: entry.config.name.clone(),
+                name: entry.config.name.as_str().into(),
                 status: entry.status,
-                parent_agent_id: entry.parent_agent_id.as_deref().map(str::to_owned),
-                root_agent_id: entry.root_agent_id.as_deref().map(str::to_owned),
+                parent_agent_id: entry.parent_agent_id.clone(),
+                root_agent_id: entry.root_agent_id.clone(),
                 depth: entry.depth,
                 config: entry.config.clone(),
             })
