@@ -30,8 +30,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Runs `futures` concurrently and collects their outputs in completion
 /// order (`join_all` keeps input order, paying a binary heap for it once
 /// outputs arrive out of order, which grows the driver's cost with N).
+///
+/// The driver runs outside tokio's coop budget (`unconstrained`): inside it,
+/// once 128 polls are spent in a round every other pending future is woken
+/// again at once (`Defer::defer`) and re-polled, so driving N requests that
+/// queue at one actor (the supervisor) from one task costs O(N²): at 100k,
+/// 57 µs per subagent instead of 5 µs. The floor is driven the same way.
 async fn all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    futures.into_iter().collect::<FuturesUnordered<F>>().collect().await
+    tokio::task::unconstrained(futures.into_iter().collect::<FuturesUnordered<F>>().collect()).await
 }
 
 struct Echo;
