@@ -12,7 +12,7 @@
 //! - [`adapter`]: what runs a task: the [`AgentAdapter`] trait, the model
 //!   router, and the built-in scripted adapter.
 //! - [`config`]: limits with their defaults.
-//! - [`config_file`]: the TOML config file (`[limits]`, `[auth]`, `[[routes]]`, `[server]`).
+//! - [`config_file`]: the TOML config file (`[limits]`, `[auth]`, `[policy]`, `[[routes]]`, `[server]`).
 //! - [`session`]: the protocol session: handshake, auth, dispatch, bounded outbox.
 //! - [`transport`]: stdio, TCP and HTTP+SSE front ends of the service.
 //! - [`error`]: the protocol's error codes and [`HostError`].
