@@ -17,7 +17,6 @@
 use actix::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use futures_util::future::join_all;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,50 +31,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 // ---- the raw actix floor ------------------------------------------------------
 
-/// Runs `futures` concurrently and collects their outputs in completion
-/// order (`join_all` keeps input order, paying a binary heap for it once
-/// outputs arrive out of order, which grows the driver's cost with N).
-///
-/// The driver runs outside tokio's coop budget (`unconstrained`): inside it,
-/// once 128 polls are spent in a round every other pending future is woken
-/// again at once (`Defer::defer`) and re-polled, so driving N requests that
-/// queue at one actor (the supervisor) from one task costs O(N²): at 100k,
-/// 57 µs per subagent instead of 5 µs. The floor is driven the same way.
-async fn all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    tokio::task::unconstrained(futures.into_iter().collect::<FuturesUnordered<F>>().collect()).await
-}
-
-/// The smallest useful actor: replies to a number with the number.
-struct Echo;
-
-impl Actor for Echo {
-    type Context = Context<Self>;
-}
-
-#[derive(Message)]
-#[rtype(result = "u64")]
-struct Ping(u64);
-
-impl Handler<Ping> for Echo {
-    type Result = u64;
-
-    fn handle(&mut self, msg: Ping, _ctx: &mut Self::Context) -> u64 {
-        msg.0
-    }
-}
-
-/// Asks an actor to stop.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Stop;
-
-impl Handler<Stop> for Echo {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
-        ctx.stop();
-    }
-}
+#[path = "support/floor.rs"]
+mod floor;
+use floor::{all, Echo, Ping, Stop};
 
 /// A raw listing: a reply carrying `rows` small rows, the floor of `list`.
 struct Rows(Vec<(u32, Arc<str>, u32)>);

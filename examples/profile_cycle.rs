@@ -16,7 +16,6 @@
 //! Divide the instruction count of `hot` by N for a per-cycle cost.
 
 use actix::prelude::*;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::sync::Arc;
 use subagent_host::config::Limits;
 use subagent_host::event::NullSink;
@@ -27,48 +26,9 @@ use subagent_host::{Host, HostConfig, Session};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Runs `futures` concurrently and collects their outputs in completion
-/// order (`join_all` keeps input order, paying a binary heap for it once
-/// outputs arrive out of order, which grows the driver's cost with N).
-///
-/// The driver runs outside tokio's coop budget (`unconstrained`): inside it,
-/// once 128 polls are spent in a round every other pending future is woken
-/// again at once (`Defer::defer`) and re-polled, so driving N requests that
-/// queue at one actor (the supervisor) from one task costs O(N²): at 100k,
-/// 57 µs per subagent instead of 5 µs. The floor is driven the same way.
-async fn all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    tokio::task::unconstrained(futures.into_iter().collect::<FuturesUnordered<F>>().collect()).await
-}
-
-struct Echo;
-
-impl Actor for Echo {
-    type Context = Context<Self>;
-}
-
-#[derive(Message)]
-#[rtype(result = "u64")]
-struct Ping(u64);
-
-impl Handler<Ping> for Echo {
-    type Result = u64;
-
-    fn handle(&mut self, msg: Ping, _ctx: &mut Self::Context) -> u64 {
-        msg.0
-    }
-}
-
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Stop;
-
-impl Handler<Stop> for Echo {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
-        ctx.stop();
-    }
-}
+#[path = "../benches/support/floor.rs"]
+mod floor;
+use floor::{all, Echo, Ping, Stop};
 
 fn spawn_request() -> SpawnRequest {
     SpawnRequest {
