@@ -234,13 +234,13 @@ impl Supervisor {
                 if matches!(parent_entry.slot, Slot::Gone) {
                     return Err(HostError::new(ErrorCode::InvalidState, format!("parent {parent_id} is terminated")));
                 }
-                let root = parent_entry
-                    .root_agent_id
-                    .clone()
-                    .or_else(|| parent_entry.parent_agent_id.clone())
-                    .or_else(|| Some(Arc::from(parent_id.to_string())));
-                let root = root.map(|text| self.interned.intern(&text));
-                (parent_entry.depth + 1, Some(parent_entry.memory.clone()), root)
+                // The parent's root (or its own parent) is interned already;
+                // only a parent with neither makes a new string.
+                let root = match parent_entry.root_agent_id.clone().or_else(|| parent_entry.parent_agent_id.clone()) {
+                    Some(root) => root,
+                    None => self.interned.intern(&parent_id.to_string()),
+                };
+                (parent_entry.depth + 1, Some(parent_entry.memory.clone()), Some(root))
             }
             None => {
                 let root = request
@@ -331,6 +331,19 @@ impl Supervisor {
             // Never delegated, or gone: the record is the answer.
             Ok(entry) => reply.send(Ok(entry.record(id))),
         }
+    }
+}
+
+/// Asks a live subagent to terminate its subtree. The request is queued now,
+/// in order with any later one; the future resolves with every id stopped
+/// once the subagent's own actor is gone too (its reply already means every
+/// descendant actor is).
+fn stop_subtree(addr: &SharedAddr, gone: CancellationToken) -> impl std::future::Future<Output = Vec<SubagentId>> {
+    let reply = addr.send(TerminateTree);
+    async move {
+        let stopped = reply.await.unwrap_or_default();
+        gone.cancelled().await;
+        stopped
     }
 }
 
@@ -537,12 +550,9 @@ impl Handler<Terminate> for Supervisor {
         let Some((addr, gone)) = live else {
             return Response::reply(Ok(dormant));
         };
-        let reply = addr.send(TerminateTree);
+        let stopping = stop_subtree(&addr, gone);
         Response::fut(async move {
-            let mut stopped = reply.await.unwrap_or_default();
-            // The reply means every descendant actor is gone; wait for the
-            // target's own actor too.
-            gone.cancelled().await;
+            let mut stopped = stopping.await;
             stopped.extend(dormant);
             Ok(stopped)
         })
@@ -643,12 +653,7 @@ impl Handler<Close> for Supervisor {
             .filter_map(|id| self.index.get(id))
             .filter_map(|entry| {
                 let Slot::Live { addr, gone } = &entry.slot else { return None };
-                let (addr, gone) = (Arc::clone(addr), gone.clone());
-                Some(async move {
-                    let stopped = addr.send(TerminateTree).await.unwrap_or_default();
-                    gone.cancelled().await;
-                    stopped
-                })
+                Some(stop_subtree(addr, gone.clone()))
             })
             .collect();
         Box::pin(actix::fut::wrap_future(join_all(stops)).map(move |lists, act: &mut Self, ctx| {
