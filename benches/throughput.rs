@@ -156,6 +156,25 @@ async fn delegate_all(session: &Session, ids: &[SubagentId], task: &TaskDefiniti
 
 // ---- criterion ----------------------------------------------------------------
 
+/// Times `iters` sequential spawn → delegate → await cycles on a fresh
+/// session, each followed by a terminate when `terminate` is set.
+fn timed_cycles(system: &actix_rt::SystemRunner, iters: u64, terminate: bool) -> Duration {
+    let host = bench_host(iters as usize + 1);
+    system.block_on(async {
+        let session = host.open_session(Arc::new(NullSink));
+        let start = Instant::now();
+        for _ in 0..iters {
+            let id = session_cycle(&session).await;
+            if terminate {
+                session.terminate(id).await.expect("terminate");
+            }
+        }
+        let elapsed = start.elapsed();
+        session.close().await;
+        elapsed
+    })
+}
+
 fn cycle(c: &mut Criterion) {
     let system = actix_rt::System::new();
     let mut group = c.benchmark_group("cycle");
@@ -171,37 +190,8 @@ fn cycle(c: &mut Criterion) {
             })
         })
     });
-    group.bench_function("session", |b| {
-        b.iter_custom(|iters| {
-            let host = bench_host(iters as usize + 1);
-            system.block_on(async {
-                let session = host.open_session(Arc::new(NullSink));
-                let start = Instant::now();
-                for _ in 0..iters {
-                    session_cycle(&session).await;
-                }
-                let elapsed = start.elapsed();
-                session.close().await;
-                elapsed
-            })
-        })
-    });
-    group.bench_function("session_terminate", |b| {
-        b.iter_custom(|iters| {
-            let host = bench_host(iters as usize + 1);
-            system.block_on(async {
-                let session = host.open_session(Arc::new(NullSink));
-                let start = Instant::now();
-                for _ in 0..iters {
-                    let id = session_cycle(&session).await;
-                    session.terminate(id).await.expect("terminate");
-                }
-                let elapsed = start.elapsed();
-                session.close().await;
-                elapsed
-            })
-        })
-    });
+    group.bench_function("session", |b| b.iter_custom(|iters| timed_cycles(&system, iters, false)));
+    group.bench_function("session_terminate", |b| b.iter_custom(|iters| timed_cycles(&system, iters, true)));
     group.finish();
 }
 
