@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
+use super::multi_agent::{AgentDelegateRequest, AgentListRequest, AgentSpawnRequest, AgentTargetRequest};
 use super::wire::*;
 use crate::error::{ErrorCode, HostError};
 
@@ -77,13 +78,70 @@ pub enum Request {
     Terminate(TerminateRequest),
     /// `SUBAGENT_MERGE_REQ`.
     Merge(MergeRequest),
+    /// `multi_agent/spawn` (the SDK's namespace).
+    AgentSpawn(AgentSpawnRequest),
+    /// `multi_agent/delegate`.
+    AgentDelegate(AgentDelegateRequest),
+    /// `multi_agent/await`.
+    AgentAwait(AgentTargetRequest),
+    /// `multi_agent/list`.
+    AgentList(AgentListRequest),
+    /// `multi_agent/terminate`.
+    AgentTerminate(AgentTargetRequest),
 }
 
-impl Request {
-    /// True for the `SUBAGENT_*` requests (those needing `multi_agent`).
-    pub fn is_subagent(&self) -> bool {
-        !matches!(self, Self::Handshake(_) | Self::Ping | Self::Shutdown(_))
+/// Where a request's typed body comes from: the line's text (fast path) or
+/// an already parsed `Value` (slow path, which words errors). One table,
+/// [`lookup`], serves both.
+trait BodySource {
+    fn body<T: DeserializeOwned>(self) -> Result<T, HostError>;
+}
+
+impl BodySource for &str {
+    fn body<T: DeserializeOwned>(self) -> Result<T, HostError> {
+        // The fast path only needs to know that it failed: the slow path
+        // words the error.
+        serde_json::from_str(self).map_err(|_| HostError::new(ErrorCode::SchemaViolation, "body"))
     }
+}
+
+impl BodySource for Value {
+    fn body<T: DeserializeOwned>(self) -> Result<T, HostError> {
+        body(self)
+    }
+}
+
+/// The one type → request table: `Ok(None)` for a message that needs no
+/// reply (an `error` sent by the client), `unknown_type` for a type the
+/// host does not serve.
+fn lookup(kind: &str, source: impl BodySource) -> Result<Option<Request>, HostError> {
+    use super::multi_agent as ma;
+    Ok(Some(match kind {
+        "SUBAGENT_SPAWN_REQ" => Request::Spawn(source.body()?),
+        "SUBAGENT_DELEGATE_REQ" => Request::Delegate(source.body()?),
+        "SUBAGENT_AWAIT_REQ" => Request::Await(source.body()?),
+        "SUBAGENT_MESSAGE_REQ" => Request::Message(source.body()?),
+        "SUBAGENT_LIST_REQ" => Request::List(source.body()?),
+        "SUBAGENT_CANCEL_REQ" => Request::Cancel(source.body()?),
+        "SUBAGENT_TERMINATE_REQ" => Request::Terminate(source.body()?),
+        "SUBAGENT_MERGE_REQ" => Request::Merge(source.body()?),
+        ma::SPAWN => Request::AgentSpawn(source.body()?),
+        ma::DELEGATE => Request::AgentDelegate(source.body()?),
+        ma::AWAIT => Request::AgentAwait(source.body()?),
+        ma::LIST => Request::AgentList(source.body()?),
+        ma::TERMINATE => Request::AgentTerminate(source.body()?),
+        "handshake/req" => Request::Handshake(source.body()?),
+        "ping" => Request::Ping,
+        "shutdown" => Request::Shutdown(source.body()?),
+        "error" => return Ok(None),
+        other => {
+            return Err(HostError::new(
+                ErrorCode::UnknownType,
+                format!("message type `{other}` is not served by this host"),
+            )
+            .with_detail(json!({ "type": other })))
+        }
+    }))
 }
 
 /// A decoded request with its envelope id.
@@ -149,25 +207,8 @@ fn decode_fast(text: &str) -> Option<Option<Incoming>> {
     if !supported(&envelope.a2e) || !supported(&envelope.version) {
         return None;
     }
-    fn parse<'a, T: Deserialize<'a>>(text: &'a str) -> Option<T> {
-        serde_json::from_str(text).ok()
-    }
-    let request = match &*envelope.kind {
-        "SUBAGENT_SPAWN_REQ" => Request::Spawn(parse(text)?),
-        "SUBAGENT_DELEGATE_REQ" => Request::Delegate(parse(text)?),
-        "SUBAGENT_AWAIT_REQ" => Request::Await(parse(text)?),
-        "SUBAGENT_MESSAGE_REQ" => Request::Message(parse(text)?),
-        "SUBAGENT_LIST_REQ" => Request::List(parse(text)?),
-        "SUBAGENT_CANCEL_REQ" => Request::Cancel(parse(text)?),
-        "SUBAGENT_TERMINATE_REQ" => Request::Terminate(parse(text)?),
-        "SUBAGENT_MERGE_REQ" => Request::Merge(parse(text)?),
-        "handshake/req" => Request::Handshake(parse(text)?),
-        "ping" => Request::Ping,
-        "shutdown" => Request::Shutdown(parse(text)?),
-        "error" => return Some(None),
-        _ => return None,
-    };
-    Some(Some(Incoming { id: envelope.id.map(Cow::into_owned).unwrap_or_default(), request }))
+    let request = lookup(&envelope.kind, text).ok()?;
+    Some(request.map(|request| Incoming { id: envelope.id.map(Cow::into_owned).unwrap_or_default(), request }))
 }
 
 // The slow path: decodes through a `Value` and words what is wrong.
@@ -199,7 +240,7 @@ fn decode_slow(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
     };
     let failed = |error| DecodeError { kind: Some(kind.clone()), ..fail(&id, error) };
     check_version(&object).map_err(failed)?;
-    let request = typed(&kind, object).map_err(failed)?;
+    let request = lookup(&kind, Value::Object(object)).map_err(failed)?;
     Ok(request.map(|request| Incoming { id, request }))
 }
 
@@ -218,31 +259,6 @@ fn check_version(object: &Map<String, Value>) -> Result<(), HostError> {
         }
     }
     Ok(())
-}
-
-fn typed(kind: &str, object: Map<String, Value>) -> Result<Option<Request>, HostError> {
-    let value = Value::Object(object);
-    Ok(Some(match kind {
-        "handshake/req" => Request::Handshake(body(value)?),
-        "ping" => Request::Ping,
-        "shutdown" => Request::Shutdown(body(value)?),
-        "SUBAGENT_SPAWN_REQ" => Request::Spawn(body(value)?),
-        "SUBAGENT_DELEGATE_REQ" => Request::Delegate(body(value)?),
-        "SUBAGENT_AWAIT_REQ" => Request::Await(body(value)?),
-        "SUBAGENT_MESSAGE_REQ" => Request::Message(body(value)?),
-        "SUBAGENT_LIST_REQ" => Request::List(body(value)?),
-        "SUBAGENT_CANCEL_REQ" => Request::Cancel(body(value)?),
-        "SUBAGENT_TERMINATE_REQ" => Request::Terminate(body(value)?),
-        "SUBAGENT_MERGE_REQ" => Request::Merge(body(value)?),
-        "error" => return Ok(None),
-        other => {
-            return Err(HostError::new(
-                ErrorCode::UnknownType,
-                format!("message type `{other}` is not served by this host"),
-            )
-            .with_detail(json!({ "type": other })))
-        }
-    }))
 }
 
 /// Second pass: the typed body, or a `schema_violation` naming the field path.

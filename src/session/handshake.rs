@@ -43,7 +43,8 @@ pub(crate) fn answer(
         "accepted_caps": accepted,
         "max_parallel": max_parallel(service),
         "ok": true,
-        "reason": null,
+        // The SDK declares `reason: str`: `null` would get the reply dropped.
+        "reason": "",
     });
     (encode::message("handshake/resp", Some(req_id), &body), Some(Grant { multi_agent }))
 }

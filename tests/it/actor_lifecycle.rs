@@ -1,9 +1,9 @@
 //! Actor-level tests, one per row of DESIGN.md's lifecycle table (and the
 //! timeout / max_steps / WAITING rules under it).
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
 use subagent_host::event::EventKind;

@@ -2,9 +2,9 @@
 //! replies come only once every task (cancel) or actor (terminate) of the
 //! subtree is gone.
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};

@@ -1,9 +1,9 @@
 //! Adapters: routing by model glob, every step of the scripted adapter's
 //! contract, memory scopes, and panics that fail only their own task.
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use subagent_host::adapter::{AdapterRouter, AgentAdapter, ScriptedAdapter, TaskContext, TaskFuture};

@@ -3,9 +3,9 @@
 //! terminate aborting the in-flight request, memory and tool scopes, the
 //! mailbox, and the API key staying out of events and errors.
 
-mod fake_openai;
 
-use fake_openai::*;
+
+use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -204,7 +204,7 @@ impl LineClient {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
             Ok(0) | Err(_) => None,
-            Ok(_) => Some(serde_json::from_str(&line).expect("JSON line")),
+            Ok(_) => Some(crate::contract::checked(&line)),
         }
     }
 
@@ -317,7 +317,7 @@ impl SseStream {
             if let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
                 let data = event.strip_prefix("data: ").expect("data: prefix").trim_end();
-                return Some(serde_json::from_str(data).expect("JSON data"));
+                return Some(crate::contract::checked(data));
             }
             if !self.fill() {
                 return None;

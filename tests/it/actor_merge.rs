@@ -1,9 +1,9 @@
 //! Merge: hierarchical_summary, voting (tally and tie-break), custom
 //! strategies, unknown names, and subagents that did not complete.
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
 use subagent_host::protocol::wire::*;

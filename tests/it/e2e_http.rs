@@ -2,9 +2,9 @@
 //! replies kept until the stream attaches, reconnects, idle expiry, ended
 //! sessions forgotten (and counted until then), 429 when busy.
 
-mod e2e_support;
 
-use e2e_support::*;
+
+use crate::e2e_support::*;
 use serde_json::json;
 
 fn new_session(addr: &str) -> String {

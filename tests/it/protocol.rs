@@ -71,7 +71,7 @@ impl Client {
 
     async fn next_line(&mut self) -> Option<Value> {
         let line = tokio::time::timeout(PATIENCE, self.output.recv()).await.expect("a line in time")?;
-        Some(serde_json::from_str(&line).expect("every output line is JSON"))
+        Some(crate::contract::checked(&line))
     }
 
     /// The reply carrying `req_id`; other lines are kept for later.

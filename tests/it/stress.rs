@@ -4,9 +4,9 @@
 //! answered. The seed is printed so a failure can be replayed
 //! (`STRESS_SEED=<n> cargo test --release --test stress`).
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! Limits: depth, quota, retained records, forced id collisions.
 
-mod common;
 
-use common::*;
+
+use crate::common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use subagent_host::config::Limits;
 use subagent_host::ids::{IdRegistry, IdSource};

@@ -2,9 +2,9 @@
 //! `RUST_LOG=trace`), EOF on stdin → exit 0, SIGTERM and SIGINT terminate
 //! a running tree and exit 0.
 
-mod e2e_support;
 
-use e2e_support::*;
+
+use crate::e2e_support::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
@@ -31,7 +31,7 @@ fn stdio_at_trace_level_writes_only_protocol_lines_and_exits_0_on_eof() {
     while spawned.is_none() {
         line.clear();
         assert!(stdout.read_line(&mut line).unwrap() > 0, "stdout ended early");
-        let value: Value = serde_json::from_str(&line).expect("stdout line is JSON");
+        let value: Value = crate::contract::checked(&line);
         if value["req_id"] == "s" {
             spawned = value["subagent_id"].as_str().map(str::to_owned);
         }
@@ -49,8 +49,7 @@ fn stdio_at_trace_level_writes_only_protocol_lines_and_exits_0_on_eof() {
     assert!(status.success(), "exit status {status:?}");
     let mut await_status = None;
     for line in rest.lines() {
-        let value: Value =
-            serde_json::from_str(line).unwrap_or_else(|_| panic!("non-protocol line on stdout: {line:?}"));
+        let value: Value = crate::contract::checked(line);
         assert_eq!(value["a2e"], "1.0", "{line}");
         assert!(value["type"].is_string(), "{line}");
         if value["req_id"] == "a" {
@@ -101,7 +100,7 @@ fn a_signal_terminates_the_running_tree_and_exits_0(signal_name: &str) {
         loop {
             let mut line = String::new();
             assert!(stdout.read_line(&mut line).unwrap() > 0, "stdout ended early");
-            let value: Value = serde_json::from_str(&line).expect("JSON line");
+            let value: Value = crate::contract::checked(&line);
             if value["req_id"] == message["id"] {
                 return value;
             }
@@ -119,7 +118,7 @@ fn a_signal_terminates_the_running_tree_and_exits_0(signal_name: &str) {
     let status = wait(&mut child);
     assert!(status.success(), "exit status {status:?}");
     let terminated = rest.lines().any(|line| {
-        let value: Value = serde_json::from_str(line).expect("JSON line");
+        let value: Value = crate::contract::checked(line);
         value["event"] == "terminated" && value["subagent_id"] == sub.as_str()
     });
     assert!(terminated, "the running subagent was terminated: {rest}");

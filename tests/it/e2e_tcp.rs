@@ -3,9 +3,9 @@
 //! and byte bounds), accept failures back off, `max_sessions` holds, SIGTERM
 //! exits 0, and start-up refuses unsafe binds and bad config.
 
-mod e2e_support;
 
-use e2e_support::*;
+
+use crate::e2e_support::*;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -284,7 +284,7 @@ async fn terminate_with_an_empty_path_inner() {
 
 #[test]
 fn the_group_is_killed_without_a_kill_program_on_path() {
-    let name = "terminate_with_an_empty_path_inner";
+    let name = "adapter_command::terminate_with_an_empty_path_inner";
     let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", name, "--ignored", "--test-threads=1", "--nocapture"])
         .env("PATH", "")

@@ -1,0 +1,33 @@
+//! The integration tests: one binary (as ripgrep does), a module per topic.
+//!
+//! - `actor_*`: the actor runtime, started in-process, driven by messages.
+//! - `adapter_*`: the command and openai adapters against real processes
+//!   and a fake model server.
+//! - `protocol`, `wire_types`: NDJSON in, NDJSON out, and the wire types
+//!   against the spec.
+//! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
+//! - `stress`: random operations over several sessions.
+//!
+//! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
+//! tiny clients), `fake_openai` (a fake chat completions server), and
+//! `contract` (the SDK's declared field types; every line the tests
+//! receive is checked against it).
+
+mod common;
+mod contract;
+mod e2e_support;
+mod fake_openai;
+
+mod actor_adapters;
+mod actor_lifecycle;
+mod actor_limits;
+mod actor_merge;
+mod actor_tree;
+mod adapter_command;
+mod adapter_openai;
+mod e2e_http;
+mod e2e_stdio;
+mod e2e_tcp;
+mod protocol;
+mod stress;
+mod wire_types;
