@@ -51,7 +51,7 @@ fn default_max_steps() -> u32 {
 pub struct AgentSpawnRequest {
     /// Subagent name.
     pub name: String,
-    /// Role descriptor; `""` means none.
+    /// Role descriptor.
     #[serde(default)]
     pub role: String,
     /// Model identifier.
@@ -70,7 +70,8 @@ impl AgentSpawnRequest {
     /// config, every other field at the spec's default.
     pub fn into_spawn(self) -> SpawnRequest {
         let mut agent = SubagentConfig::new(self.name, self.model);
-        agent.role = Some(self.role).filter(|role| !role.is_empty());
+        // Kept as sent (`""` too), so a list shows what the client asked for.
+        agent.role = Some(self.role);
         agent.max_steps = self.max_steps;
         agent.metadata = self.metadata;
         SpawnRequest { agent, parent_agent_id: None, root_agent_id: None }

@@ -1,8 +1,6 @@
 //! Adapters: routing by model glob, every step of the scripted adapter's
 //! contract, memory scopes, and panics that fail only their own task.
 
-
-
 use crate::common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -1,8 +1,6 @@
 //! Actor-level tests, one per row of DESIGN.md's lifecycle table (and the
 //! timeout / max_steps / WAITING rules under it).
 
-
-
 use crate::common::*;
 use serde_json::json;
 use std::time::Duration;

@@ -1,7 +1,5 @@
 //! Limits: depth, quota, retained records, forced id collisions.
 
-
-
 use crate::common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use subagent_host::config::Limits;

@@ -1,8 +1,6 @@
 //! Merge: hierarchical_summary, voting (tally and tie-break), custom
 //! strategies, unknown names, and subagents that did not complete.
 
-
-
 use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;

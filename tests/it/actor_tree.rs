@@ -2,8 +2,6 @@
 //! replies come only once every task (cancel) or actor (terminate) of the
 //! subtree is gone.
 
-
-
 use crate::common::*;
 use std::sync::Arc;
 use std::time::Duration;

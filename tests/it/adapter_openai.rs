@@ -3,8 +3,6 @@
 //! terminate aborting the in-flight request, memory and tool scopes, the
 //! mailbox, and the API key staying out of events and errors.
 
-
-
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;

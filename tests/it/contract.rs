@@ -296,6 +296,10 @@ mod tests {
         assert_eq!(check(&no_req_id), Ok(()));
         no_req_id.as_object_mut().unwrap().remove("req_id");
         assert!(check(&no_req_id).is_err());
-        assert!(check(&with("error", json!({ "code": "x", "message": "m", "detail": {}, "retryable": false, "capability_name": null }))).is_err());
+        assert!(check(&with(
+            "error",
+            json!({ "code": "x", "message": "m", "detail": {}, "retryable": false, "capability_name": null })
+        ))
+        .is_err());
     }
 }

@@ -2,8 +2,6 @@
 //! replies kept until the stream attaches, reconnects, idle expiry, ended
 //! sessions forgotten (and counted until then), 429 when busy.
 
-
-
 use crate::e2e_support::*;
 use serde_json::json;
 

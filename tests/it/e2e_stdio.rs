@@ -2,8 +2,6 @@
 //! `RUST_LOG=trace`), EOF on stdin → exit 0, SIGTERM and SIGINT terminate
 //! a running tree and exit 0.
 
-
-
 use crate::e2e_support::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -3,8 +3,6 @@
 //! and byte bounds), accept failures back off, `max_sessions` holds, SIGTERM
 //! exits 0, and start-up refuses unsafe binds and bad config.
 
-
-
 use crate::e2e_support::*;
 use serde_json::json;
 use std::io::{Read, Write};

@@ -20,12 +20,12 @@ fn limits() -> Limits {
     Limits { max_line_bytes: LIMIT, ..Limits::default() }
 }
 
-fn service(limits: Limits, auth: Auth) -> Arc<Service> {
+pub(crate) fn service(limits: Limits, auth: Auth) -> Arc<Service> {
     Service::new(Host::new(HostConfig { limits, ..Default::default() }), auth)
 }
 
 /// One client of one in-process session.
-struct Client {
+pub(crate) struct Client {
     input: Option<mpsc::Sender<Frame>>,
     output: OutboxReceiver,
     decoder: LineDecoder,
@@ -36,7 +36,7 @@ struct Client {
 }
 
 impl Client {
-    fn open(service: &Arc<Service>) -> Self {
+    pub(crate) fn open(service: &Arc<Service>) -> Self {
         let opened = service.open().expect("session opens");
         let handle = opened.session.handle();
         let run = actix_rt::spawn(opened.session.run());
@@ -50,7 +50,7 @@ impl Client {
         }
     }
 
-    async fn raw(&mut self, bytes: &[u8]) {
+    pub(crate) async fn raw(&mut self, bytes: &[u8]) {
         let mut frames = Vec::new();
         self.decoder.feed(bytes, &mut frames);
         for frame in frames {
@@ -58,24 +58,24 @@ impl Client {
         }
     }
 
-    async fn send(&mut self, message: Value) {
+    pub(crate) async fn send(&mut self, message: Value) {
         self.raw(format!("{message}\n").as_bytes()).await;
     }
 
-    async fn next(&mut self) -> Value {
+    pub(crate) async fn next(&mut self) -> Value {
         if let Some(value) = self.pending.pop_front() {
             return value;
         }
         self.next_line().await.expect("a line")
     }
 
-    async fn next_line(&mut self) -> Option<Value> {
+    pub(crate) async fn next_line(&mut self) -> Option<Value> {
         let line = tokio::time::timeout(PATIENCE, self.output.recv()).await.expect("a line in time")?;
         Some(crate::contract::checked(&line))
     }
 
     /// The reply carrying `req_id`; other lines are kept for later.
-    async fn reply(&mut self, req_id: &str) -> Value {
+    pub(crate) async fn reply(&mut self, req_id: &str) -> Value {
         if let Some(at) = self.pending.iter().position(|v| v["req_id"] == req_id) {
             return self.pending.remove(at).expect("present");
         }
@@ -88,13 +88,13 @@ impl Client {
         }
     }
 
-    async fn request(&mut self, mut message: Value, id: &str) -> Value {
+    pub(crate) async fn request(&mut self, mut message: Value, id: &str) -> Value {
         message["id"] = json!(id);
         self.send(message).await;
         self.reply(id).await
     }
 
-    async fn handshake(&mut self, caps: &[&str]) -> Value {
+    pub(crate) async fn handshake(&mut self, caps: &[&str]) -> Value {
         self.request(
             json!({ "type": "handshake/req", "agent_id": "parent", "agent_caps": caps, "auth_token": "" }),
             "hs",

@@ -4,8 +4,6 @@
 //! answered. The seed is printed so a failure can be replayed
 //! (`STRESS_SEED=<n> cargo test --release --test stress`).
 
-
-
 use crate::common::*;
 use serde_json::json;
 use std::collections::HashMap;
