@@ -45,13 +45,14 @@ struct ServeArgs {
     /// --tcp or --http.
     #[arg(long, conflicts_with_all = ["tcp", "http"])]
     stdio: bool,
-    /// Serve NDJSON over TCP on ADDR, one session per connection
-    /// (default ADDR when omitted: 127.0.0.1:7700).
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = DEFAULT_TCP)]
+    /// Serve NDJSON over TCP on HOST:PORT, one session per connection
+    /// (default when omitted: 127.0.0.1:7700; a bare PORT means 127.0.0.1:PORT).
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = DEFAULT_TCP)]
     tcp: Option<String>,
-    /// Serve HTTP+SSE on ADDR: POST /session, POST /send, GET /stream,
-    /// GET /health (default ADDR when omitted: 127.0.0.1:8080).
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = DEFAULT_HTTP)]
+    /// Serve HTTP+SSE on HOST:PORT: POST /session, POST /send, GET /stream,
+    /// GET /health (default when omitted: 127.0.0.1:8080; a bare PORT means
+    /// 127.0.0.1:PORT).
+    #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = DEFAULT_HTTP)]
     http: Option<String>,
     /// TOML config file ([limits], [auth], [[routes]], [server]). Without it,
     /// built-in defaults apply and the scripted adapter serves every model.
@@ -78,8 +79,12 @@ fn main() -> ExitCode {
 }
 
 fn resolve(flag: &str, text: &str) -> Result<SocketAddr, String> {
+    // A bare port is the loopback address on that port: the safe reading.
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
     text.to_socket_addrs()
-        .map_err(|err| format!("--{flag} {text}: not an address: {err}"))?
+        .map_err(|err| format!("--{flag} {text}: expected HOST:PORT (e.g. 127.0.0.1:7700) or a bare PORT: {err}"))?
         .next()
         .ok_or_else(|| format!("--{flag} {text}: resolves to no address"))
 }
@@ -107,7 +112,7 @@ fn threads(configured: usize) -> usize {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     if !args.stdio && args.tcp.is_none() && args.http.is_none() {
-        return Err("nothing to serve: give --stdio, --tcp [ADDR] and/or --http [ADDR] (see --help)".into());
+        return Err("nothing to serve: give --stdio, --tcp [HOST:PORT] and/or --http [HOST:PORT] (see --help)".into());
     }
     let file = match &args.config {
         Some(path) => FileConfig::load(path)?,
