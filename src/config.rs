@@ -45,6 +45,26 @@ pub struct Limits {
     pub max_parallel: usize,
     /// An HTTP session with no request and no stream for this long is closed.
     pub session_idle_seconds: u64,
+    /// Largest `SubagentConfig` a spawn may carry, in encoded JSON bytes.
+    pub max_config_bytes: usize,
+    /// Largest `TaskDefinition` a delegate may carry, in encoded JSON bytes.
+    pub max_task_bytes: usize,
+    /// Largest message payload (`SUBAGENT_MESSAGE_REQ.message`), in encoded
+    /// JSON bytes.
+    pub max_message_bytes: usize,
+    /// Largest task result kept, in encoded JSON bytes; a task whose result
+    /// is larger ends `FAILED`.
+    pub max_result_bytes: usize,
+    /// Bytes of messages one subagent's mailbox holds before `mailbox_full`
+    /// (beside `mailbox_capacity` messages).
+    pub mailbox_max_bytes: usize,
+    /// Bytes one memory keeps; the oldest entries are dropped past it (beside
+    /// `max_memory_entries`).
+    pub max_memory_bytes: usize,
+    /// A client whose outbox is full and that has taken nothing from it for
+    /// this long is stalled: its session is closed. A client that reads is
+    /// never closed for the size of what it asked for.
+    pub client_stall_ms: u64,
 }
 
 impl Default for Limits {
@@ -64,6 +84,13 @@ impl Default for Limits {
             outbox_max_bytes: 16 << 20,
             max_parallel: 4,
             session_idle_seconds: 900,
+            max_config_bytes: 64 << 10,
+            max_task_bytes: 256 << 10,
+            max_message_bytes: 64 << 10,
+            max_result_bytes: 256 << 10,
+            mailbox_max_bytes: 1 << 20,
+            max_memory_bytes: 1 << 20,
+            client_stall_ms: 30_000,
         }
     }
 }
@@ -72,5 +99,10 @@ impl Limits {
     /// `cancel_grace_ms` as a duration.
     pub fn cancel_grace(&self) -> Duration {
         Duration::from_millis(self.cancel_grace_ms)
+    }
+
+    /// `client_stall_ms` as a duration.
+    pub fn client_stall(&self) -> Duration {
+        Duration::from_millis(self.client_stall_ms)
     }
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::request::PROTOCOL_VERSION;
-use super::wire::{JsonObject, SubagentEvent};
+use super::wire::SubagentEvent;
 use crate::error::HostError;
 use crate::event::{stopped_content, Event, WireEvent};
 use crate::ids::SubagentId;
@@ -117,7 +117,29 @@ pub fn event(event: &Event) -> String {
     message("SUBAGENT_EVENT", None, &WireEvent(event))
 }
 
-/// An empty JSON object body.
-pub fn empty() -> JsonObject {
-    JsonObject::new()
+/// The length of `value` encoded as compact JSON, counted without building
+/// the text (so measuring a large reply allocates nothing).
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Serializing our own types into a counter cannot fail; a failure would
+    // also fail the real encoding, which reports it.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+/// The envelope's share of a reply line, an upper bound: `type`, a 32 hex
+/// `id`, `a2e`, `ts`, and the `req_id` of `req_id_len` bytes (escaped, at
+/// worst six bytes each).
+pub fn envelope_len(kind: &str, req_id_len: usize) -> usize {
+    96 + kind.len() + 6 * req_id_len
 }

@@ -188,7 +188,7 @@ impl From<AwaitResponse> for AgentAwaitResponse {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentListResponse {
     /// Every subagent of the session.
-    pub subagents: Vec<SubagentInfo>,
+    pub subagents: std::sync::Arc<[SubagentInfo]>,
 }
 
 impl Serialize for AgentListResponse {

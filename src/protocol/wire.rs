@@ -308,8 +308,10 @@ pub struct ListRequest {}
 /// `SUBAGENT_LIST_RESP` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListResponse {
-    /// Every subagent of the session, including terminated ones still retained.
-    pub subagents: Vec<SubagentInfo>,
+    /// Every subagent of the session, including terminated ones still
+    /// retained. Shared: the session hands the same rows to every list
+    /// request made while nothing changed.
+    pub subagents: Arc<[SubagentInfo]>,
 }
 
 /// `SUBAGENT_CANCEL_REQ` body.

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
+use crate::protocol::encode::encoded_len;
 use crate::protocol::wire::SubagentMessagePayload;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -23,35 +24,56 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// makes an independent copy (`snapshot` scope).
 #[derive(Debug, Clone)]
 pub struct Memory {
-    inner: Arc<Mutex<VecDeque<Value>>>,
-    // Oldest entries are dropped past this, so a long-lived subagent cannot
-    // grow without bound.
+    inner: Arc<Mutex<Entries>>,
+    // Oldest entries are dropped past either bound, so a long-lived subagent
+    // cannot grow without bound.
     capacity: usize,
+    max_bytes: usize,
+}
+
+/// The entries with their encoded sizes, and the sum of those.
+#[derive(Debug, Clone, Default)]
+struct Entries {
+    list: VecDeque<(Value, usize)>,
+    bytes: usize,
 }
 
 impl Memory {
     /// An empty memory that keeps at most `capacity` entries.
     pub fn new(capacity: usize) -> Self {
-        Self { inner: Arc::new(Mutex::new(VecDeque::new())), capacity: capacity.max(1) }
+        Self::with_bounds(capacity, usize::MAX)
     }
 
-    /// Appends an entry, dropping the oldest when full.
+    /// An empty memory that keeps at most `capacity` entries and `max_bytes`
+    /// bytes of them (as encoded JSON).
+    pub fn with_bounds(capacity: usize, max_bytes: usize) -> Self {
+        Self { inner: Arc::default(), capacity: capacity.max(1), max_bytes }
+    }
+
+    /// Appends an entry, dropping the oldest ones to stay within the bounds.
+    /// An entry larger than the whole byte bound is not kept.
     pub fn push(&self, entry: Value) {
-        let mut entries = lock(&self.inner);
-        if entries.len() == self.capacity {
-            entries.pop_front();
+        let size = encoded_len(&entry);
+        if size > self.max_bytes {
+            return;
         }
-        entries.push_back(entry);
+        let mut entries = lock(&self.inner);
+        while entries.list.len() >= self.capacity || entries.bytes + size > self.max_bytes {
+            let Some((_, dropped)) = entries.list.pop_front() else { break };
+            entries.bytes -= dropped;
+        }
+        entries.list.push_back((entry, size));
+        entries.bytes += size;
     }
 
     /// The entries, oldest first.
     pub fn entries(&self) -> Vec<Value> {
-        lock(&self.inner).iter().cloned().collect()
+        lock(&self.inner).list.iter().map(|(entry, _)| entry.clone()).collect()
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        lock(&self.inner).len()
+        lock(&self.inner).list.len()
     }
 
     /// Whether there are no entries.
@@ -59,15 +81,15 @@ impl Memory {
         self.len() == 0
     }
 
+    /// Bytes the entries take, as encoded JSON.
+    pub fn bytes(&self) -> usize {
+        lock(&self.inner).bytes
+    }
+
     /// An independent copy of the memory as it is now.
     pub fn snapshot_copy(&self) -> Self {
         let entries = lock(&self.inner).clone();
-        Self { inner: Arc::new(Mutex::new(entries)), capacity: self.capacity }
-    }
-
-    /// Whether two handles share the same memory.
-    pub fn shares_with(&self, other: &Memory) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        Self { inner: Arc::new(Mutex::new(entries)), capacity: self.capacity, max_bytes: self.max_bytes }
     }
 }
 
@@ -80,29 +102,61 @@ pub struct InboxMessage {
     pub payload: SubagentMessagePayload,
 }
 
+impl InboxMessage {
+    // What it counts toward the mailbox's byte bound.
+    fn size(&self) -> usize {
+        self.from.len() + encoded_len(&self.payload)
+    }
+}
+
 /// A bounded mailbox: pushes fail when full, one task reads at a time.
 #[derive(Debug)]
 pub struct Mailbox {
-    queue: Mutex<VecDeque<InboxMessage>>,
+    queue: Mutex<Queue>,
     capacity: usize,
+    max_bytes: usize,
     // Wakes a task waiting in `recv`; a push with no waiter leaves a permit.
     arrived: Notify,
+}
+
+/// The queued messages with their sizes, and the sum of those.
+#[derive(Debug, Default)]
+struct Queue {
+    list: VecDeque<(InboxMessage, usize)>,
+    bytes: usize,
+}
+
+impl Queue {
+    fn pop(&mut self) -> Option<InboxMessage> {
+        let (message, size) = self.list.pop_front()?;
+        self.bytes -= size;
+        Some(message)
+    }
 }
 
 impl Mailbox {
     /// An empty mailbox holding at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {
-        Self { queue: Mutex::new(VecDeque::new()), capacity, arrived: Notify::new() }
+        Self::with_bounds(capacity, usize::MAX)
     }
 
-    /// Queues a message; gives it back when the mailbox is full.
+    /// An empty mailbox holding at most `capacity` messages and `max_bytes`
+    /// bytes of them (sender id plus encoded payload).
+    pub fn with_bounds(capacity: usize, max_bytes: usize) -> Self {
+        Self { queue: Mutex::default(), capacity, max_bytes, arrived: Notify::new() }
+    }
+
+    /// Queues a message; gives it back when the mailbox is full (by count or
+    /// by bytes).
     pub fn push(&self, message: InboxMessage) -> Result<(), InboxMessage> {
+        let size = message.size();
         {
             let mut queue = lock(&self.queue);
-            if queue.len() >= self.capacity {
+            if queue.list.len() >= self.capacity || queue.bytes.saturating_add(size) > self.max_bytes {
                 return Err(message);
             }
-            queue.push_back(message);
+            queue.list.push_back((message, size));
+            queue.bytes += size;
         }
         self.arrived.notify_one();
         Ok(())
@@ -110,7 +164,7 @@ impl Mailbox {
 
     /// Takes the oldest message, if any.
     pub fn try_recv(&self) -> Option<InboxMessage> {
-        lock(&self.queue).pop_front()
+        lock(&self.queue).pop()
     }
 
     /// Waits for the next message.
@@ -125,12 +179,14 @@ impl Mailbox {
 
     /// Takes every queued message.
     pub fn drain(&self) -> Vec<InboxMessage> {
-        lock(&self.queue).drain(..).collect()
+        let mut queue = lock(&self.queue);
+        queue.bytes = 0;
+        queue.list.drain(..).map(|(message, _)| message).collect()
     }
 
     /// Messages waiting.
     pub fn len(&self) -> usize {
-        lock(&self.queue).len()
+        lock(&self.queue).list.len()
     }
 
     /// Whether no message is waiting.

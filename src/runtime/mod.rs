@@ -51,6 +51,13 @@ pub(crate) struct HostShared {
     pub ids: IdRegistry,
 }
 
+impl HostShared {
+    /// A new, empty memory with the configured bounds.
+    pub(crate) fn new_memory(&self) -> memory::Memory {
+        memory::Memory::with_bounds(self.limits.max_memory_entries, self.limits.max_memory_bytes)
+    }
+}
+
 /// Live counts of one session, readable at any time.
 #[derive(Debug, Default)]
 pub struct SessionStats {

@@ -23,6 +23,7 @@ use crate::adapter::{AgentAdapter, TaskContext};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
+use crate::protocol::encode::encoded_len;
 use crate::protocol::wire::*;
 
 /// Longest task timeout honoured; larger `timeout_seconds` are clamped so the
@@ -149,7 +150,8 @@ pub(crate) struct SubagentActor {
 impl SubagentActor {
     pub(crate) fn new(seed: SubagentSeed) -> Self {
         seed.stats.live_actors.fetch_add(1, Ordering::AcqRel);
-        let mailbox = Arc::new(Mailbox::new(seed.host.limits.mailbox_capacity));
+        let limits = &seed.host.limits;
+        let mailbox = Arc::new(Mailbox::with_bounds(limits.mailbox_capacity, limits.mailbox_max_bytes));
         Self {
             id: seed.id,
             parent_id: seed.parent_id,
@@ -275,13 +277,23 @@ impl SubagentActor {
         let (status, kind, result, error) = match ended {
             outcome if task.cancel_requested => {
                 let wound_up = match outcome {
-                    Outcome::Completed(result) => Some(Arc::new(result)),
+                    // Kept only within the result bound, as any result.
+                    Outcome::Completed(result) if encoded_len(&result) <= self.host.limits.max_result_bytes => {
+                        Some(Arc::new(result))
+                    }
                     _ => None,
                 };
                 (SubagentStatus::Cancelled, EventKind::Cancelled, wound_up, Some("cancelled".into()))
             }
             Outcome::Completed(result) => {
-                (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)
+                let bytes = encoded_len(&result);
+                let max = self.host.limits.max_result_bytes;
+                if bytes <= max {
+                    (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)
+                } else {
+                    let text = format!("the result is {bytes} bytes, over max_result_bytes ({max} bytes)");
+                    (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into()))
+                }
             }
             Outcome::Failed(text) => (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into())),
             Outcome::TimedOut => {
@@ -404,7 +416,10 @@ impl Handler<Deliver> for SubagentActor {
         let detail = EventDetail::Message { from: msg.from.clone(), kind: msg.payload.kind.clone() };
         if self.mailbox.push(InboxMessage { from: msg.from, payload: msg.payload }).is_err() {
             return Err(HostError::new(ErrorCode::MailboxFull, format!("the mailbox of {} is full", self.id))
-                .with_detail(serde_json::json!({ "capacity": self.host.limits.mailbox_capacity })));
+                .with_detail(serde_json::json!({
+                    "capacity": self.host.limits.mailbox_capacity,
+                    "mailbox_max_bytes": self.host.limits.mailbox_max_bytes,
+                })));
         }
         self.report(EventKind::MessageReceived, detail);
         Ok(())

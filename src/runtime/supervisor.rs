@@ -52,8 +52,9 @@ struct Entry {
     status: SubagentStatus,
     result: Option<Arc<JsonObject>>,
     error: Option<Arc<str>>,
-    // Handed to children spawned with `shared` or `snapshot` memory.
-    memory: Memory,
+    // Handed to children spawned with `shared` or `snapshot` memory; dropped
+    // (`None`) once the subagent is terminated, as nothing can use it then.
+    memory: Option<Memory>,
     children: Vec<SubagentId>,
 }
 
@@ -84,6 +85,9 @@ pub(crate) struct Supervisor {
     strong_self: Arc<Addr<Supervisor>>,
     // Agent ids (parent, root) shared between the records that name them.
     interned: Interned,
+    // The last list, shared by every list request until something changes:
+    // a client asking for many lists holds one copy of the rows, not many.
+    listed: Option<Arc<[SubagentInfo]>>,
 }
 
 /// A bounded set of shared strings: most subagents of a session name the same
@@ -138,6 +142,7 @@ impl Supervisor {
             weak_self: own.downgrade(),
             strong_self: Arc::new(own),
             interned: Interned::default(),
+            listed: None,
         }
     }
 
@@ -186,7 +191,7 @@ impl Supervisor {
             stats: self.stats.clone(),
             adapter: self.host.router.select(&entry.config.model),
             config: entry.config.clone(),
-            memory: entry.memory.clone(),
+            memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
             gone: gone.clone(),
         };
         let addr = Arc::new(SubagentActor::new(seed).start());
@@ -201,12 +206,14 @@ impl Supervisor {
     /// included) `TERMINATED`, appending their ids to `stopped`. They have no
     /// actor, so there is nothing else to stop.
     fn retire_dormant_subtree(&mut self, root: SubagentId, stopped: &mut Vec<SubagentId>) {
+        self.listed = None;
         let mut pending = vec![root];
         while let Some(id) = pending.pop() {
             let Some(entry) = self.index.get_mut(&id) else { continue };
             pending.extend(entry.children.iter().copied());
             if matches!(entry.slot, Slot::Dormant) {
                 entry.slot = Slot::Gone;
+                entry.memory = None;
                 entry.status = SubagentStatus::Terminated;
                 entry.error = Some("terminated".into());
                 let entry = &self.index[&id];
@@ -240,7 +247,7 @@ impl Supervisor {
                     Some(root) => root,
                     None => self.interned.intern(&parent_id.to_string()),
                 };
-                (parent_entry.depth + 1, Some(parent_entry.memory.clone()), Some(root))
+                (parent_entry.depth + 1, parent_entry.memory.clone(), Some(root))
             }
             None => {
                 let root = request
@@ -270,7 +277,7 @@ impl Supervisor {
         let memory = match (config.memory_scope, parent_memory) {
             (MemoryScope::Shared, Some(parent)) => parent,
             (MemoryScope::Snapshot, Some(parent)) => parent.snapshot_copy(),
-            _ => Memory::new(limits.max_memory_entries),
+            _ => self.host.new_memory(),
         };
         let parent_agent_id = match parent {
             Some(parent_id) => Some(self.interned.intern(&parent_id.to_string())),
@@ -293,11 +300,12 @@ impl Supervisor {
             status: SubagentStatus::Ready,
             result: None,
             error: None,
-            memory,
+            memory: Some(memory),
             children: Vec::new(),
         };
         self.emit(id, &entry, EventKind::Spawned, None, EventDetail::None);
         self.index.insert(id, entry);
+        self.listed = None;
         self.live += 1;
         Ok(SpawnResponse { subagent_id: id, status: SubagentStatus::Ready })
     }
@@ -306,6 +314,7 @@ impl Supervisor {
         while self.retained.len() > self.host.limits.max_retained_records {
             let Some(old) = self.retained.pop_front() else { break };
             if let Some(entry) = self.index.remove(&old) {
+                self.listed = None;
                 if let Some(parent) = entry.parent.and_then(|p| self.index.get_mut(&p)) {
                     parent.children.retain(|child| *child != old);
                 }
@@ -481,6 +490,9 @@ impl Handler<List> for Supervisor {
     type Result = MessageResult<List>;
 
     fn handle(&mut self, _msg: List, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(listed) = &self.listed {
+            return MessageResult(ListResponse { subagents: listed.clone() });
+        }
         let mut subagents: Vec<SubagentInfo> = self
             .index
             .iter()
@@ -496,6 +508,8 @@ impl Handler<List> for Supervisor {
             .collect();
         // A stable order (by id) so that clients can diff two listings.
         subagents.sort_unstable_by_key(|info| info.subagent_id);
+        let subagents: Arc<[SubagentInfo]> = subagents.into();
+        self.listed = Some(subagents.clone());
         MessageResult(ListResponse { subagents })
     }
 }
@@ -606,6 +620,7 @@ impl Handler<Report> for Supervisor {
         let Some(entry) = self.index.get_mut(&msg.id) else { return };
         if msg.kind != EventKind::Progress {
             entry.status = msg.status;
+            self.listed = None;
         }
         if matches!(
             msg.kind,
@@ -624,6 +639,7 @@ impl Handler<Report> for Supervisor {
         let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
         if terminated {
             entry.slot = Slot::Gone;
+            entry.memory = None;
         }
         let entry = &self.index[&msg.id];
         self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
@@ -663,6 +679,7 @@ impl Handler<Close> for Supervisor {
                 act.host.ids.release(*id);
             }
             act.index.clear();
+            act.listed = None;
             ctx.stop();
             lists.into_iter().flatten().chain(dormant).collect()
         }))

@@ -15,6 +15,7 @@
 //!   later requests are refused with `invalid_state`.
 
 pub mod auth;
+mod bounds;
 mod dispatch;
 mod drain;
 mod handshake;
@@ -82,6 +83,8 @@ pub struct ProtocolSession {
     // The `max_sessions` slot, released when the session is dropped unless a
     // transport took it to release later.
     slot: Option<SessionSlot>,
+    // The size of the last list answered, measured once per change.
+    lists: Arc<dispatch::ListSize>,
 }
 
 // What the handshake granted so far.
@@ -108,7 +111,17 @@ impl ProtocolSession {
         input: mpsc::Receiver<Frame>,
         slot: SessionSlot,
     ) -> Self {
-        Self { service, session, session_id, outbox, stop, input, eof_drain: None, slot: Some(slot) }
+        Self {
+            service,
+            session,
+            session_id,
+            outbox,
+            stop,
+            input,
+            eof_drain: None,
+            slot: Some(slot),
+            lists: Arc::default(),
+        }
     }
 
     /// Makes the end of input drain the session like a `shutdown` with this
@@ -142,6 +155,7 @@ impl ProtocolSession {
         let bound = self.service.limits().max_inflight_requests.clamp(1, u32::MAX as usize >> 3);
         let permits = Arc::new(Semaphore::new(bound));
         let mut state = State::default();
+        actix_rt::spawn(self.outbox.clone().watch_stall(self.service.limits().client_stall()));
         let overflowed = self.outbox.overflowed().clone();
         let stop = self.stop.clone();
         // Made once, not per frame: each `cancelled()` registers a waiter.
@@ -178,6 +192,8 @@ impl ProtocolSession {
         };
         let end = match ending {
             Ending::End(end) => {
+                // Nobody may wait for room in the outbox of a session that ends now.
+                self.outbox.stop_waiting();
                 self.session.close().await;
                 finish(&permits, bound).await;
                 end
@@ -205,6 +221,7 @@ impl ProtocolSession {
                 return None;
             }
         };
+        let line_len = line.len();
         let Incoming { id, request } = match decode_line(&line) {
             Ok(Some(incoming)) => incoming,
             Ok(None) => return None,
@@ -253,11 +270,20 @@ impl ProtocolSession {
                 None
             }
             request => {
+                if let Err(err) = bounds::check(&request, line_len, self.service.limits()) {
+                    log::info!("session {}: request {id:?} refused: {}", self.session_id, err.message);
+                    self.outbox.push(encode::error(&err, &id));
+                    return None;
+                }
                 let session = self.session.clone();
                 let outbox = self.outbox.clone();
+                let lists = self.lists.clone();
                 actix_rt::spawn(async move {
-                    let reply = dispatch::serve(session, id, request).await;
-                    outbox.push(reply);
+                    let reply = dispatch::serve(session, &outbox, &lists, id, request).await;
+                    match reply.reservation {
+                        Some(reservation) => outbox.push_reserved(reply.line, reservation),
+                        None => outbox.push(reply.line),
+                    }
                     drop(permit);
                 });
                 None

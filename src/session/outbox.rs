@@ -1,38 +1,105 @@
 //! A session's bounded outbox: every line for its client goes through here.
 //!
-//! Pushing never blocks (events are pushed from the session's actor thread).
-//! The outbox is bounded twice: by `limits.outbox_capacity` lines and by
-//! `limits.outbox_max_bytes` bytes. A line's bytes count from its push until
-//! the transport takes it to write ([`OutboxReceiver`]), so a client that
-//! does not read cannot make the host hold more than the byte bound however
-//! large each reply is. When the client does not read and either bound is
-//! reached, the session is marked *overflowed*: it is closed and its subagent
-//! tree terminated, as Redis does past its output buffer limit. Lines pushed
-//! after that are dropped; the transport closes the connection without
-//! waiting for the client.
+//! The outbox counts bytes from a line's push (or its reservation, below)
+//! until the transport takes it to write ([`OutboxReceiver`]), against
+//! `limits.outbox_max_bytes`, and lines against `limits.outbox_capacity`.
 //!
-//! A single line longer than the byte bound is still queued when nothing else
-//! is, so one large reply never ends a session whose client keeps up.
+//! - **Replies that can be large** (lists, awaits, merges) *reserve* their
+//!   bytes before they are built ([`Outbox::reserve`]): when the outbox is
+//!   full the request waits, still holding its in-flight permit, so a client
+//!   that does not read soon stops being read from, and what the host holds
+//!   for it stays near the bound however many large requests it sends. A
+//!   single reservation larger than the bound is granted when nothing else
+//!   is queued, so one large reply never blocks a client that keeps up.
+//! - **Everything else** (events, small replies) is pushed at once: pushing
+//!   never blocks, since events come from the session's actor thread. Past
+//!   twice the byte bound, or the line capacity, the client is not keeping up
+//!   with its own tree: the session is marked *overflowed* and closed.
+//! - **A stalled client**, one whose outbox is full and that has taken
+//!   nothing for `limits.client_stall_ms`, is closed the same way: a client
+//!   is judged by time without progress, never by the size of one reply.
+//!
+//! Lines pushed after overflow are dropped; the transport closes the
+//! connection without waiting for the client.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
 use crate::protocol::encode;
+
+/// What the outbox and its receiver share.
+#[derive(Debug)]
+struct Shared {
+    // Bytes queued plus bytes reserved, not yet taken by the receiver.
+    used: AtomicUsize,
+    // Wakes reservations waiting for room (a line was taken, a reservation
+    // was given back, or the receiver went away).
+    room: Notify,
+    // When the client last made progress (took a line, or the outbox was
+    // empty), as milliseconds since `epoch()`.
+    progress_ms: AtomicU64,
+    // The receiver was dropped: nothing will ever be taken again.
+    receiver_gone: AtomicBool,
+    // Reservations waiting for room now.
+    waiting: AtomicUsize,
+}
+
+impl Shared {
+    fn mark_progress(&self) {
+        self.progress_ms.store(now_ms(), Ordering::Release);
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes > 0 {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            self.room.notify_waiters();
+        }
+    }
+}
+
+/// A process-wide base for the progress clock (an `Instant` does not fit an
+/// atomic).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// The sending side of a session's outbox.
 #[derive(Debug)]
 pub struct Outbox {
     // `None` once the session has ended, so the receiver sees the end.
     tx: Mutex<Option<mpsc::Sender<String>>>,
-    // Bytes pushed and not yet taken by the receiver (shared with it).
-    queued: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
     // The byte bound (`limits.outbox_max_bytes`).
     max_bytes: usize,
-    // Fires when a line did not fit: the client is too slow.
+    // Fires when the client cannot keep up: the session is to be closed.
     overflowed: CancellationToken,
+    // Fires when the session is ending and nobody may wait for room any more.
+    ending: CancellationToken,
+}
+
+/// Bytes set aside for one reply that is about to be built; given back when
+/// dropped, or turned into the line's own count by [`Outbox::push_reserved`].
+#[derive(Debug)]
+pub struct Reservation {
+    shared: Option<Arc<Shared>>,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.release(self.bytes);
+        }
+    }
 }
 
 /// The receiving side of a session's outbox: the transport's writer takes
@@ -41,8 +108,7 @@ pub struct Outbox {
 pub struct OutboxReceiver {
     // The lines, in order.
     rx: mpsc::Receiver<String>,
-    // Bytes queued, released as lines are taken.
-    queued: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
 
 impl Outbox {
@@ -50,54 +116,166 @@ impl Outbox {
     /// its receiving side.
     pub fn new(capacity: usize, max_bytes: usize) -> (Arc<Self>, OutboxReceiver) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let queued = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Shared {
+            used: AtomicUsize::new(0),
+            room: Notify::new(),
+            progress_ms: AtomicU64::new(now_ms()),
+            receiver_gone: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
+        });
         let outbox = Self {
             tx: Mutex::new(Some(tx)),
-            queued: queued.clone(),
+            shared: shared.clone(),
             max_bytes: max_bytes.max(1),
             overflowed: CancellationToken::new(),
+            ending: CancellationToken::new(),
         };
-        (Arc::new(outbox), OutboxReceiver { rx, queued })
+        (Arc::new(outbox), OutboxReceiver { rx, shared })
     }
 
-    /// Queues one line; on overflow (lines or bytes) marks the session for
-    /// closing and drops the line.
+    // Takes `bytes` when they fit (or the outbox is empty).
+    fn try_reserve(&self, bytes: usize) -> bool {
+        let max = self.max_bytes;
+        self.shared
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used == 0 || used.saturating_add(bytes) <= max).then(|| used.saturating_add(bytes))
+            })
+            .is_ok()
+    }
+
+    /// Sets `bytes` aside for a reply about to be built, waiting while the
+    /// outbox is full. Returns at once (with nothing reserved) when the
+    /// session is overflowed or ending, or the client is gone: the reply is
+    /// then pushed, or dropped, as any other line.
+    pub async fn reserve(&self, bytes: usize) -> Reservation {
+        loop {
+            let room = self.shared.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.try_reserve(bytes) {
+                return Reservation { shared: Some(self.shared.clone()), bytes };
+            }
+            if self.overflowed.is_cancelled()
+                || self.ending.is_cancelled()
+                || self.shared.receiver_gone.load(Ordering::Acquire)
+            {
+                return Reservation { shared: None, bytes: 0 };
+            }
+            // Counted while it waits, also if this future is dropped.
+            struct Waiting<'a>(&'a AtomicUsize);
+            impl Drop for Waiting<'_> {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            self.shared.waiting.fetch_add(1, Ordering::AcqRel);
+            let _waiting = Waiting(&self.shared.waiting);
+            tokio::select! {
+                _ = room => {}
+                _ = self.overflowed.cancelled() => {}
+                _ = self.ending.cancelled() => {}
+            }
+        }
+    }
+
+    /// Queues a line built under `reservation`: the line's length replaces
+    /// the bytes reserved for it.
+    pub fn push_reserved(&self, line: String, reservation: Reservation) {
+        self.queue(line, Some(reservation));
+    }
+
+    /// Queues one line at once; past the hard bounds (twice the byte bound,
+    /// or the line capacity) marks the session overflowed and drops it.
     pub fn push(&self, line: String) {
+        self.queue(line, None);
+    }
+
+    fn queue(&self, line: String, mut reservation: Option<Reservation>) {
         let guard = self.tx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(tx) = guard.as_ref() else { return };
-        if self.overflowed.is_cancelled() {
+        if self.overflowed.is_cancelled() || tx.is_closed() {
+            // Overflowed already, or the client is gone: nobody will read it.
             return;
         }
         let len = line.len();
-        let before = self.queued.fetch_add(len, Ordering::AcqRel);
-        let fits = before == 0 || before.saturating_add(len) <= self.max_bytes;
-        let sent = fits && tx.try_send(line).is_ok();
-        if !sent {
-            self.queued.fetch_sub(len, Ordering::AcqRel);
-            log::warn!("client not reading: outbox full, closing its session");
-            self.overflowed.cancel();
+        let before = self.shared.used.fetch_add(len, Ordering::AcqRel);
+        // The reservation's bytes are the line's now.
+        let reserved = reservation.as_mut().and_then(|r| r.shared.take().map(|_| r.bytes)).unwrap_or(0);
+        if reserved > 0 {
+            self.shared.used.fetch_sub(reserved, Ordering::AcqRel);
+        }
+        if before == reserved {
+            // Nothing of the client's was waiting: it is keeping up.
+            self.shared.mark_progress();
+        }
+        let within = reservation.is_some() || before == 0 || before.saturating_add(len) <= 2 * self.max_bytes;
+        match within.then(|| tx.try_send(line)) {
+            Some(Ok(())) => {}
+            Some(Err(mpsc::error::TrySendError::Closed(_))) => self.shared.release(len),
+            Some(Err(mpsc::error::TrySendError::Full(_))) | None => {
+                self.shared.release(len);
+                log::warn!("client not reading: its outbox is past its bounds; closing its session");
+                self.overflowed.cancel();
+            }
         }
     }
 
-    /// Bytes queued and not yet taken by the transport.
+    /// Bytes queued or reserved, not yet taken by the transport.
     pub fn queued_bytes(&self) -> usize {
-        self.queued.load(Ordering::Acquire)
+        self.shared.used.load(Ordering::Acquire)
     }
 
-    /// Fires when the outbox overflowed.
+    /// True when the outbox is full (or a reply waits for room) and the
+    /// client has taken nothing for `stall`.
+    pub fn stalled(&self, stall: Duration) -> bool {
+        let full = self.queued_bytes() >= self.max_bytes || self.shared.waiting.load(Ordering::Acquire) > 0;
+        if !full {
+            return false;
+        }
+        let idle_ms = now_ms().saturating_sub(self.shared.progress_ms.load(Ordering::Acquire));
+        u128::from(idle_ms) >= stall.as_millis()
+    }
+
+    /// Fires when the outbox overflowed, or its client stalled.
     pub fn overflowed(&self) -> &CancellationToken {
         &self.overflowed
     }
 
+    /// Watches for a stalled client until the outbox is closed, checking a
+    /// few times per `stall`; a stall marks the outbox overflowed.
+    pub async fn watch_stall(self: Arc<Self>, stall: Duration) {
+        let tick = (stall / 4).max(Duration::from_millis(10));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = self.overflowed.cancelled() => return,
+                _ = self.ending.cancelled() => return,
+            }
+            if self.stalled(stall) {
+                log::warn!("client stalled: its outbox is full and it took nothing for {stall:?}; closing its session");
+                self.overflowed.cancel();
+                return;
+            }
+        }
+    }
+
+    /// The session is ending: reservations stop waiting for room.
+    pub fn stop_waiting(&self) {
+        self.ending.cancel();
+    }
+
     /// Ends the outbox: the receiver gets what is queued, then the end.
     pub fn close(&self) {
+        self.ending.cancel();
         self.tx.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
     }
 }
 
 impl OutboxReceiver {
     fn taken(&self, line: String) -> String {
-        self.queued.fetch_sub(line.len(), Ordering::AcqRel);
+        self.shared.mark_progress();
+        self.shared.release(line.len());
         line
     }
 
@@ -120,6 +298,14 @@ impl OutboxReceiver {
     }
 }
 
+impl Drop for OutboxReceiver {
+    fn drop(&mut self) {
+        // Whoever waits for room would wait forever.
+        self.shared.receiver_gone.store(true, Ordering::Release);
+        self.shared.room.notify_waiters();
+    }
+}
+
 /// The session's [`EventSink`]: events become `SUBAGENT_EVENT` lines.
 #[derive(Debug, Clone)]
 pub struct OutboxSink(pub Arc<Outbox>);
@@ -135,8 +321,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_byte_bound_overflows_and_taking_a_line_releases_its_bytes() {
-        let (outbox, mut rx) = Outbox::new(100, 10);
+    fn pushes_overflow_at_twice_the_byte_bound_and_taking_a_line_releases_its_bytes() {
+        let (outbox, mut rx) = Outbox::new(100, 5);
         outbox.push("123456".into());
         outbox.push("7890".into());
         assert_eq!(outbox.queued_bytes(), 10);
@@ -145,7 +331,7 @@ mod tests {
         outbox.push("abcdef".into());
         assert!(!outbox.overflowed().is_cancelled(), "taking released the bytes");
         outbox.push("x".into());
-        assert!(outbox.overflowed().is_cancelled(), "11 bytes do not fit in 10");
+        assert!(outbox.overflowed().is_cancelled(), "11 bytes do not fit in twice 5");
         assert_eq!(outbox.queued_bytes(), 10);
     }
 
@@ -156,5 +342,34 @@ mod tests {
         assert!(!outbox.overflowed().is_cancelled());
         assert_eq!(rx.try_recv().unwrap(), "a long line");
         assert_eq!(outbox.queued_bytes(), 0);
+    }
+
+    #[actix_rt::test]
+    async fn a_reservation_waits_for_room_and_taking_a_line_makes_it() {
+        let (outbox, mut rx) = Outbox::new(100, 10);
+        let first = outbox.reserve(8).await;
+        outbox.push_reserved("12345678".into(), first);
+        assert_eq!(outbox.queued_bytes(), 8);
+        let waiting = {
+            let outbox = outbox.clone();
+            actix_rt::spawn(async move { outbox.reserve(8).await.bytes })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "8 + 8 bytes do not fit in 10");
+        assert_eq!(rx.recv().await.unwrap(), "12345678");
+        assert_eq!(waiting.await.unwrap(), 8, "taken: room for it");
+        assert_eq!(outbox.queued_bytes(), 0, "the reservation was dropped unused");
+    }
+
+    #[actix_rt::test]
+    async fn a_full_outbox_that_nobody_reads_stalls_and_one_that_is_read_does_not() {
+        let (outbox, mut rx) = Outbox::new(100, 4);
+        outbox.push("12345".into());
+        assert!(!outbox.stalled(Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(outbox.stalled(Duration::from_millis(20)), "full, and nothing taken for 30 ms");
+        rx.try_recv().unwrap();
+        outbox.push("12345".into());
+        assert!(!outbox.stalled(Duration::from_millis(20)), "pushed into an empty outbox: progress");
     }
 }

@@ -162,7 +162,7 @@ async fn sessions_cannot_await_message_cancel_or_terminate_each_others_subagents
     assert!(second.list().await.unwrap().subagents.is_empty());
     // A nested spawn naming the other session's id is top level here.
     let local = spawn(&second, "local", Some(id)).await;
-    let info = second.list().await.unwrap().subagents.into_iter().find(|i| i.subagent_id == local).unwrap();
+    let info = second.list().await.unwrap().subagents.iter().find(|i| i.subagent_id == local).unwrap().clone();
     assert_eq!(info.depth, 0);
     assert_eq!(listed_status(&first, id).await, Some(SubagentStatus::Ready));
 }

@@ -93,38 +93,91 @@ fn a_client_that_never_reads_is_disconnected() {
     server.wait_sessions(0);
 }
 
-#[test]
-fn a_client_that_never_reads_large_replies_is_disconnected_at_the_byte_bound() {
-    // Each list reply is ~800 KB; the line bound (65 536 lines) is far away,
-    // so only the byte bound can stop the host from holding them all.
-    let config = "[limits]\noutbox_max_bytes = 4194304\n";
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
-    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
-    handshake(&mut client);
-    let name = "x".repeat(200 * 1024);
-    for n in 0..4 {
+/// The resident set of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb = status.lines().find_map(|line| line.strip_prefix("VmRSS:")).expect("VmRSS");
+    kb.trim().trim_end_matches("kB").trim().parse::<u64>().expect("kB") * 1024
+}
+
+/// Spawns 64 subagents whose names are just under 32 KiB (a config of
+/// ~64 KiB with the name twice in its row): each list reply is ~4 MB.
+fn spawn_large_subagents(client: &mut LineClient) {
+    let name = "x".repeat(30 * 1024);
+    for n in 0..64 {
         let id = format!("s{n}");
         client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": id, "agent": { "name": name, "model": "m" } }));
         assert_eq!(client.reply(&id)["type"], "SUBAGENT_SPAWN_RESP");
     }
-    // From here on, never read: 120 replies are ~100 MB.
-    let list = format!("{}\n", json!({ "type": "SUBAGENT_LIST_REQ" }));
-    for _ in 0..120 {
-        if client.writer.write_all(list.as_bytes()).is_err() {
-            break;
+}
+
+/// What the host may hold for one flooding client, beyond its RSS before
+/// the flood: the outbox bound (16 MiB by default), one list reply being
+/// written (~4 MB), the shared rows and allocator slack.
+const FLOOD_RSS_BOUND: u64 = 96 << 20;
+
+#[test]
+fn a_client_flooding_large_list_requests_without_reading_keeps_host_memory_bounded_then_is_closed_as_stalled() {
+    let config = "[limits]\nclient_stall_ms = 3000\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let pid = server.child.id();
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    handshake(&mut client);
+    spawn_large_subagents(&mut client);
+    let before = rss(pid);
+    // Never read from here on: 2,000 lists would be ~8 GB if each were built.
+    let mut writer = client.writer.try_clone().unwrap();
+    let flood = std::thread::spawn(move || {
+        let list = format!("{}\n", json!({ "type": "SUBAGENT_LIST_REQ" }));
+        for _ in 0..2_000 {
+            if writer.write_all(list.as_bytes()).is_err() {
+                break;
+            }
         }
+    });
+    let mut peak = before;
+    let deadline = Instant::now() + PATIENCE;
+    while server.sessions() != 0 {
+        peak = peak.max(rss(pid));
+        assert!(Instant::now() < deadline, "the stalled client was never closed");
+        std::thread::sleep(Duration::from_millis(20));
     }
-    server.wait_sessions(0);
-    // And the connection is closed: writing soon fails.
-    let mut closed = false;
-    for _ in 0..10_000 {
-        if client.writer.write_all(list.as_bytes()).is_err() {
-            closed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    let _ = flood.join();
+    eprintln!("flood without reading: host RSS {} MiB before, peak +{} MiB", before >> 20, (peak - before) >> 20);
+    assert!(
+        peak - before < FLOOD_RSS_BOUND,
+        "host RSS grew by {} MiB for one client (bound {} MiB)",
+        (peak - before) >> 20,
+        FLOOD_RSS_BOUND >> 20
+    );
+    // And the connection was closed: reading ends.
+    let mut sink = Vec::new();
+    let _ = client.reader.read_to_end(&mut sink);
+}
+
+#[test]
+fn a_reading_client_asking_for_many_large_lists_gets_every_one_and_stays_connected() {
+    let config = "[limits]\nclient_stall_ms = 3000\noutbox_max_bytes = 8388608\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let pid = server.child.id();
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    handshake(&mut client);
+    spawn_large_subagents(&mut client);
+    let before = rss(pid);
+    // 20 lists of ~4 MB each, pipelined: 80 MB of replies, 10× the outbox bound.
+    for n in 0..20 {
+        client.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": format!("l{n}") }));
     }
-    assert!(closed, "the host closed the connection");
+    let mut peak = before;
+    for _ in 0..20 {
+        let reply = client.next().expect("a list reply, not a disconnect");
+        peak = peak.max(rss(pid));
+        assert_eq!(reply["type"], "SUBAGENT_LIST_RESP");
+        assert_eq!(reply["subagents"].as_array().map(Vec::len), Some(64));
+    }
+    assert_eq!(server.sessions(), 1, "still connected");
+    eprintln!("20 large lists, read: host RSS {} MiB before, peak +{} MiB", before >> 20, (peak - before) >> 20);
+    assert!(peak - before < FLOOD_RSS_BOUND, "host RSS grew by {} MiB", (peak - before) >> 20);
 }
 
 #[test]

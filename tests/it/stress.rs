@@ -126,7 +126,7 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
         let list = session.list().await.unwrap().subagents;
         let status: HashMap<String, SubagentStatus> =
             list.iter().map(|i| (i.subagent_id.to_string(), i.status)).collect();
-        for info in &list {
+        for info in list.iter() {
             if let Some(parent) = info.parent_agent_id.as_ref().and_then(|p| status.get(&**p)) {
                 if *parent == SubagentStatus::Terminated {
                     assert_eq!(info.status, SubagentStatus::Terminated, "orphan {info:?}");
