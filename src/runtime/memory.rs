@@ -194,3 +194,41 @@ impl Mailbox {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn memory_drops_its_oldest_entries_past_its_byte_bound() {
+        let memory = Memory::with_bounds(100, 50);
+        for n in 0..10 {
+            memory.push(json!(format!("entry {n:02}")));
+        }
+        assert!(memory.bytes() <= 50, "{} bytes", memory.bytes());
+        assert_eq!(memory.entries().last(), Some(&json!("entry 09")));
+        assert_eq!(
+            memory.entries().first(),
+            Some(&json!("entry 05")),
+            "five entries of 10 bytes fit; oldest dropped first"
+        );
+        memory.push(json!("x".repeat(60)));
+        assert_eq!(memory.entries().last(), Some(&json!("entry 09")), "an entry over the whole bound is not kept");
+    }
+
+    #[test]
+    fn the_mailbox_counts_bytes_and_taking_messages_frees_them() {
+        let mailbox = Mailbox::with_bounds(10, 40);
+        let message = || InboxMessage {
+            from: "a".into(),
+            payload: SubagentMessagePayload { kind: "t".into(), content: json!("0123456789") },
+        };
+        assert!(mailbox.push(message()).is_ok());
+        assert!(mailbox.push(message()).is_err(), "two do not fit in 40 bytes");
+        assert!(mailbox.try_recv().is_some());
+        assert!(mailbox.push(message()).is_ok(), "taken: room again");
+        assert_eq!(mailbox.drain().len(), 1);
+        assert!(mailbox.push(message()).is_ok(), "drained: room again");
+    }
+}

@@ -166,3 +166,32 @@ async fn sessions_cannot_await_message_cancel_or_terminate_each_others_subagents
     assert_eq!(info.depth, 0);
     assert_eq!(listed_status(&first, id).await, Some(SubagentStatus::Ready));
 }
+
+#[actix_rt::test]
+async fn a_result_over_max_result_bytes_fails_the_task_naming_the_limit() {
+    let host = host_with(Limits { max_result_bytes: 1024, ..Limits::default() });
+    let (session, _events) = open(&host);
+    let id = spawn(&session, "big", None).await;
+    let big = "y".repeat(2048);
+    delegate(&session, id, script_task("big", serde_json::json!([{ "return": { "text": big } }]))).await;
+    let done = session.await_result(id).await.unwrap();
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert!(done.result.is_none());
+    assert!(done.error.as_deref().unwrap().contains("max_result_bytes"), "{done:?}");
+    // A result within the bound completes.
+    delegate(&session, id, script_task("small", serde_json::json!([{ "return": { "text": "ok" } }]))).await;
+    assert_eq!(session.await_result(id).await.unwrap().status, SubagentStatus::Completed);
+}
+
+#[actix_rt::test]
+async fn a_mailbox_refuses_messages_past_mailbox_max_bytes_as_mailbox_full() {
+    let host = host_with(Limits { mailbox_max_bytes: 1000, ..Limits::default() });
+    let (session, _events) = open(&host);
+    let id = spawn(&session, "inbox", None).await;
+    let payload = || SubagentMessagePayload { kind: "note".into(), content: serde_json::json!("z".repeat(400)) };
+    session.message("client".into(), id, payload()).await.expect("first fits");
+    session.message("client".into(), id, payload()).await.expect("second fits");
+    let refused = session.message("client".into(), id, payload()).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::MailboxFull);
+    assert_eq!(refused.detail.unwrap()["mailbox_max_bytes"], 1000);
+}

@@ -532,3 +532,50 @@ async fn max_parallel_reports_the_configured_hint_not_the_inflight_bound() {
     let mut client = Client::open(&service(Limits { max_parallel: 16, ..limits() }, Auth::open()));
     assert_eq!(client.handshake(&["multi_agent"]).await["max_parallel"], 16);
 }
+
+#[actix_rt::test]
+async fn byte_bounds_refuse_an_oversized_config_task_and_message_naming_the_limit_and_the_session_goes_on() {
+    let limits = Limits {
+        max_line_bytes: 1 << 20,
+        max_config_bytes: 1024,
+        max_task_bytes: 2048,
+        max_message_bytes: 512,
+        ..Limits::default()
+    };
+    let service = service(limits, Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    let big = "x".repeat(4096);
+    let cases = [
+        (json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": big, "model": "m" } }), "max_config_bytes"),
+        (json!({ "type": "multi_agent/spawn", "name": "n", "metadata": { "pad": big } }), "max_config_bytes"),
+    ];
+    for (n, (request, limit)) in cases.into_iter().enumerate() {
+        let reply = client.request(request, &format!("c{n}")).await;
+        assert_error(&reply, "invalid_message", &format!("c{n}"));
+        assert_eq!(reply["detail"]["limit"], limit, "{reply}");
+        assert!(reply["message"].as_str().unwrap().contains(limit), "{reply}");
+    }
+    // Just under the bound is fine.
+    let sub = client.spawn("ok").await;
+    let task = json!({ "name": "t", "instruction": big });
+    let reply =
+        client.request(json!({ "type": "SUBAGENT_DELEGATE_REQ", "subagent_id": sub, "task": task }), "t1").await;
+    assert_error(&reply, "invalid_message", "t1");
+    assert_eq!(reply["detail"]["limit"], "max_task_bytes");
+    assert_eq!(reply["detail"]["max_task_bytes"], 2048);
+    let reply = client
+        .request(
+            json!({ "type": "multi_agent/delegate", "subagent_id": sub, "task_name": "t", "instruction": big }),
+            "t2",
+        )
+        .await;
+    assert_eq!(reply["detail"]["limit"], "max_task_bytes", "{reply}");
+    let message = json!({ "type": "SUBAGENT_MESSAGE_REQ", "from_subagent_id": sub, "to_subagent_id": sub,
+                          "message": { "type": "note", "content": big } });
+    let reply = client.request(message, "m1").await;
+    assert_eq!(reply["detail"]["limit"], "max_message_bytes", "{reply}");
+    // Nothing was lost: the subagent is there, READY, and takes a small task.
+    let reply = client.delegate(&sub, json!([{ "return": { "ok": true } }]), "d").await;
+    assert_eq!(reply["accepted"], true, "{reply}");
+}
