@@ -213,7 +213,7 @@ impl TaskContext {
 
     /// This subagent's children, oldest first.
     pub async fn children(&self) -> Result<Vec<SubagentId>, HostError> {
-        Ok(self.supervisor.send(msg::ChildrenOf(self.subagent_id)).await?)
+        self.supervisor.send(msg::ChildrenOf(self.subagent_id)).await?
     }
 
     /// Sends a message from this subagent to another of the session.

@@ -6,9 +6,7 @@ use actix::prelude::*;
 use actix::WeakAddr;
 use std::sync::Arc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use super::subagent::SubagentActor;
 use super::supervisor::Supervisor;
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
@@ -68,7 +66,7 @@ pub(crate) struct Merge(pub MergeRequest);
 
 /// The ids of a subagent's children, oldest first.
 #[derive(Message)]
-#[rtype(result = "Vec<SubagentId>")]
+#[rtype(result = "Result<Vec<SubagentId>, HostError>")]
 pub(crate) struct ChildrenOf(pub SubagentId);
 
 /// Terminate every subagent of the session and stop the supervisor. Replies
@@ -180,22 +178,15 @@ pub(crate) struct Deliver {
     pub payload: SubagentMessagePayload,
 }
 
-/// Cancel this subagent's task and its descendants'. Replies with the ids
-/// whose task was stopped, once every one of those tasks has ended.
+/// Cancel this subagent's own task. Replies whether there was one, once it
+/// has ended (within the cancel grace period, or stopped past it).
 #[derive(Message)]
-#[rtype(result = "Vec<SubagentId>")]
-pub(crate) struct CancelTree;
+#[rtype(result = "bool")]
+pub(crate) struct CancelTask;
 
-/// Terminate this subagent and its descendants. Replies with every id stopped,
-/// once every descendant actor is gone (this actor stops right after).
-#[derive(Message)]
-#[rtype(result = "Vec<SubagentId>")]
-pub(crate) struct TerminateTree;
-
-/// A new child of this subagent (it now owns the child for cancel/terminate).
+/// Terminate this subagent: its task is dropped at once, awaiters get
+/// `TERMINATED`, and the actor stops. Replies once the task is gone; the
+/// actor is dropped right after.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct AdoptChild {
-    pub addr: Addr<SubagentActor>,
-    pub gone: CancellationToken,
-}
+pub(crate) struct StopActor;

@@ -229,6 +229,13 @@ impl Session {
         self.inner.addr.send(msg::Merge(request)).await?
     }
 
+    /// A subagent's children, oldest first: terminated ones too, until their
+    /// records are forgotten (`max_retained_records`), exactly as `list`
+    /// shows them.
+    pub async fn children(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
+        self.inner.addr.send(msg::ChildrenOf(id)).await?
+    }
+
     /// Terminates every subagent of the session and stops its supervisor.
     /// Returns every id stopped; a second call returns an empty list.
     pub async fn close(&self) -> Vec<SubagentId> {

@@ -1,9 +1,9 @@
-//! `SubagentActor`: one subagent. It owns its children, runs at most one task
-//! at a time, answers awaits when the task ends, and carries cancel and
-//! terminate down its subtree, replying only once the subtree has stopped.
+//! `SubagentActor`: one subagent. It runs at most one task at a time, keeps
+//! its mailbox, answers awaits when the task ends, and stops its own task on
+//! cancel and itself on terminate. The tree it sits in is the supervisor's:
+//! a subtree is stopped by the supervisor's one stop routine.
 
 use actix::prelude::*;
-use futures_util::future::join_all;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
 use std::cell::Cell;
@@ -73,13 +73,6 @@ impl RunningTask {
     }
 }
 
-/// A child this subagent owns.
-struct Child {
-    addr: Addr<SubagentActor>,
-    // Fires when the child actor has been dropped.
-    gone: CancellationToken,
-}
-
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
     stats: Arc<SessionStats>,
@@ -141,7 +134,6 @@ pub(crate) struct SubagentActor {
     task: Option<RunningTask>,
     generation: u64,
     awaiters: Vec<AwaitReply>,
-    children: Vec<Child>,
     // Set when terminate starts; the actor takes no new work after it.
     terminating: bool,
     _alive: AliveGuard,
@@ -169,7 +161,6 @@ impl SubagentActor {
             task: None,
             generation: 0,
             awaiters: Vec::new(),
-            children: Vec::new(),
             terminating: false,
         }
     }
@@ -358,14 +349,11 @@ impl Actor for SubagentActor {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         if !self.terminating {
-            // Stopped without a terminate (a handler panicked): still tell
-            // everyone the truth.
+            // Stopped without being told to (a handler panicked): still tell
+            // everyone the truth. The supervisor stops its descendants.
             log::warn!("{} stopped unexpectedly", self.id);
             if let Some(task) = self.task.take() {
                 task.abort.abort();
-            }
-            for child in &self.children {
-                child.addr.do_send(TerminateTree);
             }
             self.terminating = true;
             self.finish_terminated();
@@ -426,46 +414,35 @@ impl Handler<Deliver> for SubagentActor {
     }
 }
 
-impl Handler<CancelTree> for SubagentActor {
-    type Result = ResponseActFuture<Self, Vec<SubagentId>>;
+impl Handler<CancelTask> for SubagentActor {
+    type Result = ResponseActFuture<Self, bool>;
 
-    fn handle(&mut self, _msg: CancelTree, _ctx: &mut Self::Context) -> Self::Result {
-        let own = self.task.as_mut().map(|task| {
-            task.cancel_requested = true;
-            task.cancel.cancel();
-            (task.settled(), task.abort.clone())
-        });
+    fn handle(&mut self, _msg: CancelTask, _ctx: &mut Self::Context) -> Self::Result {
+        let Some(task) = self.task.as_mut() else {
+            return Box::pin(actix::fut::ready(false));
+        };
+        task.cancel_requested = true;
+        task.cancel.cancel();
+        let (settled, abort) = (task.settled(), task.abort.clone());
         let grace = self.host.limits.cancel_grace();
         let id = self.id;
-        let children: Vec<_> = self.children.iter().map(|child| child.addr.send(CancelTree)).collect();
-        let stop_own = async move {
-            let Some((settled, abort)) = own else { return false };
+        Box::pin(actix::fut::wrap_future(async move {
             if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
                 log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
                 abort.abort();
                 settled.cancelled().await;
             }
             true
-        };
-        Box::pin(actix::fut::wrap_future(async move {
-            let (lists, own_stopped) = futures_util::future::join(join_all(children), stop_own).await;
-            let mut stopped = Vec::new();
-            if own_stopped {
-                stopped.push(id);
-            }
-            // A child gone already (closed mailbox) had nothing left to stop.
-            stopped.extend(lists.into_iter().flatten().flatten());
-            stopped
         }))
     }
 }
 
-impl Handler<TerminateTree> for SubagentActor {
-    type Result = ResponseActFuture<Self, Vec<SubagentId>>;
+impl Handler<StopActor> for SubagentActor {
+    type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _msg: TerminateTree, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _msg: StopActor, _ctx: &mut Self::Context) -> Self::Result {
         if self.terminating {
-            return Box::pin(actix::fut::ready(Vec::new()));
+            return Box::pin(actix::fut::ready(()));
         }
         self.terminating = true;
         let own = self.task.as_mut().map(|task| {
@@ -473,46 +450,17 @@ impl Handler<TerminateTree> for SubagentActor {
             task.abort.abort();
             task.settled()
         });
-        let children: Vec<_> = self
-            .children
-            .drain(..)
-            .map(|child| {
-                let reply = child.addr.send(TerminateTree);
-                async move {
-                    let stopped = reply.await.unwrap_or_default();
-                    child.gone.cancelled().await;
-                    stopped
-                }
-            })
-            .collect();
         Box::pin(
             actix::fut::wrap_future(async move {
-                let lists = join_all(children).await;
                 if let Some(settled) = own {
                     settled.cancelled().await;
                 }
-                lists
             })
-            .map(|lists, act: &mut Self, ctx| {
-                let mut stopped = vec![act.id];
-                stopped.extend(lists.into_iter().flatten());
+            .map(|(), act: &mut Self, ctx| {
                 act.task = None;
                 act.finish_terminated();
                 ctx.stop();
-                stopped
             }),
         )
-    }
-}
-
-impl Handler<AdoptChild> for SubagentActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AdoptChild, _ctx: &mut Self::Context) {
-        if self.terminating {
-            // Spawned while this subtree was going down: it goes down too.
-            msg.addr.do_send(TerminateTree);
-        }
-        self.children.push(Child { addr: msg.addr, gone: msg.gone });
     }
 }

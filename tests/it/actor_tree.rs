@@ -6,8 +6,9 @@ use crate::common::*;
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
+use subagent_host::config::Limits;
 use subagent_host::protocol::wire::*;
-use subagent_host::{Host, HostConfig, SubagentId};
+use subagent_host::{Host, HostConfig, Session, SubagentId};
 
 /// Builds a chain root → … four levels deep, each running a long task.
 async fn four_level_tree(session: &subagent_host::Session) -> Vec<SubagentId> {
@@ -143,7 +144,7 @@ async fn closing_a_session_terminates_every_tree_and_answers_pending_awaits() {
 }
 
 #[actix_rt::test]
-async fn a_child_started_under_idle_ancestors_starts_them_so_cancel_and_terminate_reach_it() {
+async fn a_busy_leaf_under_idle_ancestors_is_reached_by_cancel_and_terminate_of_the_top() {
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let top = spawn(&session, "idle_top", None).await;
@@ -151,7 +152,7 @@ async fn a_child_started_under_idle_ancestors_starts_them_so_cancel_and_terminat
     let leaf = spawn(&session, "busy_leaf", Some(middle)).await;
     assert_eq!(session.stats().actors(), 0, "idle subagents are records, not actors");
     delegate(&session, leaf, sleeping_task(60_000)).await;
-    assert_eq!(session.stats().actors(), 3, "the leaf's ancestors started to own it");
+    assert_eq!(session.stats().actors(), 1, "only the busy leaf runs an actor: the tree is the supervisor's records");
     assert_eq!(session.cancel(top).await.unwrap(), vec![leaf]);
     assert_eq!(session.stats().tasks(), 0);
     let mut stopped = session.terminate(top).await.unwrap();
@@ -194,4 +195,54 @@ async fn terminating_a_never_used_subtree_retires_every_member() {
     // They no longer count toward the quota and take no work.
     let refused = session.delegate(child, TaskDefinition::new("late", "x")).await.unwrap();
     assert_eq!(refused, DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
+}
+
+/// Ids of the rows `list` shows under `parent`.
+async fn listed_children(session: &Session, parent: SubagentId) -> Vec<SubagentId> {
+    let list = session.list().await.unwrap().subagents;
+    let parent = parent.to_string();
+    let mut ids: Vec<_> =
+        list.iter().filter(|info| info.parent_agent_id.as_deref() == Some(&*parent)).map(|i| i.subagent_id).collect();
+    ids.sort();
+    ids
+}
+
+#[actix_rt::test]
+async fn children_terminated_under_a_live_parent_leave_its_child_list_as_list_shows_it() {
+    // A parent that runs for the whole test, so its actor stays live.
+    let host = host_with(Limits { max_retained_records: 50, ..test_limits() });
+    let (session, _events) = open(&host);
+    let parent = spawn(&session, "parent", None).await;
+    delegate(&session, parent, sleeping_task(600_000)).await;
+    for round in 0..300 {
+        let child = spawn(&session, &format!("child{round}"), Some(parent)).await;
+        delegate(&session, child, sleeping_task(600_000)).await;
+        assert_eq!(session.terminate(child).await.unwrap(), vec![child]);
+        assert_eq!(session.stats().actors(), 1, "round {round}: only the parent's actor is left");
+    }
+    let mut children = session.children(parent).await.unwrap();
+    children.sort();
+    assert_eq!(children.len(), 50, "forgotten records leave the child list");
+    assert_eq!(children, listed_children(&session, parent).await);
+    assert_eq!(session.stats().tasks(), 1);
+    session.close().await;
+    assert_eq!((session.stats().tasks(), session.stats().actors()), (0, 0));
+}
+
+#[actix_rt::test]
+async fn a_child_cannot_be_spawned_under_a_parent_being_terminated() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let parent = spawn(&session, "parent", None).await;
+    delegate(&session, parent, sleeping_task(600_000)).await;
+    let stopping = session.terminate(parent);
+    let late = session.spawn(SpawnRequest {
+        agent: SubagentConfig::new("late", "m"),
+        parent_agent_id: Some(parent.to_string()),
+        root_agent_id: None,
+    });
+    let (stopped, late) = futures_util::future::join(stopping, late).await;
+    assert_eq!(stopped.unwrap(), vec![parent]);
+    assert_eq!(late.unwrap_err().code, subagent_host::ErrorCode::InvalidState);
+    assert_eq!(session.stats().actors(), 0);
 }

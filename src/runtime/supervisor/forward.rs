@@ -1,0 +1,57 @@
+//! Replies that skip the supervisor: a delegate or await is forwarded to the
+//! subagent's actor together with the caller's own reply channel, so no
+//! task sits between the two (actix runs a `ResponseFuture` as a tokio task
+//! of its own), or answered at once from the record.
+
+use actix::dev::{MessageResponse as Respond, OneshotSender};
+use actix::prelude::*;
+
+use super::record::SharedAddr;
+use super::Supervisor;
+use crate::error::HostError;
+use crate::protocol::wire::*;
+use crate::runtime::messages::*;
+
+/// A request the supervisor forwards to a subagent actor together with the
+/// caller's own reply channel, so that no task sits between the two (actix
+/// runs a `ResponseFuture` as a tokio task of its own), or answers at once.
+pub(crate) enum Forward<T, M> {
+    /// The answer, known now.
+    Answer(T),
+    /// The actor to forward to, and the message without its reply channel.
+    To(SharedAddr, M),
+}
+
+impl Respond<Supervisor, Delegate> for Forward<Result<DelegateResponse, HostError>, RunTask> {
+    fn handle(self, _ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<DelegateResponse, HostError>>>) {
+        match self {
+            Forward::Answer(answer) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(answer);
+                }
+            }
+            Forward::To(addr, mut run) => {
+                run.reply = DelegateReply(tx);
+                // A closed mailbox drops `run`, and its reply answers "TERMINATED".
+                addr.do_send(run);
+            }
+        }
+    }
+}
+
+impl Respond<Supervisor, Await> for Forward<Result<AwaitResponse, HostError>, AwaitReply> {
+    fn handle(self, _ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<AwaitResponse, HostError>>>) {
+        match self {
+            Forward::Answer(answer) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(answer);
+                }
+            }
+            Forward::To(addr, mut reply) => {
+                reply.tx = tx;
+                // A closed mailbox drops the message, and `reply` falls back to the record.
+                addr.do_send(AwaitTask(reply));
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The supervisor's message handlers: each client request and each report
+//! from a subagent actor, in one place.
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use std::sync::Arc;
+
+use super::forward::Forward;
+use super::record::{Entry, Slot};
+use super::Supervisor;
+use crate::error::{ErrorCode, HostError};
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+use crate::runtime::merge::{self, MergeInput};
+use crate::runtime::messages::*;
+
+impl Handler<Spawn> for Supervisor {
+    type Result = Result<SpawnResponse, HostError>;
+
+    fn handle(&mut self, msg: Spawn, _ctx: &mut Self::Context) -> Self::Result {
+        self.spawn(msg.0)
+    }
+}
+
+impl Handler<Delegate> for Supervisor {
+    type Result = Forward<Result<DelegateResponse, HostError>, RunTask>;
+
+    fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
+        const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
+        match self.wake(msg.id) {
+            Err(err) => Forward::Answer(Err(err)),
+            Ok(None) => Forward::Answer(Ok(REFUSED)),
+            Ok(Some(addr)) => Forward::To(
+                addr,
+                RunTask { task: msg.task, deadline_cap: msg.deadline_cap, reply: DelegateReply(None) },
+            ),
+        }
+    }
+}
+
+impl Handler<Await> for Supervisor {
+    type Result = Forward<Result<AwaitResponse, HostError>, AwaitReply>;
+
+    fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.0;
+        match self.entry(id) {
+            Err(err) => Forward::Answer(Err(err)),
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
+                Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: self.weak_self.clone() })
+            }
+            // Never delegated, or gone: the record is the answer.
+            Ok(entry) => Forward::Answer(Ok(entry.record(id))),
+        }
+    }
+}
+
+impl Handler<AnswerFromRecord> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AnswerFromRecord, _ctx: &mut Self::Context) {
+        let answer = self.entry(msg.id).map(|entry| entry.record(msg.id));
+        let _ = msg.tx.send(answer);
+    }
+}
+
+impl Handler<SendMessage> for Supervisor {
+    type Result = Response<Result<MessageResponse, HostError>>;
+
+    fn handle(&mut self, msg: SendMessage, _ctx: &mut Self::Context) -> Self::Result {
+        let to = msg.to;
+        let terminated =
+            move || HostError::new(ErrorCode::InvalidState, format!("{to} is terminated and takes no messages"));
+        match self.wake(to) {
+            Err(err) => Response::reply(Err(err)),
+            Ok(None) => Response::reply(Err(terminated())),
+            Ok(Some(addr)) => {
+                let reply = addr.send(Deliver { from: msg.from, payload: msg.payload });
+                Response::fut(async move {
+                    match reply.await {
+                        Ok(delivered) => delivered.map(|()| MessageResponse { delivered: true }),
+                        Err(_closed) => Err(terminated()),
+                    }
+                })
+            }
+        }
+    }
+}
+
+impl Handler<List> for Supervisor {
+    type Result = MessageResult<List>;
+
+    fn handle(&mut self, _msg: List, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(listed) = &self.listed {
+            return MessageResult(ListResponse { subagents: listed.clone() });
+        }
+        let mut subagents: Vec<SubagentInfo> = self.index.iter().map(|(id, entry)| entry.info(*id)).collect();
+        // A stable order (by id) so that clients can diff two listings.
+        subagents.sort_unstable_by_key(|info| info.subagent_id);
+        let subagents: Arc<[SubagentInfo]> = subagents.into();
+        self.listed = Some(subagents.clone());
+        MessageResult(ListResponse { subagents })
+    }
+}
+
+impl Handler<ChildrenOf> for Supervisor {
+    type Result = Result<Vec<SubagentId>, HostError>;
+
+    fn handle(&mut self, msg: ChildrenOf, _ctx: &mut Self::Context) -> Self::Result {
+        Ok(self.entry(msg.0)?.children.clone())
+    }
+}
+
+impl Handler<BusyIds> for Supervisor {
+    type Result = MessageResult<BusyIds>;
+
+    fn handle(&mut self, _msg: BusyIds, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.index.iter().filter(|(_, e)| e.status.is_busy()).map(|(id, _)| *id).collect())
+    }
+}
+
+impl Handler<Cancel> for Supervisor {
+    type Result = Response<Result<Vec<SubagentId>, HostError>>;
+
+    fn handle(&mut self, msg: Cancel, _ctx: &mut Self::Context) -> Self::Result {
+        if let Err(err) = self.entry(msg.0) {
+            return Response::reply(Err(err));
+        }
+        let cancelling = self.cancel_subtree(msg.0);
+        Response::fut(async move { Ok(cancelling.await) })
+    }
+}
+
+impl Handler<Terminate> for Supervisor {
+    type Result = Response<Result<Vec<SubagentId>, HostError>>;
+
+    fn handle(&mut self, msg: Terminate, _ctx: &mut Self::Context) -> Self::Result {
+        if let Err(err) = self.entry(msg.0) {
+            return Response::reply(Err(err));
+        }
+        let stopping = self.terminate_subtrees(&[msg.0]);
+        Response::fut(async move { Ok(stopping.await) })
+    }
+}
+
+impl Handler<Merge> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<MergeResponse, HostError>>;
+
+    fn handle(&mut self, msg: Merge, _ctx: &mut Self::Context) -> Self::Result {
+        let MergeRequest { subagent_ids, strategy } = msg.0;
+        let Some(merger) = self.host.strategies.get(&strategy) else {
+            let known = self.host.strategies.names().join(", ");
+            return Box::pin(actix::fut::ready(Err(HostError::new(
+                ErrorCode::UnknownStrategy,
+                format!("unknown merge strategy `{strategy}` (known: {known})"),
+            )
+            .with_detail(serde_json::json!({ "strategy": strategy })))));
+        };
+        let mut ids = Vec::with_capacity(subagent_ids.len());
+        for text in &subagent_ids {
+            match SubagentId::parse(text).filter(|id| self.index.contains_key(id)) {
+                Some(id) => ids.push(id),
+                None => return Box::pin(actix::fut::ready(Err(HostError::unknown_subagent(text)))),
+            }
+        }
+        let waits: Vec<_> = ids.iter().map(|id| self.await_future(*id)).collect();
+        Box::pin(actix::fut::wrap_future(join_all(waits)).map(move |answers, act: &mut Self, _ctx| {
+            let mut inputs = Vec::with_capacity(answers.len());
+            for (id, answer) in ids.iter().zip(answers) {
+                let answer = answer?;
+                let name = act.index.get(id).map(|e| e.config.name.clone()).unwrap_or_default();
+                inputs.push(MergeInput { subagent_id: *id, name, outcome: answer });
+            }
+            let merged_result = merge::run(&*merger, &strategy, &inputs)?;
+            for id in &ids {
+                if let Some(entry) = act.index.get(id) {
+                    let detail = EventDetail::Merged { strategy: strategy.clone(), subagent_ids: ids.clone() };
+                    act.emit(*id, entry, EventKind::Merged, None, detail);
+                }
+            }
+            Ok(MergeResponse { merged_result })
+        }))
+    }
+}
+
+impl Handler<Report> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Report, ctx: &mut Self::Context) {
+        let Some(entry) = self.index.get_mut(&msg.id) else { return };
+        if msg.kind != EventKind::Progress {
+            entry.status = msg.status;
+            self.listed = None;
+        }
+        if matches!(
+            msg.kind,
+            EventKind::Completed
+                | EventKind::Failed
+                | EventKind::Timeout
+                | EventKind::Cancelled
+                | EventKind::Terminated
+        ) {
+            entry.result = msg.result;
+            entry.error = msg.error.clone();
+        } else if msg.kind == EventKind::Delegated {
+            entry.result = None;
+            entry.error = None;
+        }
+        let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
+        // An actor that stopped without being asked to (a handler panicked)
+        // leaves its descendants to be stopped here.
+        let unexpected = terminated && !entry.stopping;
+        if terminated {
+            entry.slot = Slot::Gone;
+            entry.memory = None;
+        }
+        let children = if unexpected { entry.children.clone() } else { Vec::new() };
+        let entry = &self.index[&msg.id];
+        self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        if terminated {
+            self.live -= 1;
+            self.retained.push_back(msg.id);
+            self.forget_oldest_terminated();
+        }
+        if !children.is_empty() {
+            ctx.spawn(actix::fut::wrap_future(self.terminate_subtrees(&children)).map(|_, _, _| ()));
+        }
+    }
+}
+
+impl Handler<Close> for Supervisor {
+    type Result = ResponseActFuture<Self, Vec<SubagentId>>;
+
+    fn handle(&mut self, _msg: Close, _ctx: &mut Self::Context) -> Self::Result {
+        self.closing = true;
+        // Newest first, as OTP stops children in reverse start order.
+        let roots: Vec<_> = self.top_level.iter().rev().copied().collect();
+        let stopping = self.terminate_subtrees(&roots);
+        Box::pin(actix::fut::wrap_future(stopping).map(move |stopped, act: &mut Self, ctx| {
+            // Ids go back to the host before the reply, so a closed session
+            // holds none.
+            for id in act.index.keys() {
+                act.host.ids.release(*id);
+            }
+            act.index.clear();
+            act.listed = None;
+            ctx.stop();
+            stopped
+        }))
+    }
+}

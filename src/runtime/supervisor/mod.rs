@@ -1,0 +1,167 @@
+//! The `Supervisor`: one per session, the root of the session's tree and
+//! the single owner of its structure.
+//!
+//! It keeps the record of every subagent (`record`): where its actor is, its
+//! parent and children, and the status mirrored from its reports, so that
+//! routing a request costs one lookup and a list costs no message. It
+//! enforces depth and quota at spawn (`spawn`), stops subtrees with one
+//! routine (`stop`), and emits each event to the session's sink: one place
+//! for events.
+//!
+//! - `record`: the per-subagent record and the shared-string cache.
+//! - `spawn`: where a new subagent goes and what it gets.
+//! - `stop`: terminating and cancelling subtrees, retiring records.
+//! - `forward`: delegate and await replies that skip the supervisor.
+//! - `handlers`: the message handlers.
+
+mod forward;
+mod handlers;
+mod record;
+mod spawn;
+mod stop;
+
+use actix::prelude::*;
+use actix::WeakAddr;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::messages::*;
+use super::subagent::{SubagentActor, SubagentSeed};
+use super::{HostShared, SessionStats};
+use crate::error::HostError;
+use crate::event::{Event, EventDetail, EventKind, EventSink};
+use crate::ids::{IdHash, SubagentId};
+use crate::protocol::wire::*;
+use record::{Entry, Interned, SharedAddr, Slot};
+
+/// Root actor of one session.
+pub(crate) struct Supervisor {
+    host: Arc<HostShared>,
+    sink: Arc<dyn EventSink>,
+    stats: Arc<SessionStats>,
+    // Every subagent's record: the tree.
+    index: HashMap<SubagentId, Entry, IdHash>,
+    // Spawn order of top-level subagents (terminated in reverse on close).
+    top_level: Vec<SubagentId>,
+    // Subagents that are not TERMINATED: the quota counts these.
+    live: usize,
+    // TERMINATED records, oldest first, forgotten past `max_retained_records`.
+    retained: VecDeque<SubagentId>,
+    closing: bool,
+    // This supervisor's own address, weak (cloning it allocates nothing), for
+    // the reply channels handed to subagent actors.
+    weak_self: WeakAddr<Supervisor>,
+    // The address every subagent actor and task reports to, shared: cloning
+    // an actix `Addr` allocates twice, cloning this `Arc` does not.
+    strong_self: Arc<Addr<Supervisor>>,
+    // Agent ids (parent, root) shared between the records that name them.
+    interned: Interned,
+    // The last list, shared by every list request until something changes:
+    // a client asking for many lists holds one copy of the rows, not many.
+    listed: Option<Arc<[SubagentInfo]>>,
+}
+
+impl Supervisor {
+    pub(crate) fn new(
+        host: Arc<HostShared>,
+        sink: Arc<dyn EventSink>,
+        stats: Arc<SessionStats>,
+        own: Addr<Supervisor>,
+    ) -> Self {
+        Self {
+            host,
+            sink,
+            stats,
+            index: HashMap::default(),
+            top_level: Vec::new(),
+            live: 0,
+            retained: VecDeque::new(),
+            closing: false,
+            weak_self: own.downgrade(),
+            strong_self: Arc::new(own),
+            interned: Interned::default(),
+            listed: None,
+        }
+    }
+
+    fn emit(&self, id: SubagentId, entry: &Entry, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
+        self.sink.emit(Event {
+            subagent_id: id,
+            kind,
+            status: entry.status,
+            parent_agent_id: entry.parent_agent_id.clone(),
+            root_agent_id: entry.root_agent_id.clone(),
+            depth: entry.depth,
+            error,
+            detail,
+        });
+    }
+
+    fn entry(&self, id: SubagentId) -> Result<&Entry, HostError> {
+        self.index.get(&id).ok_or_else(|| HostError::unknown_subagent(&id.to_string()))
+    }
+
+    /// Looks up a subagent for a request that needs its actor, starting a
+    /// dormant one: `Err` when the session has no such id, `Ok(None)` when it
+    /// is `TERMINATED` (or being terminated).
+    fn wake(&mut self, id: SubagentId) -> Result<Option<SharedAddr>, HostError> {
+        match &self.entry(id)?.slot {
+            Slot::Live { addr, .. } => Ok(Some(Arc::clone(addr))),
+            Slot::Gone => Ok(None),
+            Slot::Dormant => Ok(Some(self.start(id))),
+        }
+    }
+
+    /// Starts the actor of a dormant subagent.
+    fn start(&mut self, id: SubagentId) -> SharedAddr {
+        let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
+        let gone = CancellationToken::new();
+        let seed = SubagentSeed {
+            id,
+            parent_id: entry.parent,
+            host: self.host.clone(),
+            supervisor: self.strong_self.clone(),
+            stats: self.stats.clone(),
+            adapter: self.host.router.select(&entry.config.model),
+            config: entry.config.clone(),
+            memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
+            gone: gone.clone(),
+        };
+        let addr = Arc::new(SubagentActor::new(seed).start());
+        entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
+        addr
+    }
+
+    /// An await routed to the actor, falling back to the record once it is gone.
+    fn await_future(&self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.route_await(id, AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() });
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed"))) })
+    }
+
+    /// Hands `reply` to the subagent's actor, or answers it from the record.
+    fn route_await(&self, id: SubagentId, reply: AwaitReply) {
+        match self.entry(id) {
+            Err(err) => reply.send(Err(err)),
+            // A closed mailbox drops the message and `reply` falls back to the record.
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => addr.do_send(AwaitTask(reply)),
+            // Never delegated, or gone: the record is the answer.
+            Ok(entry) => reply.send(Ok(entry.record(id))),
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(usize::MAX);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        for id in self.index.keys() {
+            self.host.ids.release(*id);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The supervisor's record of each subagent: where its actor is, its place
+//! in the tree, and the status, result and error mirrored from its reports.
+//! The records are the session's one copy of the tree.
+
+use actix::Addr;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::super::memory::Memory;
+use super::super::subagent::SubagentActor;
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+
+/// A subagent actor's address, shared so that forwarding a request clones an
+/// `Arc`, not an actix `Addr` (whose clone allocates twice).
+pub(super) type SharedAddr = Arc<Addr<SubagentActor>>;
+
+/// Where a subagent's actor is.
+pub(super) enum Slot {
+    /// Spawned and not used yet: no actor runs, so an idle subagent costs only
+    /// its record. The actor starts on the first task or message.
+    Dormant,
+    /// Its actor, and the token that fires once the actor has been dropped.
+    Live { addr: SharedAddr, gone: CancellationToken },
+    /// Its actor has stopped, or it never ran: it is `TERMINATED`.
+    Gone,
+}
+
+/// The supervisor's record of one subagent.
+pub(super) struct Entry {
+    pub(super) slot: Slot,
+    pub(super) config: Arc<SubagentConfig>,
+    pub(super) parent_agent_id: Option<Arc<str>>,
+    pub(super) root_agent_id: Option<Arc<str>>,
+    // The parent subagent, for a nested one.
+    pub(super) parent: Option<SubagentId>,
+    pub(super) depth: u32,
+    // Mirror of the actor's status, kept from its reports.
+    pub(super) status: SubagentStatus,
+    pub(super) result: Option<Arc<JsonObject>>,
+    pub(super) error: Option<Arc<str>>,
+    // Handed to children spawned with `shared` or `snapshot` memory; dropped
+    // (`None`) once the subagent is terminated, as nothing can use it then.
+    pub(super) memory: Option<Memory>,
+    // Its children, oldest first: the tree's only child list. A child leaves
+    // it when its record is forgotten.
+    pub(super) children: Vec<SubagentId>,
+    // Set when the stop routine has asked its actor to stop: a second stop
+    // only waits, and no child may be spawned under it.
+    pub(super) stopping: bool,
+}
+
+impl Entry {
+    /// The await answer this record gives.
+    pub(super) fn record(&self, id: SubagentId) -> AwaitResponse {
+        AwaitResponse { subagent_id: id, status: self.status, result: self.result.clone(), error: self.error.clone() }
+    }
+
+    /// Its row in a list.
+    pub(super) fn info(&self, id: SubagentId) -> SubagentInfo {
+        SubagentInfo {
+            subagent_id: id,
+            name: self.config.name.as_str().into(),
+            status: self.status,
+            parent_agent_id: self.parent_agent_id.clone(),
+            root_agent_id: self.root_agent_id.clone(),
+            depth: self.depth,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// A bounded set of shared strings: most subagents of a session name the same
+/// client agent as parent and root, so they share one allocation.
+#[derive(Default)]
+pub(super) struct Interned {
+    set: HashSet<Arc<str>>,
+    // The last one handed out: a client names the same agent again and again.
+    last: Option<Arc<str>>,
+}
+
+impl Interned {
+    // Forgotten wholesale past this; records keep their own references.
+    const CAPACITY: usize = 1024;
+
+    pub(super) fn intern(&mut self, text: &str) -> Arc<str> {
+        if let Some(last) = self.last.as_ref().filter(|last| ***last == *text) {
+            return last.clone();
+        }
+        let shared = match self.set.get(text) {
+            Some(shared) => shared.clone(),
+            None => {
+                if self.set.len() >= Self::CAPACITY {
+                    self.set.clear();
+                }
+                let shared: Arc<str> = Arc::from(text);
+                self.set.insert(shared.clone());
+                shared
+            }
+        };
+        self.last = Some(shared.clone());
+        shared
+    }
+}

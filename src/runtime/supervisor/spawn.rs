@@ -1,0 +1,101 @@
+//! Spawning: where a new subagent goes in the tree (nested under a
+//! subagent of this session, or top level), the depth and quota rules, and
+//! which memory it gets.
+
+use std::sync::Arc;
+
+use super::record::{Entry, Slot};
+use super::Supervisor;
+use crate::error::{ErrorCode, HostError};
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+
+impl Supervisor {
+    /// Spawns a subagent: a dormant record, `READY`, after the depth and
+    /// quota checks.
+    pub(super) fn spawn(&mut self, request: SpawnRequest) -> Result<SpawnResponse, HostError> {
+        if self.closing {
+            return Err(HostError::new(ErrorCode::InvalidState, "the session is closing"));
+        }
+        let limits = &self.host.limits;
+        // A parent_agent_id naming a subagent of this session nests the child
+        // under it; anything else (the client agent, or none) is top level.
+        let parent =
+            request.parent_agent_id.as_deref().and_then(SubagentId::parse).filter(|id| self.index.contains_key(id));
+        let (depth, parent_memory, root) = match parent {
+            Some(parent_id) => {
+                let parent_entry = &self.index[&parent_id];
+                if matches!(parent_entry.slot, Slot::Gone) || parent_entry.stopping {
+                    return Err(HostError::new(ErrorCode::InvalidState, format!("parent {parent_id} is terminated")));
+                }
+                // The parent's root (or its own parent) is interned already;
+                // only a parent with neither makes a new string.
+                let root = match parent_entry.root_agent_id.clone().or_else(|| parent_entry.parent_agent_id.clone()) {
+                    Some(root) => root,
+                    None => self.interned.intern(&parent_id.to_string()),
+                };
+                (parent_entry.depth + 1, parent_entry.memory.clone(), Some(root))
+            }
+            None => {
+                let root = request
+                    .root_agent_id
+                    .as_deref()
+                    .or(request.parent_agent_id.as_deref())
+                    .map(|text| self.interned.intern(text));
+                (0, None, root)
+            }
+        };
+        if depth >= limits.max_depth {
+            return Err(HostError::new(
+                ErrorCode::DepthExceeded,
+                format!("depth {depth} is past max_depth {} (depth 0 is top level)", limits.max_depth),
+            )
+            .with_detail(serde_json::json!({ "depth": depth, "max_depth": limits.max_depth })));
+        }
+        if self.live >= limits.max_subagents_per_session {
+            return Err(HostError::new(
+                ErrorCode::QuotaExceeded,
+                format!("the session already has {} live subagents", self.live),
+            )
+            .with_detail(serde_json::json!({ "max_subagents_per_session": limits.max_subagents_per_session })));
+        }
+        let id = self.host.ids.allocate().ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
+        let config = Arc::new(request.agent);
+        let memory = match (config.memory_scope, parent_memory) {
+            (MemoryScope::Shared, Some(parent)) => parent,
+            (MemoryScope::Snapshot, Some(parent)) => parent.snapshot_copy(),
+            _ => self.host.new_memory(),
+        };
+        let parent_agent_id = match parent {
+            Some(parent_id) => Some(self.interned.intern(&parent_id.to_string())),
+            None => request.parent_agent_id.as_deref().map(|text| self.interned.intern(text)),
+        };
+        match parent {
+            Some(parent_id) => {
+                let parent_entry = self.index.get_mut(&parent_id).expect("parent checked above");
+                parent_entry.children.push(id);
+            }
+            None => self.top_level.push(id),
+        }
+        let entry = Entry {
+            slot: Slot::Dormant,
+            config,
+            parent_agent_id,
+            root_agent_id: root,
+            parent,
+            depth,
+            status: SubagentStatus::Ready,
+            result: None,
+            error: None,
+            memory: Some(memory),
+            children: Vec::new(),
+            stopping: false,
+        };
+        self.emit(id, &entry, EventKind::Spawned, None, EventDetail::None);
+        self.index.insert(id, entry);
+        self.listed = None;
+        self.live += 1;
+        Ok(SpawnResponse { subagent_id: id, status: SubagentStatus::Ready })
+    }
+}

@@ -1,0 +1,127 @@
+//! Stopping subtrees: the one routine that terminate, close and an actor's
+//! unexpected end all use, and the one that cancels.
+//!
+//! The supervisor's records are the tree, so a stop walks the records under
+//! its roots and asks each live actor to stop itself (its task dropped at
+//! once). Dormant members have no actor and are retired on the spot. The
+//! future a stop returns resolves once every actor it stopped has been
+//! dropped: an acknowledgement means the whole subtree has stopped.
+
+use futures_util::future::join_all;
+use std::future::Future;
+use std::sync::Arc;
+
+use super::record::Slot;
+use super::Supervisor;
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::SubagentStatus;
+use crate::runtime::messages::{CancelTask, StopActor};
+
+impl Supervisor {
+    /// The subagents under `root`, itself first (parents before children).
+    pub(super) fn subtree(&self, root: SubagentId) -> Vec<SubagentId> {
+        let mut ids = Vec::new();
+        let mut pending = vec![root];
+        while let Some(id) = pending.pop() {
+            let Some(entry) = self.index.get(&id) else { continue };
+            ids.push(id);
+            pending.extend(entry.children.iter().rev().copied());
+        }
+        ids
+    }
+
+    /// Terminates every subagent of the subtrees under `roots`. Dormant ones
+    /// are retired now; live ones are asked to stop, and the future waits
+    /// until each of their actors is gone. It resolves with every id this
+    /// call stopped; members another stop is already stopping are waited
+    /// for, not listed twice.
+    pub(super) fn terminate_subtrees(&mut self, roots: &[SubagentId]) -> impl Future<Output = Vec<SubagentId>> {
+        let mut stopped = Vec::new();
+        let mut stopping = Vec::new();
+        let mut waits = Vec::new();
+        for &root in roots {
+            for id in self.subtree(root) {
+                let Some(entry) = self.index.get_mut(&id) else { continue };
+                match &entry.slot {
+                    Slot::Dormant => self.retire(id, &mut stopped),
+                    Slot::Live { addr, gone } => {
+                        let gone = gone.clone();
+                        if entry.stopping {
+                            waits.push(gone);
+                        } else {
+                            entry.stopping = true;
+                            // Queued now, so in order with any later request.
+                            let reply = addr.send(StopActor);
+                            stopping.push(async move {
+                                let _ = reply.await;
+                                gone.cancelled().await;
+                                id
+                            });
+                        }
+                    }
+                    Slot::Gone => {}
+                }
+            }
+        }
+        self.forget_oldest_terminated();
+        async move {
+            let (ids, _) =
+                futures_util::future::join(join_all(stopping), join_all(waits.iter().map(|gone| gone.cancelled())))
+                    .await;
+            stopped.extend(ids);
+            stopped
+        }
+    }
+
+    /// Cancels the task of every subagent of the subtree under `root` that
+    /// runs one; resolves with those ids once each of their tasks has ended.
+    /// Dormant and terminated members run nothing.
+    pub(super) fn cancel_subtree(&self, root: SubagentId) -> impl Future<Output = Vec<SubagentId>> {
+        let cancels: Vec<_> = self
+            .subtree(root)
+            .into_iter()
+            .filter_map(|id| match &self.index.get(&id)?.slot {
+                Slot::Live { addr, .. } => {
+                    let reply = addr.send(CancelTask);
+                    Some(async move { reply.await.unwrap_or(false).then_some(id) })
+                }
+                _ => None,
+            })
+            .collect();
+        async move { join_all(cancels).await.into_iter().flatten().collect() }
+    }
+
+    /// Marks a dormant subagent `TERMINATED`: it has no actor, so there is
+    /// nothing else to stop.
+    fn retire(&mut self, id: SubagentId, stopped: &mut Vec<SubagentId>) {
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        entry.slot = Slot::Gone;
+        entry.status = SubagentStatus::Terminated;
+        entry.error = Some(Arc::from("terminated"));
+        entry.memory = None;
+        self.listed = None;
+        let entry = &self.index[&id];
+        self.emit(id, entry, EventKind::Terminated, entry.error.clone(), EventDetail::None);
+        self.live -= 1;
+        self.retained.push_back(id);
+        stopped.push(id);
+    }
+
+    /// Forgets the oldest `TERMINATED` records past `max_retained_records`
+    /// (their ids then answer `unknown_subagent`), pruning them from their
+    /// parent's children.
+    pub(super) fn forget_oldest_terminated(&mut self) {
+        while self.retained.len() > self.host.limits.max_retained_records {
+            let Some(old) = self.retained.pop_front() else { break };
+            if let Some(entry) = self.index.remove(&old) {
+                self.listed = None;
+                match entry.parent.and_then(|p| self.index.get_mut(&p)) {
+                    Some(parent) => parent.children.retain(|child| *child != old),
+                    None => self.top_level.retain(|top| *top != old),
+                }
+                self.host.ids.release(old);
+            }
+        }
+    }
+}
