@@ -9,12 +9,16 @@
 //! reached, the session is marked *overflowed*: it is closed and its subagent
 //! tree terminated, as Redis does past its output buffer limit. Lines pushed
 //! after that are dropped; the transport closes the connection without
-//! waiting for the client.
+//! waiting for the client. When the transport has stopped taking lines
+//! altogether (its writer failed: the client went away), the outbox is
+//! marked overflowed too, so the session ends, but also *gone*
+//! ([`Outbox::client_gone`]): that is an ordinary disconnect, not a slow
+//! client.
 //!
 //! A single line longer than the byte bound is still queued when nothing else
 //! is, so one large reply never ends a session whose client keeps up.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -31,8 +35,12 @@ pub struct Outbox {
     queued: Arc<AtomicUsize>,
     // The byte bound (`limits.outbox_max_bytes`).
     max_bytes: usize,
-    // Fires when a line did not fit: the client is too slow.
+    // Fires when a line could not be queued: the client is too slow, or
+    // gone.
     overflowed: CancellationToken,
+    // Set when the receiving side was dropped (the transport's writer ended):
+    // the client is gone, not slow.
+    gone: AtomicBool,
 }
 
 /// The receiving side of a session's outbox: the transport's writer takes
@@ -56,12 +64,13 @@ impl Outbox {
             queued: queued.clone(),
             max_bytes: max_bytes.max(1),
             overflowed: CancellationToken::new(),
+            gone: AtomicBool::new(false),
         };
         (Arc::new(outbox), OutboxReceiver { rx, queued })
     }
 
-    /// Queues one line; on overflow (lines or bytes) marks the session for
-    /// closing and drops the line.
+    /// Queues one line; on overflow (lines or bytes), or when the receiving
+    /// side is gone, marks the session for closing and drops the line.
     pub fn push(&self, line: String) {
         let guard = self.tx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(tx) = guard.as_ref() else { return };
@@ -71,12 +80,23 @@ impl Outbox {
         let len = line.len();
         let before = self.queued.fetch_add(len, Ordering::AcqRel);
         let fits = before == 0 || before.saturating_add(len) <= self.max_bytes;
-        let sent = fits && tx.try_send(line).is_ok();
-        if !sent {
+        let sent = match fits {
+            true => tx.try_send(line),
+            false => Err(mpsc::error::TrySendError::Full(line)),
+        };
+        if let Err(err) = sent {
             self.queued.fetch_sub(len, Ordering::AcqRel);
-            log::warn!("client not reading: outbox full, closing its session");
+            if let mpsc::error::TrySendError::Closed(_) = err {
+                self.gone.store(true, Ordering::Release);
+            }
             self.overflowed.cancel();
         }
+    }
+
+    /// Whether the outbox overflowed only because its receiving side was
+    /// dropped (the client went away) rather than filled up.
+    pub fn client_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
     }
 
     /// Bytes queued and not yet taken by the transport.
@@ -84,7 +104,8 @@ impl Outbox {
         self.queued.load(Ordering::Acquire)
     }
 
-    /// Fires when the outbox overflowed.
+    /// Fires when the outbox overflowed (see [`Outbox::client_gone`] for
+    /// why).
     pub fn overflowed(&self) -> &CancellationToken {
         &self.overflowed
     }
@@ -147,6 +168,23 @@ mod tests {
         outbox.push("x".into());
         assert!(outbox.overflowed().is_cancelled(), "11 bytes do not fit in 10");
         assert_eq!(outbox.queued_bytes(), 10);
+    }
+
+    #[test]
+    fn a_dropped_receiver_is_a_client_gone_not_a_full_outbox() {
+        let (outbox, rx) = Outbox::new(100, 100);
+        outbox.push("a".into());
+        assert!(!outbox.client_gone());
+        drop(rx);
+        outbox.push("b".into());
+        assert!(outbox.overflowed().is_cancelled(), "the session ends");
+        assert!(outbox.client_gone(), "because the client is gone");
+
+        let (outbox, _rx) = Outbox::new(1, 100);
+        outbox.push("a".into());
+        outbox.push("b".into());
+        assert!(outbox.overflowed().is_cancelled());
+        assert!(!outbox.client_gone(), "a full outbox is a slow client");
     }
 
     #[test]
