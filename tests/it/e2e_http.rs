@@ -106,6 +106,7 @@ fn a_reconnecting_stream_gets_what_was_produced_meanwhile() {
     let mut third = SseStream::open(addr, &session);
     send(addr, &session, &[json!({ "type": "ping", "id": "p3" })]);
     assert_eq!(third.reply("p3")["type"], "pong");
+    assert_eq!(second.next_event().expect("a last event").0.as_deref(), Some("closed"));
     assert!(second.next().is_none(), "the replaced stream ends");
 }
 
@@ -120,12 +121,25 @@ fn an_idle_session_expires() {
 }
 
 #[test]
-fn max_sessions_answers_503() {
+fn max_sessions_answers_503_once_that_many_sessions_have_handshaken() {
     let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
     let addr = server.http.as_deref().unwrap();
-    new_session(addr);
+    let first = new_session(addr);
+    // Not handshaken yet: it holds no max_sessions slot.
+    let second = new_session(addr);
+    let mut stream = SseStream::open(addr, &first);
+    send(addr, &first, &[json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })]);
+    assert_eq!(stream.reply("h")["ok"], true);
     let (status, body) = http(addr, "POST", "/session", &[], "");
     assert_eq!(status, 503, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("max_sessions"), "{body}");
+    // A session opened before the slots filled is refused at its handshake.
+    let mut stream = SseStream::open(addr, &second);
+    send(addr, &second, &[json!({ "type": "handshake/req", "id": "h2", "agent_caps": ["multi_agent"] })]);
+    let refused = stream.reply("h2");
+    assert_eq!(refused["code"], "runtime_error", "{refused}");
+    assert_eq!(refused["detail"]["limit"], "max_sessions", "{refused}");
+    assert_eq!(refused["retryable"], true, "{refused}");
 }
 
 fn handshake_and_shutdown(addr: &str, session: &str) {

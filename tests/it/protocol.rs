@@ -466,6 +466,7 @@ async fn a_client_that_does_not_read_overflows_its_outbox_and_is_closed() {
 async fn max_sessions_is_enforced_and_a_closed_session_frees_its_slot() {
     let service = service(Limits { max_sessions: 1, ..limits() }, Auth::open());
     let mut first = Client::open(&service);
+    assert_eq!(first.handshake(&["multi_agent"]).await["ok"], true, "a session counts once handshaken");
     let refused = service.open().expect_err("second session refused");
     assert!(refused.message.contains("max_sessions"), "{refused}");
     first.close_input().await;

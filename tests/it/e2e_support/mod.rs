@@ -313,11 +313,27 @@ impl SseStream {
 
     /// The next `data:` message, `None` when the stream ends.
     pub fn next(&mut self) -> Option<Value> {
+        self.next_event().map(|(_, data)| data)
+    }
+
+    /// The next event: its `event:` name (when it has one) and its `data:`
+    /// message; `None` when the stream ends.
+    pub fn next_event(&mut self) -> Option<(Option<String>, Value)> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
-                let data = event.strip_prefix("data: ").expect("data: prefix").trim_end();
-                return Some(crate::contract::checked(data));
+                let mut name = None;
+                let mut data = None;
+                for line in event.lines() {
+                    if let Some(value) = line.strip_prefix("event: ") {
+                        name = Some(value.to_owned());
+                    } else if let Some(value) = line.strip_prefix("data: ") {
+                        data = Some(crate::contract::checked(value));
+                    } else {
+                        assert!(line.is_empty(), "unexpected SSE line {line:?}");
+                    }
+                }
+                return Some((name, data.expect("a data: line")));
             }
             if !self.fill() {
                 return None;
