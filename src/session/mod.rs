@@ -270,7 +270,7 @@ impl ProtocolSession {
         state.failed_handshakes += 1;
         let max = self.service.limits().max_failed_handshakes;
         let (id, peer, n) = (&self.session_id, &self.peer, state.failed_handshakes);
-        log::warn!("session {id} from {peer}: handshake refused ({reason}), {n} of {max} allowed");
+        log::warn!("session {id} from {peer}: handshake refused ({reason}): failure {n} of {max}");
         if n < max {
             return None;
         }

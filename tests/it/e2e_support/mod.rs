@@ -147,6 +147,28 @@ impl Server {
         }
     }
 
+    /// Waits for a stderr line for which `wanted` holds, and returns it with
+    /// every line read before it.
+    pub fn wait_stderr(&self, what: &str, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + PATIENCE;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.stderr.recv_timeout(left).unwrap_or_else(|_| panic!("no stderr line {what}: {seen:#?}"));
+            let found = wanted(&line);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+    }
+
+    /// Stops the server (SIGTERM) and returns every stderr line not read yet.
+    pub fn stop_and_collect_stderr(&mut self) -> Vec<String> {
+        assert!(self.terminate().success());
+        self.stderr.iter().collect()
+    }
+
     /// Waits until `/health` reports `n` sessions.
     pub fn wait_sessions(&self, n: u64) {
         let deadline = Instant::now() + PATIENCE;
