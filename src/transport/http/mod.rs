@@ -47,6 +47,7 @@
 //! server holds at most `limits.max_connections` connections (split evenly
 //! over its workers) and stops accepting at that bound.
 
+use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::Server;
 use actix_web::http::header;
 use actix_web::http::StatusCode;
@@ -55,8 +56,10 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
 use futures_util::StreamExt;
 use serde_json::json;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
@@ -93,8 +96,41 @@ fn peer(req: &HttpRequest) -> String {
     req.peer_addr().map_or_else(|| "an unknown peer".to_owned(), |addr| addr.to_string())
 }
 
-// The 408 for a body that did not arrive within `http_body_timeout_ms`; the
-// connection is closed (the rest of the body is never read).
+// A response body that holds the unread request body until it has been
+// sent: actix then closes the connection after the response. (A dropped
+// chunked request body is drained instead, for as long as the client keeps
+// trickling it.)
+struct HoldingRequestBody {
+    // The response's own body.
+    inner: BoxBody,
+    // The request body not read to its end.
+    _unread: web::Payload,
+}
+
+impl MessageBody for HoldingRequestBody {
+    type Error = <BoxBody as MessageBody>::Error;
+
+    fn size(&self) -> BodySize {
+        self.inner.size()
+    }
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_next(cx)
+    }
+}
+
+// Answers a request whose body was not read to its end (refused early, or
+// cut off at the body timeout) and closes its connection.
+fn closing(response: HttpResponse, unread: web::Payload) -> HttpResponse {
+    response
+        .map_body(|head, inner| {
+            head.set_connection_type(actix_web::http::ConnectionType::Close);
+            HoldingRequestBody { inner, _unread: unread }
+        })
+        .map_into_boxed_body()
+}
+
+// The 408 for a body that did not arrive within `http_body_timeout_ms`.
 fn body_timeout(sessions: &HttpSessions, req: &HttpRequest, accepted: usize) -> HttpResponse {
     let ms = sessions.service.limits().http_body_timeout_ms;
     let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("-");
@@ -104,7 +140,7 @@ fn body_timeout(sessions: &HttpSessions, req: &HttpRequest, accepted: usize) -> 
         req.path(),
         peer(req)
     );
-    HttpResponse::build(StatusCode::REQUEST_TIMEOUT).force_close().json(json!({
+    HttpResponse::build(StatusCode::REQUEST_TIMEOUT).json(json!({
         "ok": false,
         "error": "body_timeout",
         "message": format!("the request body did not arrive within http_body_timeout_ms ({ms} ms)"),
@@ -125,7 +161,7 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
     tokio::pin!(deadline);
     loop {
         tokio::select! {
-            _ = &mut deadline => return body_timeout(&sessions, &req, 0),
+            _ = &mut deadline => return closing(body_timeout(&sessions, &req, 0), body),
             chunk = body.next() => match chunk {
                 None => break,
                 Some(Ok(_)) => {}
@@ -179,7 +215,24 @@ fn offer(session: &HttpSession, frame: Frame, accepted: &mut usize) -> Result<()
 }
 
 async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
-    let (_, session) = match lookup(&req, &sessions) {
+    let mut ended = false;
+    let response = take_lines(&req, &mut body, &mut ended, &sessions).await;
+    if ended {
+        response
+    } else {
+        closing(response, body)
+    }
+}
+
+// Serves `/send`, reading `body` until it ends (then sets `ended`), the
+// session refuses a line, or the body timeout.
+async fn take_lines(
+    req: &HttpRequest,
+    body: &mut web::Payload,
+    ended: &mut bool,
+    sessions: &HttpSessions,
+) -> HttpResponse {
+    let (_, session) = match lookup(req, sessions) {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -191,10 +244,13 @@ async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Http
     tokio::pin!(deadline);
     loop {
         let chunk = tokio::select! {
-            _ = &mut deadline => return body_timeout(&sessions, &req, accepted),
+            _ = &mut deadline => return body_timeout(sessions, req, accepted),
             chunk = body.next() => chunk,
         };
-        let Some(chunk) = chunk else { break };
+        let Some(chunk) = chunk else {
+            *ended = true;
+            break;
+        };
         let Ok(chunk) = chunk else {
             return error(StatusCode::BAD_REQUEST, "could not read the request body");
         };
