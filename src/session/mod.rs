@@ -267,7 +267,7 @@ impl ProtocolSession {
     // past `max_failed_handshakes` the session ends.
     fn handshake_failed(&self, state: &mut State, reason: &str) -> Option<Ending> {
         state.grant = None;
-        state.failed_handshakes += 1;
+        state.failed_handshakes = state.failed_handshakes.saturating_add(1);
         let max = self.service.limits().max_failed_handshakes;
         let (id, peer, n) = (&self.session_id, &self.peer, state.failed_handshakes);
         log::warn!("session {id} from {peer}: handshake refused ({reason}): failure {n} of {max}");
