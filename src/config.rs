@@ -65,6 +65,28 @@ pub struct Limits {
     /// this long is stalled: its session is closed. A client that reads is
     /// never closed for the size of what it asked for.
     pub client_stall_ms: u64,
+    /// A connection (TCP, stdio) or HTTP session that has not completed a
+    /// successful handshake this long after it opened is closed, so a client
+    /// without a token cannot hold a session.
+    pub handshake_timeout_ms: u64,
+    /// Sessions open at once that have not completed a successful handshake
+    /// yet. They never count toward `max_sessions` (a session takes one of
+    /// those slots only when its handshake succeeds); past this cap a new
+    /// connection is closed and `POST /session` answers 503.
+    pub max_unauthenticated_sessions: usize,
+    /// Failed handshakes (wrong token, another version) one connection or
+    /// HTTP session may make; the last one's refusal is sent, then it is
+    /// closed.
+    pub max_failed_handshakes: u32,
+    /// How long an HTTP request body (`POST /send`, `POST /session`) may
+    /// take to arrive in full; past it the request is answered 408 and its
+    /// connection closed.
+    pub http_body_timeout_ms: u64,
+    /// Connections open at once on each network listener: TCP connections
+    /// beyond it wait in the listen backlog until one closes; the HTTP
+    /// server stops accepting likewise (the bound is split evenly over its
+    /// worker threads).
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -91,6 +113,11 @@ impl Default for Limits {
             mailbox_max_bytes: 1 << 20,
             max_memory_bytes: 1 << 20,
             client_stall_ms: 30_000,
+            handshake_timeout_ms: 10_000,
+            max_unauthenticated_sessions: 32,
+            max_failed_handshakes: 3,
+            http_body_timeout_ms: 10_000,
+            max_connections: 1_024,
         }
     }
 }
@@ -104,5 +131,15 @@ impl Limits {
     /// `client_stall_ms` as a duration.
     pub fn client_stall(&self) -> Duration {
         Duration::from_millis(self.client_stall_ms)
+    }
+
+    /// `handshake_timeout_ms` as a duration.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.handshake_timeout_ms)
+    }
+
+    /// `http_body_timeout_ms` as a duration.
+    pub fn http_body_timeout(&self) -> Duration {
+        Duration::from_millis(self.http_body_timeout_ms)
     }
 }

@@ -178,10 +178,23 @@ impl FileConfig {
             ("max_parallel", limits.max_parallel),
             ("mailbox_capacity", limits.mailbox_capacity),
             ("session_idle_seconds", limits.session_idle_seconds as usize),
+            ("handshake_timeout_ms", limits.handshake_timeout_ms as usize),
+            ("max_unauthenticated_sessions", limits.max_unauthenticated_sessions),
+            ("max_failed_handshakes", limits.max_failed_handshakes as usize),
+            ("http_body_timeout_ms", limits.http_body_timeout_ms as usize),
+            ("max_connections", limits.max_connections),
         ];
         for (key, value) in positive {
             if value == 0 {
                 return Err(format!("invalid config: limits.{key} must be at least 1"));
+            }
+        }
+        for (index, token) in self.auth.tokens.iter().enumerate() {
+            if token.trim().is_empty() {
+                return Err(format!(
+                    "invalid config: auth.tokens[{index}] is blank; a token must have non-blank text \
+                     (to run without auth, leave `tokens` empty)"
+                ));
             }
         }
         self.policy.tool_policy()?;
@@ -206,13 +219,14 @@ impl FileConfig {
     }
 
     /// The auth tokens: `tokens` plus the value of `token_env`, which must be
-    /// set and non-empty when named.
+    /// set and not blank when named.
     pub fn auth(&self) -> Result<Auth, String> {
         let mut tokens = self.auth.tokens.clone();
         if let Some(var) = &self.auth.token_env {
             match std::env::var(var) {
-                Ok(token) if !token.is_empty() => tokens.push(token),
-                _ => return Err(format!("auth.token_env names `{var}`, which is not set (or empty)")),
+                Ok(token) if !token.trim().is_empty() => tokens.push(token),
+                Ok(_) => return Err(format!("auth.token_env names `{var}`, which is set but blank")),
+                Err(_) => return Err(format!("auth.token_env names `{var}`, which is not set (or not unicode)")),
             }
         }
         Ok(Auth::with_tokens(tokens))

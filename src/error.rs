@@ -118,6 +118,16 @@ impl HostError {
             .with_detail(serde_json::json!({ "subagent_id": id }))
     }
 
+    /// `unknown_subagent` for a `SUBAGENT_MESSAGE_REQ.from_subagent_id` that
+    /// names neither a subagent of this session nor the client itself.
+    pub fn unknown_sender(from: &str) -> Self {
+        Self::new(
+            ErrorCode::UnknownSubagent,
+            format!("from_subagent_id `{from}` is neither a subagent of this session nor the client's own agent_id"),
+        )
+        .with_detail(serde_json::json!({ "field": "from_subagent_id", "subagent_id": from }))
+    }
+
     /// `runtime_error` for a host-internal failure (an actor gone away).
     pub fn runtime(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::RuntimeError, message)

@@ -223,7 +223,12 @@ fn decode_slow(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
     };
     let id = match object.get("id") {
         Some(Value::String(id)) => id.clone(),
-        _ => String::new(),
+        None | Some(Value::Null) => String::new(),
+        Some(_) => {
+            let error = HostError::new(ErrorCode::InvalidMessage, "field `id` must be a string")
+                .with_detail(json!({ "field": "id" }));
+            return Err(fail("", error));
+        }
     };
     let kind = match object.get("type") {
         Some(Value::String(kind)) => kind.clone(),

@@ -197,7 +197,9 @@ impl Session {
         self.inner.addr.send(msg::Await(id)).await?
     }
 
-    /// `SUBAGENT_MESSAGE_REQ`.
+    /// `SUBAGENT_MESSAGE_REQ`. `from` names the sender: a subagent id must be
+    /// one of this session's (live or retained), else `unknown_subagent`; any
+    /// other text is taken as the client's own name.
     pub async fn message(
         &self,
         from: String,

@@ -7,6 +7,12 @@
 //! `limits.max_inflight_requests` at once: at the bound the session stops
 //! reading its input, which pushes back on the transport.
 //!
+//! Until its first successful handshake a session is *unauthenticated*: it
+//! holds no `max_sessions` slot (see [`SessionSlot`]), it is closed when
+//! `limits.handshake_timeout_ms` pass first, and after
+//! `limits.max_failed_handshakes` failed handshakes. Every failed handshake
+//! is logged at WARN with the session id and the peer (never the token).
+//!
 //! - [`service`]: the process-wide [`Service`] that opens sessions.
 //! - [`auth`]: token checking.
 //! - [`outbox`]: the bounded outbox and the slow-client rule.
@@ -29,9 +35,10 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorCode, HostError};
+use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
 use crate::protocol::encode;
-use crate::protocol::request::{decode_line, Incoming, Request};
+use crate::protocol::request::{decode_line, HandshakeRequest, Incoming, Request};
 use crate::runtime::Session;
 pub use auth::Auth;
 pub use drain::SHUTTING_DOWN;
@@ -40,6 +47,13 @@ use handshake::HANDSHAKE;
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use outbox::{Outbox, OutboxReceiver};
 pub use service::{OpenedSession, Service, SessionSlot};
+
+// Whether a `from_subagent_id` may name the sender: the client itself (the
+// non-empty `agent_id` of its handshake), or a subagent id, which the
+// supervisor then checks is one of this session's.
+fn is_sender(from: &str, agent_id: &str) -> bool {
+    (!agent_id.is_empty() && from == agent_id) || SubagentId::parse(from).is_some()
+}
 
 /// Longest `shutdown.timeout` honoured, in seconds.
 const MAX_SHUTDOWN_SECONDS: f64 = 3_600.0;
@@ -60,6 +74,10 @@ pub enum SessionEnd {
     Stopped,
     /// The client did not read its replies and the outbox overflowed.
     SlowClient,
+    /// The client did not complete a handshake within
+    /// `limits.handshake_timeout_ms`, or failed `limits.max_failed_handshakes`
+    /// of them.
+    Unauthenticated,
 }
 
 /// A protocol session; see the module docs.
@@ -80,17 +98,28 @@ pub struct ProtocolSession {
     // When set, the end of input drains like `shutdown` with this timeout
     // instead of closing at once (stdio: EOF means shutdown).
     eof_drain: Option<Duration>,
-    // The `max_sessions` slot, released when the session is dropped unless a
-    // transport took it to release later.
-    slot: Option<SessionSlot>,
+    // The session's place in the session pools: unauthenticated until the
+    // first successful handshake, released when every clone is dropped.
+    slot: SessionSlot,
+    // Who the client is, for logs (a socket address, `stdio`).
+    peer: String,
     // The size of the last list answered, measured once per change.
     lists: Arc<dispatch::ListSize>,
 }
 
-// What the handshake granted so far.
+// What the handshakes granted so far.
 #[derive(Debug, Default)]
 struct State {
+    // What the last handshake granted; `None` before one succeeded or after
+    // one failed.
     grant: Option<Grant>,
+    // The client's own `agent_id` from its last successful handshake: a
+    // `from_subagent_id` naming the client itself.
+    agent_id: String,
+    // Handshakes refused so far (the `max_failed_handshakes` bound).
+    failed_handshakes: u32,
+    // A handshake has succeeded: the `handshake_timeout_ms` deadline is off.
+    handshaken: bool,
 }
 
 enum Ending {
@@ -119,9 +148,16 @@ impl ProtocolSession {
             stop,
             input,
             eof_drain: None,
-            slot: Some(slot),
+            slot,
+            peer: "local".into(),
             lists: Arc::default(),
         }
+    }
+
+    /// Names the client in logs (its socket address, `stdio`).
+    pub fn with_peer(mut self, peer: impl Into<String>) -> Self {
+        self.peer = peer.into();
+        self
     }
 
     /// Makes the end of input drain the session like a `shutdown` with this
@@ -132,10 +168,10 @@ impl ProtocolSession {
         self
     }
 
-    /// Takes the session's `max_sessions` slot: it is then released when the
-    /// caller drops it, not when the session ends.
-    pub fn take_slot(&mut self) -> Option<SessionSlot> {
-        self.slot.take()
+    /// A clone of the session's place in the session pools: it is given
+    /// back only when the session has ended and the caller dropped this too.
+    pub fn slot(&self) -> SessionSlot {
+        self.slot.clone()
     }
 
     /// The session's id.
@@ -161,7 +197,8 @@ impl ProtocolSession {
         // Made once, not per frame: each `cancelled()` registers a waiter.
         let overflow = overflowed.cancelled();
         let stopped = stop.cancelled();
-        tokio::pin!(overflow, stopped);
+        let handshake_deadline = tokio::time::sleep(self.service.limits().handshake_timeout());
+        tokio::pin!(overflow, stopped, handshake_deadline);
         let ending = loop {
             // A permit first, then a frame: at the in-flight bound the
             // session stops reading. Dropping this future between the two
@@ -172,8 +209,14 @@ impl ProtocolSession {
             };
             let (permit, frame) = tokio::select! {
                 biased;
-                _ = &mut overflow => break Ending::End(SessionEnd::SlowClient),
+                _ = &mut overflow => break Ending::End(match self.outbox.client_gone() {
+                    true => SessionEnd::InputClosed,
+                    false => SessionEnd::SlowClient,
+                }),
                 _ = &mut stopped => break Ending::End(SessionEnd::Stopped),
+                _ = &mut handshake_deadline, if !state.handshaken => {
+                    break Ending::End(self.handshake_timed_out());
+                }
                 next = next => match next {
                     Some(next) => next,
                     None => break Ending::End(SessionEnd::Stopped),
@@ -209,8 +252,68 @@ impl ProtocolSession {
             }
         };
         self.outbox.close();
-        log::debug!("session {} ended: {end:?}", self.session_id);
+        let (id, peer) = (&self.session_id, &self.peer);
+        if self.outbox.overflowed().is_cancelled() && !self.outbox.client_gone() {
+            log::warn!("session {id} from {peer}: client not reading its replies (outbox past its bounds, or full with nothing taken for client_stall_ms); closed");
+        } else if end != SessionEnd::Unauthenticated {
+            // (An unauthenticated end was logged at its cause.)
+            log::info!("session {id} from {peer} closed: {end:?}");
+        }
         end
+    }
+
+    // Closes a session that did not complete a handshake in time, telling
+    // the client why.
+    fn handshake_timed_out(&self) -> SessionEnd {
+        let ms = self.service.limits().handshake_timeout_ms;
+        log::warn!(
+            "session {} from {}: no successful handshake within handshake_timeout_ms ({ms} ms); closing",
+            self.session_id,
+            self.peer
+        );
+        let err = HostError::new(
+            ErrorCode::Unauthorized,
+            format!("no successful handshake within handshake_timeout_ms ({ms} ms); closing the session"),
+        )
+        .with_detail(json!({ "limit": "handshake_timeout_ms", "handshake_timeout_ms": ms }));
+        self.outbox.push(encode::error(&err, ""));
+        SessionEnd::Unauthenticated
+    }
+
+    // Counts a refused handshake (its reply already queued) and logs it;
+    // past `max_failed_handshakes` the session ends.
+    fn handshake_failed(&self, state: &mut State, reason: &str) -> Option<Ending> {
+        state.grant = None;
+        state.failed_handshakes = state.failed_handshakes.saturating_add(1);
+        let max = self.service.limits().max_failed_handshakes;
+        let (id, peer, n) = (&self.session_id, &self.peer, state.failed_handshakes);
+        log::warn!("session {id} from {peer}: handshake refused ({reason}): failure {n} of {max}");
+        if n < max {
+            return None;
+        }
+        log::warn!("session {id} from {peer}: {n} failed handshakes; closing");
+        Some(Ending::End(SessionEnd::Unauthenticated))
+    }
+
+    // Serves a handshake: on success the session takes its `max_sessions`
+    // slot (the first time), which can fail when they are all taken.
+    fn on_handshake(&self, id: &str, req: &HandshakeRequest, state: &mut State) -> Option<Ending> {
+        let (reply, grant) = handshake::answer(&self.service, &self.session_id, id, req);
+        let Some(grant) = grant else {
+            self.outbox.push(reply);
+            return self.handshake_failed(state, "auth_failed");
+        };
+        if let Err(err) = self.slot.authenticate() {
+            log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
+            state.grant = None;
+            self.outbox.push(encode::error(&err, id));
+            return None;
+        }
+        state.grant = Some(grant);
+        state.handshaken = true;
+        state.agent_id.clone_from(&req.agent_id);
+        self.outbox.push(reply);
+        None
     }
 
     fn on_frame(&self, frame: Frame, permit: OwnedSemaphorePermit, state: &mut State) -> Option<Ending> {
@@ -227,9 +330,8 @@ impl ProtocolSession {
             Ok(None) => return None,
             Err(bad) if bad.error.code == ErrorCode::VersionMismatch && bad.kind.as_deref() == Some(HANDSHAKE) => {
                 // A handshake in another version is refused by its own reply type.
-                state.grant = None;
                 self.outbox.push(handshake::refuse(&self.service, &self.session_id, &bad.req_id, "version_mismatch"));
-                return None;
+                return self.handshake_failed(state, "version_mismatch");
             }
             Err(bad) => {
                 self.outbox.push(encode::error(&bad.error, &bad.req_id));
@@ -237,10 +339,7 @@ impl ProtocolSession {
             }
         };
         if let Request::Handshake(req) = &request {
-            let (reply, grant) = handshake::answer(&self.service, &self.session_id, &id, req);
-            state.grant = grant;
-            self.outbox.push(reply);
-            return None;
+            return self.on_handshake(&id, req, state);
         }
         let Some(grant) = state.grant else {
             let err =
@@ -267,6 +366,10 @@ impl ProtocolSession {
                 .with_detail(json!({ "capability": CAPABILITY }));
                 let _ = request;
                 self.outbox.push(encode::error(&err, &id));
+                None
+            }
+            Request::Message(req) if !is_sender(&req.from_subagent_id, &state.agent_id) => {
+                self.outbox.push(encode::error(&HostError::unknown_sender(&req.from_subagent_id), &id));
                 None
             }
             request => {

@@ -20,7 +20,11 @@
 //!   is judged by time without progress, never by the size of one reply.
 //!
 //! Lines pushed after overflow are dropped; the transport closes the
-//! connection without waiting for the client.
+//! connection without waiting for the client. When the transport has stopped
+//! taking lines altogether (its writer ended: the client went away), the
+//! next push marks the outbox overflowed too, so the session ends, but also
+//! *gone* ([`Outbox::client_gone`]): an ordinary disconnect, not a slow
+//! client. The session logs which it was.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -194,8 +198,12 @@ impl Outbox {
     fn queue(&self, line: String, mut reservation: Option<Reservation>) {
         let guard = self.tx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(tx) = guard.as_ref() else { return };
-        if self.overflowed.is_cancelled() || tx.is_closed() {
-            // Overflowed already, or the client is gone: nobody will read it.
+        if self.overflowed.is_cancelled() {
+            return;
+        }
+        if tx.is_closed() {
+            // The client is gone: nobody will read this, and the session ends.
+            self.overflowed.cancel();
             return;
         }
         let len = line.len();
@@ -212,13 +220,18 @@ impl Outbox {
         let within = reservation.is_some() || before == 0 || before.saturating_add(len) <= 2 * self.max_bytes;
         match within.then(|| tx.try_send(line)) {
             Some(Ok(())) => {}
-            Some(Err(mpsc::error::TrySendError::Closed(_))) => self.shared.release(len),
-            Some(Err(mpsc::error::TrySendError::Full(_))) | None => {
+            Some(Err(mpsc::error::TrySendError::Closed(_))) | Some(Err(mpsc::error::TrySendError::Full(_))) | None => {
+                // Past the bounds (a slow client), or gone: the session ends.
                 self.shared.release(len);
-                log::warn!("client not reading: its outbox is past its bounds; closing its session");
                 self.overflowed.cancel();
             }
         }
+    }
+
+    /// Whether the client went away (the transport stopped taking lines)
+    /// rather than fell behind.
+    pub fn client_gone(&self) -> bool {
+        self.shared.receiver_gone.load(Ordering::Acquire)
     }
 
     /// Bytes queued or reserved, not yet taken by the transport.
@@ -253,7 +266,7 @@ impl Outbox {
                 _ = self.ending.cancelled() => return,
             }
             if self.stalled(stall) {
-                log::warn!("client stalled: its outbox is full and it took nothing for {stall:?}; closing its session");
+                // The session logs it, with its id.
                 self.overflowed.cancel();
                 return;
             }
@@ -333,6 +346,23 @@ mod tests {
         outbox.push("x".into());
         assert!(outbox.overflowed().is_cancelled(), "11 bytes do not fit in twice 5");
         assert_eq!(outbox.queued_bytes(), 10);
+    }
+
+    #[test]
+    fn a_dropped_receiver_is_a_client_gone_not_a_full_outbox() {
+        let (outbox, rx) = Outbox::new(100, 100);
+        outbox.push("a".into());
+        assert!(!outbox.client_gone());
+        drop(rx);
+        outbox.push("b".into());
+        assert!(outbox.overflowed().is_cancelled(), "the session ends");
+        assert!(outbox.client_gone(), "because the client is gone");
+
+        let (outbox, _rx) = Outbox::new(1, 100);
+        outbox.push("a".into());
+        outbox.push("b".into());
+        assert!(outbox.overflowed().is_cancelled());
+        assert!(!outbox.client_gone(), "a full outbox is a slow client");
     }
 
     #[test]

@@ -1,9 +1,14 @@
 //! The process-wide side of the protocol: one [`Service`] per host process,
-//! shared by every transport. It opens protocol sessions (enforcing
-//! `max_sessions`), holds the auth tokens, and carries the shutdown signal
-//! every session listens to.
+//! shared by every transport. It opens protocol sessions, holds the auth
+//! tokens, and carries the shutdown signal every session listens to.
+//!
+//! Sessions are counted in two pools: a session opens *unauthenticated*
+//! (bounded by `max_unauthenticated_sessions`) and moves to the
+//! authenticated pool (bounded by `max_sessions`) when its first handshake
+//! succeeds, so clients without a token can never take an authorised
+//! client's slot. [`SessionSlot`] is a session's place in them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, Notify};
@@ -30,8 +35,13 @@ pub struct Service {
     auth: Auth,
     // For `pong.uptime_seconds`.
     started: Instant,
-    // Protocol sessions open now (the `max_sessions` bound).
+    // Protocol sessions open now, in either pool (for shutdown and /health).
     open: AtomicUsize,
+    // Sessions that completed a handshake (the `max_sessions` bound).
+    authenticated: AtomicUsize,
+    // Sessions that have not completed one yet (the
+    // `max_unauthenticated_sessions` bound).
+    unauthenticated: AtomicUsize,
     // Woken when the last session ends (for shutdown).
     idle: Notify,
     // Fires on SIGTERM/SIGINT: every session closes.
@@ -61,6 +71,8 @@ impl Service {
             auth,
             started: Instant::now(),
             open: AtomicUsize::new(0),
+            authenticated: AtomicUsize::new(0),
+            unauthenticated: AtomicUsize::new(0),
             idle: Notify::new(),
             shutdown: CancellationToken::new(),
         })
@@ -86,13 +98,19 @@ impl Service {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Protocol sessions open now.
+    /// Protocol sessions open now (authenticated or not).
     pub fn sessions(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }
 
-    /// Opens a session, unless `max_sessions` are open or the service is
-    /// shutting down. Must run inside the actix system.
+    /// Sessions open now that have not completed a handshake.
+    pub fn unauthenticated_sessions(&self) -> usize {
+        self.unauthenticated.load(Ordering::Acquire)
+    }
+
+    /// Opens an unauthenticated session, unless `max_unauthenticated_sessions`
+    /// of those or `max_sessions` authenticated ones are open, or the service
+    /// is shutting down. Must run inside the actix system.
     pub fn open(self: &Arc<Self>) -> Result<OpenedSession, HostError> {
         self.open_with_input(INPUT_QUEUE)
     }
@@ -102,16 +120,38 @@ impl Service {
     /// `max_inflight_requests` frames so that a pipelining client meets its
     /// limit only when the session is really at its in-flight bound.
     pub fn open_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedSession, HostError> {
+        self.open_session(input_queue, false)
+    }
+
+    /// [`Service::open_with_input`] for a client whose token the transport
+    /// has already checked (HTTP `POST /session` with `Authorization:
+    /// Bearer`): the session takes a `max_sessions` slot at once and is not
+    /// subject to `max_unauthenticated_sessions`. Its handshake is still
+    /// required (and checked) before any other request.
+    pub fn open_authorized_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedSession, HostError> {
+        self.open_session(input_queue, true)
+    }
+
+    fn open_session(self: &Arc<Self>, input_queue: usize, authorized: bool) -> Result<OpenedSession, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
-        let max = self.limits().max_sessions;
-        let taken = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
-        if taken.is_err() {
-            return Err(HostError::runtime(format!("max_sessions ({max}) reached; try again later"))
-                .with_detail(serde_json::json!({ "limit": "max_sessions", "value": max })));
-        }
-        let slot = SessionSlot(self.clone());
+        let slot = if authorized {
+            self.take(&self.authenticated, "max_sessions", self.limits().max_sessions)?;
+            SessionSlot::new(self.clone(), true)
+        } else {
+            // Fail fast when no authenticated slot could be had either.
+            let max = self.limits().max_sessions;
+            if self.authenticated.load(Ordering::Acquire) >= max {
+                return Err(full("max_sessions", max));
+            }
+            self.take(
+                &self.unauthenticated,
+                "max_unauthenticated_sessions",
+                self.limits().max_unauthenticated_sessions,
+            )?;
+            SessionSlot::new(self.clone(), false)
+        };
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let session = self.host.open_session(Arc::new(OutboxSink(outbox.clone())));
         let (input, input_rx) = mpsc::channel(input_queue.clamp(1, u32::MAX as usize >> 3));
@@ -120,6 +160,16 @@ impl Service {
         let session =
             ProtocolSession::new(self.clone(), session, session_id.clone(), outbox, stop.clone(), input_rx, slot);
         Ok(OpenedSession { session_id, session, input, output, stop })
+    }
+
+    // Takes one place in `pool` (bounded by `max`, the limit named `name`)
+    // and counts the session as open.
+    fn take(&self, pool: &AtomicUsize, name: &str, max: usize) -> Result<(), HostError> {
+        if pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_err() {
+            return Err(full(name, max));
+        }
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Starts shutting down: no new sessions; every open one closes.
@@ -146,16 +196,71 @@ impl Service {
     }
 }
 
-/// One taken `max_sessions` slot, given back on drop. A transport that
-/// keeps an ended session around (HTTP, until its last lines are delivered)
-/// takes the slot from the [`ProtocolSession`] so it stays counted.
-#[derive(Debug)]
-pub struct SessionSlot(Arc<Service>);
+// The `runtime_error` (retryable) for a full pool.
+fn full(name: &str, max: usize) -> HostError {
+    HostError::runtime(format!("{name} ({max}) reached; try again later"))
+        .with_detail(serde_json::json!({ "limit": name, "value": max }))
+}
 
-impl Drop for SessionSlot {
+/// A session's place in the service's session pools: unauthenticated until
+/// [`SessionSlot::authenticate`] moves it to a `max_sessions` slot. Clones
+/// share the place, which is given back when the last clone is dropped: a
+/// transport that keeps an ended session around (HTTP, until its last lines
+/// are delivered) holds a clone so it stays counted.
+#[derive(Debug, Clone)]
+pub struct SessionSlot(Arc<SlotState>);
+
+#[derive(Debug)]
+struct SlotState {
+    // Whose pools these are.
+    service: Arc<Service>,
+    // Which pool holds the place (set once, by `authenticate`).
+    authenticated: AtomicBool,
+}
+
+impl SessionSlot {
+    fn new(service: Arc<Service>, authenticated: bool) -> Self {
+        Self(Arc::new(SlotState { service, authenticated: AtomicBool::new(authenticated) }))
+    }
+
+    /// Whether the place is a `max_sessions` slot.
+    pub fn is_authenticated(&self) -> bool {
+        self.0.authenticated.load(Ordering::Acquire)
+    }
+
+    /// Moves an unauthenticated place to a `max_sessions` slot (after a
+    /// successful handshake); `runtime_error` when `max_sessions` are taken,
+    /// and the place stays unauthenticated.
+    pub fn authenticate(&self) -> Result<(), HostError> {
+        if self.is_authenticated() {
+            return Ok(());
+        }
+        let service = &self.0.service;
+        let max = service.limits().max_sessions;
+        if service
+            .authenticated
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .is_err()
+        {
+            return Err(full("max_sessions", max));
+        }
+        if self.0.authenticated.swap(true, Ordering::AcqRel) {
+            // Moved meanwhile by another clone: give back the extra slot.
+            service.authenticated.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            service.unauthenticated.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SlotState {
     fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
+        let service = &self.service;
+        let pool = if *self.authenticated.get_mut() { &service.authenticated } else { &service.unauthenticated };
+        pool.fetch_sub(1, Ordering::AcqRel);
+        if service.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            service.idle.notify_waiters();
         }
     }
 }

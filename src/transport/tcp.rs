@@ -2,11 +2,18 @@
 //! connection closes the session and terminates its tree. A client that
 //! does not read its replies overflows its outbox (line or byte bound) and
 //! is disconnected.
+//!
+//! At most `limits.max_connections` connections are served at once: at the
+//! bound the listener stops accepting (further clients wait in the listen
+//! backlog) until one closes. A connection that cannot open a session (at
+//! `max_unauthenticated_sessions`, or `max_sessions`) gets one `error` line
+//! and is closed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::lines::{finish_writer, read_frames, write_lines};
 use crate::protocol::encode;
@@ -24,13 +31,23 @@ pub const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 /// (e.g. `EMFILE`), waits before retrying (backing off from
 /// [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]) and warns at most once
 /// per [`ACCEPT_WARN_EVERY`], so the failure neither spins a core nor floods
-/// stderr; the connections already open are served meanwhile.
+/// stderr; the connections already open are served meanwhile. Accepts only
+/// while fewer than `limits.max_connections` connections are open.
 pub async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Duration) {
     let shutdown = service.shutdown_token().clone();
+    let connections = Arc::new(Semaphore::new(service.limits().max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut warned: Option<Instant> = None;
     let mut unreported = 0u64;
     loop {
+        // A permit first: at the bound, wait for a connection to close.
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
@@ -39,7 +56,7 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Du
             Ok((stream, peer)) => {
                 log::debug!("tcp connection from {peer}");
                 backoff = ACCEPT_BACKOFF_MIN;
-                actix_rt::spawn(connection(stream, service.clone(), final_flush));
+                actix_rt::spawn(connection(stream, peer, service.clone(), final_flush, permit));
             }
             Err(err) => {
                 unreported += 1;
@@ -58,11 +75,19 @@ pub async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Du
     }
 }
 
-async fn connection(mut stream: TcpStream, service: Arc<Service>, final_flush: Duration) {
+// Serves one connection; `_permit` is its place under `max_connections`.
+async fn connection(
+    mut stream: TcpStream,
+    peer: std::net::SocketAddr,
+    service: Arc<Service>,
+    final_flush: Duration,
+    _permit: OwnedSemaphorePermit,
+) {
     let _ = stream.set_nodelay(true);
     let opened = match service.open() {
         Ok(opened) => opened,
         Err(err) => {
+            log::warn!("tcp connection from {peer} refused: {}", err.message);
             let line = encode::error(&err, "") + "\n";
             let _ = tokio::time::timeout(final_flush, stream.write_all(line.as_bytes())).await;
             return;
@@ -72,7 +97,7 @@ async fn connection(mut stream: TcpStream, service: Arc<Service>, final_flush: D
     let limit = service.limits().max_line_bytes;
     let reader = actix_rt::spawn(read_frames(read_half, limit, opened.input));
     let writer = actix_rt::spawn(write_lines(write_half, opened.output));
-    let end = opened.session.run().await;
+    let end = opened.session.with_peer(peer.to_string()).run().await;
     reader.abort();
     // Do not wait for a client that does not read: drop the socket at once.
     let grace = (end != SessionEnd::SlowClient).then_some(final_flush);

@@ -1,6 +1,7 @@
 //! The real binary over stdio: only protocol lines on stdout (even at
 //! `RUST_LOG=trace`), EOF on stdin → exit 0, SIGTERM and SIGINT terminate
-//! a running tree and exit 0.
+//! a running tree and exit 0, a silent client is closed at the handshake
+//! deadline.
 
 use crate::e2e_support::*;
 use serde_json::{json, Value};
@@ -131,4 +132,27 @@ fn stdio_sigterm_terminates_the_running_tree_and_exits_0() {
 #[test]
 fn stdio_sigint_terminates_the_running_tree_and_exits_0() {
     a_signal_terminates_the_running_tree_and_exits_0("INT");
+}
+
+#[test]
+fn a_silent_stdio_session_ends_at_the_handshake_deadline() {
+    let config = tempfile_lite::TempFile::with("[limits]\nhandshake_timeout_ms = 300\n");
+    let mut child = command(&["--stdio"], Some(&config))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    // (Its WARN may be cut short by the exit: the TCP test checks the log.)
+    let _stderr = drain_stderr(&mut child);
+    // stdin stays open and silent.
+    let _stdin = child.stdin.take().unwrap();
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let status = wait(&mut child);
+    assert!(status.success(), "exit status {status:?}");
+    let lines: Vec<Value> = stdout.lines().map(|line| serde_json::from_str(line).expect("JSON")).collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert_eq!(lines[0]["code"], "unauthorized", "{stdout}");
+    assert_eq!(lines[0]["detail"]["limit"], "handshake_timeout_ms", "{stdout}");
 }

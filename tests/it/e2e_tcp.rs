@@ -1,7 +1,9 @@
 //! The real binary over TCP: closing a connection ends its session and
 //! kills its task processes, a client that never reads is disconnected (line
 //! and byte bounds), accept failures back off, `max_sessions` holds, SIGTERM
-//! exits 0, and start-up refuses unsafe binds and bad config.
+//! exits 0, and start-up refuses unsafe binds and bad config. Clients
+//! without a token: the handshake deadline, the failed-handshake cap, their
+//! own session cap, and `max_connections`.
 
 use crate::e2e_support::*;
 use serde_json::json;
@@ -91,6 +93,9 @@ fn a_client_that_never_reads_is_disconnected() {
     }
     assert!(disconnected, "the host kept accepting from a client that never reads");
     server.wait_sessions(0);
+    server.wait_stderr("saying the client was not reading", |line| {
+        line.contains("WARN") && line.contains("client not reading") && line.contains("session ")
+    });
 }
 
 /// The resident set of process `pid`, in bytes.
@@ -283,4 +288,129 @@ fn a_bad_config_stops_start_up_naming_the_key() {
     assert!(err.contains("bogus"), "{err}");
     let err = start_fails(&["--tcp", "127.0.0.1:0"], Some("[auth]\ntoken_env = \"SUBAGENTD_SURELY_UNSET_VAR\"\n"));
     assert!(err.contains("SUBAGENTD_SURELY_UNSET_VAR"), "{err}");
+}
+
+#[test]
+fn a_silent_connection_is_closed_at_the_handshake_deadline_and_logged_with_its_peer() {
+    let config = "[limits]\nhandshake_timeout_ms = 300\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0"], Some(config));
+    let mut silent = LineClient::connect(server.tcp.as_deref().unwrap());
+    let peer = silent.writer.local_addr().unwrap().to_string();
+    let started = Instant::now();
+    let reason = silent.next().expect("a last line");
+    assert_eq!(reason["type"], "error", "{reason}");
+    assert_eq!(reason["code"], "unauthorized", "{reason}");
+    assert_eq!(reason["detail"]["limit"], "handshake_timeout_ms", "{reason}");
+    assert!(silent.next().is_none(), "then the connection is closed");
+    assert!(started.elapsed() < Duration::from_secs(10), "closed at the deadline, not later");
+    server.wait_stderr("about the handshake deadline", |line| {
+        line.contains("WARN") && line.contains("handshake_timeout_ms") && line.contains(&peer)
+    });
+}
+
+#[test]
+fn the_third_failed_handshake_closes_the_connection_and_each_is_logged_without_the_token() {
+    let config = "[auth]\ntokens = [\"s3cret-token\"]\n";
+    let mut server = Server::start(&["--tcp", "127.0.0.1:0"], Some(config));
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    let peer = client.writer.local_addr().unwrap().to_string();
+    for n in 1..=3 {
+        let id = format!("h{n}");
+        client.send(
+            &json!({ "type": "handshake/req", "id": id, "agent_caps": ["multi_agent"], "auth_token": "guess-me-not" }),
+        );
+        let reply = client.reply(&id);
+        assert_eq!((reply["ok"].as_bool(), reply["reason"].as_str()), (Some(false), Some("auth_failed")), "{reply}");
+    }
+    assert!(client.next().is_none(), "the third failure closes the connection");
+    let mut lines = server.wait_stderr("about the closing", |line| line.contains("3 failed handshakes"));
+    let session = session_id_in(lines.last().unwrap());
+    lines.extend(server.stop_and_collect_stderr());
+    let refusals: Vec<&String> = lines.iter().filter(|line| line.contains("handshake refused (auth_failed)")).collect();
+    assert_eq!(refusals.len(), 3, "one WARN per failure: {lines:#?}");
+    for line in refusals {
+        assert!(line.contains("WARN") && line.contains(&peer) && line.contains(&session), "{line}");
+    }
+    for line in &lines {
+        assert!(!line.contains("guess-me-not") && !line.contains("s3cret-token"), "a token in the log: {line}");
+    }
+}
+
+// The session id in a log line (`… session <id> …`).
+fn session_id_in(line: &str) -> String {
+    let rest = &line[line.find("] session ").expect("a session id") + "] session ".len()..];
+    rest.split_whitespace().next().unwrap().to_owned()
+}
+
+#[test]
+fn unauthenticated_connections_have_their_own_cap_and_never_take_a_max_sessions_slot() {
+    let config = "[limits]\nmax_sessions = 2\nmax_unauthenticated_sessions = 3\n[auth]\ntokens = [\"s3cret\"]\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let addr = server.tcp.as_deref().unwrap();
+    let mut silent: Vec<LineClient> = (0..3).map(|_| LineClient::connect(addr)).collect();
+    server.wait_sessions(3);
+    let mut refused = LineClient::connect(addr);
+    let refusal = refused.next().expect("an error line");
+    assert_eq!(refusal["detail"]["limit"], "max_unauthenticated_sessions", "{refusal}");
+    assert!(refused.next().is_none(), "then the connection is closed");
+    // One silent client leaves; two remain. Both max_sessions slots still
+    // go to clients holding the token.
+    silent.pop();
+    server.wait_sessions(2);
+    let mut authorised = Vec::new();
+    for _ in 0..2 {
+        // Each leaves the unauthenticated pool as its handshake succeeds.
+        let mut client = LineClient::connect(addr);
+        client.send(
+            &json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"], "auth_token": "s3cret" }),
+        );
+        assert_eq!(client.reply("h")["ok"], true);
+        client.send(&json!({ "type": "ping", "id": "p" }));
+        assert_eq!(client.reply("p")["type"], "pong");
+        authorised.push(client);
+    }
+    assert_eq!(server.sessions(), 4);
+}
+
+#[test]
+fn the_tcp_listener_stops_accepting_at_max_connections() {
+    let server = Server::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_connections = 2\n"));
+    let addr = server.tcp.as_deref().unwrap();
+    let mut first = LineClient::connect(addr);
+    handshake(&mut first);
+    let mut second = LineClient::connect(addr);
+    handshake(&mut second);
+    // The third waits in the backlog: its handshake is not read meanwhile.
+    let mut third = LineClient::connect(addr);
+    third.send(&json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] }));
+    third.reader.get_ref().set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut byte = [0u8; 1];
+    let waited = third.reader.get_ref().peek(&mut byte);
+    assert!(
+        matches!(&waited, Err(err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "served past max_connections: {waited:?}"
+    );
+    // A connection closes: the third is accepted and served.
+    drop(first);
+    third.reader.get_ref().set_read_timeout(Some(PATIENCE)).unwrap();
+    assert_eq!(third.reply("h")["ok"], true);
+    second.send(&json!({ "type": "ping", "id": "p" }));
+    assert_eq!(second.reply("p")["type"], "pong");
+}
+
+#[test]
+fn a_blank_auth_token_stops_start_up() {
+    for tokens in ["[\"\"]", "[\"ok-token\", \"  \"]"] {
+        let err = start_fails(&["--tcp", "127.0.0.1:0"], Some(&format!("[auth]\ntokens = {tokens}\n")));
+        assert!(err.contains("auth.tokens[") && err.contains("blank"), "{err}");
+    }
+    let config = tempfile_lite::TempFile::with("[auth]\ntoken_env = \"SUBAGENTD_TEST_BLANK_TOKEN\"\n");
+    let output = command(&["--tcp", "127.0.0.1:0"], Some(&config))
+        .env("SUBAGENTD_TEST_BLANK_TOKEN", " \t")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!output.status.success(), "start-up must fail");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("SUBAGENTD_TEST_BLANK_TOKEN") && err.contains("blank"), "{err}");
 }

@@ -388,7 +388,7 @@ async fn two_sessions_cannot_touch_each_others_subagents() {
     let attempts = [
         json!({ "type": "SUBAGENT_AWAIT_REQ", "subagent_id": sub }),
         json!({ "type": "SUBAGENT_DELEGATE_REQ", "subagent_id": sub, "task": task }),
-        json!({ "type": "SUBAGENT_MESSAGE_REQ", "from_subagent_id": "bob", "to_subagent_id": sub, "message": message }),
+        json!({ "type": "SUBAGENT_MESSAGE_REQ", "from_subagent_id": "parent", "to_subagent_id": sub, "message": message }),
         json!({ "type": "SUBAGENT_CANCEL_REQ", "subagent_id": sub }),
         json!({ "type": "SUBAGENT_TERMINATE_REQ", "subagent_id": sub }),
     ];
@@ -466,6 +466,7 @@ async fn a_client_that_does_not_read_overflows_its_outbox_and_is_closed() {
 async fn max_sessions_is_enforced_and_a_closed_session_frees_its_slot() {
     let service = service(Limits { max_sessions: 1, ..limits() }, Auth::open());
     let mut first = Client::open(&service);
+    assert_eq!(first.handshake(&["multi_agent"]).await["ok"], true, "a session counts once handshaken");
     let refused = service.open().expect_err("second session refused");
     assert!(refused.message.contains("max_sessions"), "{refused}");
     first.close_input().await;
@@ -578,4 +579,154 @@ async fn byte_bounds_refuse_an_oversized_config_task_and_message_naming_the_limi
     // Nothing was lost: the subagent is there, READY, and takes a small task.
     let reply = client.delegate(&sub, json!([{ "return": { "ok": true } }]), "d").await;
     assert_eq!(reply["accepted"], true, "{reply}");
+}
+
+/// How a session's run ended, waiting at most [`PATIENCE`].
+async fn ended(client: &mut Client) -> SessionEnd {
+    tokio::time::timeout(PATIENCE, &mut client.run).await.expect("the session ends").expect("session task")
+}
+
+#[actix_rt::test]
+async fn a_session_without_a_successful_handshake_is_closed_at_the_handshake_deadline() {
+    let service = service(Limits { handshake_timeout_ms: 200, ..limits() }, Auth::open());
+    // Opened first, so its deadline passes first: it handshakes in time.
+    let mut early = Client::open(&service);
+    assert_eq!(early.handshake(&["multi_agent"]).await["ok"], true);
+    let mut silent = Client::open(&service);
+    let started = std::time::Instant::now();
+    assert_eq!(ended(&mut silent).await, SessionEnd::Unauthenticated);
+    assert!(started.elapsed() >= Duration::from_millis(150), "not before the deadline");
+    let reason = silent.next().await;
+    assert_error(&reason, "unauthorized", "");
+    assert_eq!(reason["detail"]["limit"], "handshake_timeout_ms", "{reason}");
+    assert!(silent.next_line().await.is_none(), "then the output ends");
+    assert!(!silent.handle.is_open());
+    // The handshaken session is past its deadline and still served.
+    assert_eq!(early.request(json!({ "type": "ping" }), "p").await["type"], "pong");
+    assert_eq!(service.sessions(), 1);
+}
+
+#[actix_rt::test]
+async fn a_failed_handshake_does_not_stop_the_deadline() {
+    let limits = Limits { handshake_timeout_ms: 200, ..limits() };
+    let service = service(limits, Auth::with_tokens(["s3cret".to_owned()]));
+    let mut client = Client::open(&service);
+    let hs = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"], "auth_token": "wrong" });
+    assert_eq!(client.request(hs, "h1").await["reason"], "auth_failed");
+    assert_eq!(ended(&mut client).await, SessionEnd::Unauthenticated);
+}
+
+#[actix_rt::test]
+async fn the_third_failed_handshake_ends_the_session() {
+    let service = service(limits(), Auth::with_tokens(["s3cret".to_owned()]));
+    let mut client = Client::open(&service);
+    let hs = |token: &str| json!({ "type": "handshake/req", "agent_caps": ["multi_agent"], "auth_token": token });
+    assert_eq!(client.request(hs("wrong1"), "h1").await["reason"], "auth_failed");
+    // A handshake in another version is a failed one too.
+    let mut other_version = hs("s3cret");
+    other_version["a2e"] = json!("2.0");
+    assert_eq!(client.request(other_version, "h2").await["reason"], "version_mismatch");
+    assert_eq!(client.request(hs("wrong3"), "h3").await["reason"], "auth_failed", "its refusal is still sent");
+    assert_eq!(ended(&mut client).await, SessionEnd::Unauthenticated);
+    assert!(client.next_line().await.is_none(), "nothing after the last refusal");
+    assert_eq!(service.sessions(), 0);
+}
+
+#[actix_rt::test]
+async fn unauthenticated_sessions_have_their_own_cap_and_never_take_a_max_sessions_slot() {
+    let limits = Limits { max_sessions: 2, max_unauthenticated_sessions: 3, ..limits() };
+    let service = service(limits, Auth::with_tokens(["s3cret".to_owned()]));
+    let hs =
+        json!({ "type": "handshake/req", "agent_id": "parent", "agent_caps": ["multi_agent"], "auth_token": "s3cret" });
+    let mut silent: Vec<Client> = (0..3).map(|_| Client::open(&service)).collect();
+    assert_eq!(service.unauthenticated_sessions(), 3);
+    let refused = service.open().expect_err("past max_unauthenticated_sessions");
+    assert_eq!(refused.detail.as_ref().unwrap()["limit"], "max_unauthenticated_sessions", "{refused}");
+    // Three silent sessions are open, yet both max_sessions slots go to
+    // clients that pass auth: each leaves the unauthenticated pool.
+    let mut first = silent.pop().unwrap();
+    assert_eq!(first.request(hs.clone(), "h").await["ok"], true);
+    let mut second = Client::open(&service);
+    assert_eq!(second.request(hs.clone(), "h").await["ok"], true);
+    assert_eq!((service.sessions(), service.unauthenticated_sessions()), (4, 2));
+    // With every max_sessions slot taken, a good handshake is refused (and
+    // the session may retry later); new sessions are refused at once.
+    let mut third = silent.pop().unwrap();
+    let reply = third.request(hs.clone(), "h").await;
+    assert_error(&reply, "runtime_error", "h");
+    assert_eq!(reply["detail"]["limit"], "max_sessions", "{reply}");
+    assert_eq!(reply["retryable"], true);
+    assert_error(&third.request(json!({ "type": "ping" }), "p").await, "unauthorized", "p");
+    assert!(service.open().expect_err("max_sessions taken").message.contains("max_sessions"));
+    // A slot freed by an authenticated session goes to the waiting one.
+    first.close_input().await;
+    assert_eq!(third.request(hs, "h2").await["ok"], true);
+    assert_eq!(third.request(json!({ "type": "ping" }), "p2").await["type"], "pong");
+    assert_eq!((service.sessions(), service.unauthenticated_sessions()), (3, 1));
+    drop(silent);
+}
+
+#[actix_rt::test]
+async fn from_subagent_id_must_be_a_subagent_of_this_session_or_the_client_itself() {
+    let service = service(limits(), Auth::open());
+    let mut alice = Client::open(&service);
+    let mut bob = Client::open(&service);
+    alice.handshake(&["multi_agent"]).await; // agent_id "parent"
+    bob.handshake(&["multi_agent"]).await;
+    let target = alice.spawn("s1").await;
+    let sibling = alice.spawn("s2").await;
+    let foreign = bob.spawn("s3").await;
+    let message = |from: &str| {
+        json!({ "type": "SUBAGENT_MESSAGE_REQ", "from_subagent_id": from, "to_subagent_id": target,
+                "message": { "type": "note", "content": from } })
+    };
+    assert_eq!(alice.request(message("parent"), "m1").await["delivered"], true, "the client's own agent_id");
+    assert_eq!(alice.request(message(&sibling), "m2").await["delivered"], true, "a subagent of the session");
+    for (n, from) in [foreign.as_str(), "", "mallory", "sub_00000000"].into_iter().enumerate() {
+        let id = format!("bad{n}");
+        let reply = alice.request(message(from), &id).await;
+        assert_error(&reply, "unknown_subagent", &id);
+        assert_eq!(reply["detail"]["field"], "from_subagent_id", "{reply}");
+        assert_eq!(reply["detail"]["subagent_id"], from, "{reply}");
+    }
+    // A terminated subagent is still a subagent of the session (retained).
+    alice.request(json!({ "type": "SUBAGENT_TERMINATE_REQ", "subagent_id": sibling }), "t").await;
+    assert_eq!(alice.request(message(&sibling), "m3").await["delivered"], true);
+    // Only the accepted senders reached the mailbox.
+    let wait = json!({ "wait_message": { "timeout_ms": 5_000 } });
+    let script = json!([wait, wait, wait]);
+    alice.delegate(&target, script, "d").await;
+    let done = alice.request(json!({ "type": "SUBAGENT_AWAIT_REQ", "subagent_id": target }), "a").await;
+    let senders: Vec<&str> =
+        done["result"]["messages"].as_array().unwrap().iter().map(|m| m["from"].as_str().unwrap()).collect();
+    assert_eq!(senders, ["parent", sibling.as_str(), sibling.as_str()], "{done}");
+}
+
+#[actix_rt::test]
+async fn a_request_whose_id_is_not_a_string_gets_invalid_message_naming_id() {
+    let service = service(limits(), Auth::open());
+    let mut client = Client::open(&service);
+    client.handshake(&["multi_agent"]).await;
+    for id in [json!(7), json!({ "a": 1 }), json!(["x"]), json!(true)] {
+        client.send(json!({ "type": "SUBAGENT_LIST_REQ", "id": id })).await;
+        let reply = client.next().await;
+        assert_error(&reply, "invalid_message", "");
+        assert_eq!(reply["detail"]["field"], "id", "{reply}");
+    }
+    // A null id is an absent one: served, answered with req_id "".
+    client.send(json!({ "type": "ping", "id": null })).await;
+    let pong = client.next().await;
+    assert_eq!((pong["type"].as_str(), pong["req_id"].as_str()), (Some("pong"), Some("")), "{pong}");
+}
+
+#[actix_rt::test]
+async fn a_client_gone_away_is_an_input_close_not_a_slow_client() {
+    let service = service(limits(), Auth::open());
+    let opened = service.open().expect("opens");
+    drop(opened.output);
+    let run = actix_rt::spawn(opened.session.run());
+    let handshake = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"] });
+    opened.input.send(Frame::Line(handshake.to_string().into_bytes())).await.expect("read");
+    let end = tokio::time::timeout(PATIENCE, run).await.expect("ends").expect("session task");
+    assert_eq!(end, SessionEnd::InputClosed);
 }

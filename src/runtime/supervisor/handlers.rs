@@ -68,6 +68,11 @@ impl Handler<SendMessage> for Supervisor {
     type Result = Response<Result<MessageResponse, HostError>>;
 
     fn handle(&mut self, msg: SendMessage, _ctx: &mut Self::Context) -> Self::Result {
+        // A sender named by a subagent id must be one of this session's
+        // (live or retained); another form names the client itself.
+        if SubagentId::parse(&msg.from).is_some_and(|from| !self.index.contains_key(&from)) {
+            return Response::reply(Err(HostError::unknown_sender(&msg.from)));
+        }
         let to = msg.to;
         let terminated =
             move || HostError::new(ErrorCode::InvalidState, format!("{to} is terminated and takes no messages"));

@@ -1,6 +1,12 @@
 //! HTTP + SSE (actix-web), as the A2E SDK's HTTP transport expects:
 //!
-//! - `POST /session` → `{"session_id": "..."}` (503 at `max_sessions`).
+//! - `POST /session` → `{"session_id": "..."}`. The session is
+//!   unauthenticated until its handshake succeeds (see
+//!   [`crate::session::SessionSlot`]): 503 when
+//!   `max_unauthenticated_sessions` such sessions are open, or `max_sessions`
+//!   authenticated ones. A client may send `Authorization: Bearer <token>`:
+//!   with a valid token the session takes a `max_sessions` slot at once and
+//!   unauthenticated sessions can never crowd it out (a wrong token is 401).
 //! - `POST /send` with header `X-Session-Id`, body one or more NDJSON lines →
 //!   `{"ok": true}` at once; the replies go to the stream. 400 without the
 //!   header, 404 for an unknown, expired or ended session. It never waits
@@ -14,7 +20,10 @@
 //! - `GET /stream` with header `X-Session-Id` → `text/event-stream`, each
 //!   message as `data: <json>\n\n`. Messages produced while no stream is
 //!   attached wait in the session's bounded outbox and are sent on attach; a
-//!   new stream for the same session replaces the previous one.
+//!   new stream for the same session replaces the previous one, which ends
+//!   with one last event, `event: closed` with `data:` an A2E `error`
+//!   (`code` `invalid_state`, `detail.reason` `stream_replaced`), so an SSE
+//!   client that ignores `event:` lines sees it as a message too.
 //! - `GET /health` → `{"status": "ok", "sessions": N, "streams": M}`.
 //!
 //! SSE has no acknowledgements: a message written into a connection that
@@ -30,7 +39,15 @@
 //! while it drains after `shutdown` are answered on the stream with
 //! `invalid_state`; once it has ended, `/send` answers 404. See
 //! `sessions.rs` for the lifecycle.
+//!
+//! Bounds on connections: a request body (`/send`, `/session`) must arrive
+//! in full within `limits.http_body_timeout_ms`, else the request is
+//! answered 408 (`{"ok": false, "error": "body_timeout", "accepted": N}`,
+//! N lines of a `/send` body were taken) and the connection closed; the
+//! server holds at most `limits.max_connections` connections (split evenly
+//! over its workers) and stops accepting at that bound.
 
+use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::Server;
 use actix_web::http::header;
 use actix_web::http::StatusCode;
@@ -39,13 +56,17 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
 use futures_util::StreamExt;
 use serde_json::json;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
 use super::lines::WRITE_BATCH;
+use crate::error::{ErrorCode, HostError};
 use crate::protocol::codec::{Frame, LineDecoder};
+use crate::protocol::encode;
 use crate::session::service::INPUT_QUEUE;
 use crate::session::OutboxReceiver;
 
@@ -71,14 +92,108 @@ fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<Htt
     }
 }
 
-async fn create(sessions: web::Data<HttpSessions>) -> HttpResponse {
+fn peer(req: &HttpRequest) -> String {
+    req.peer_addr().map_or_else(|| "an unknown peer".to_owned(), |addr| addr.to_string())
+}
+
+// A response body that holds the unread request body until it has been
+// sent: actix then closes the connection after the response. (A dropped
+// chunked request body is drained instead, for as long as the client keeps
+// trickling it.)
+struct HoldingRequestBody {
+    // The response's own body.
+    inner: BoxBody,
+    // The request body not read to its end.
+    _unread: web::Payload,
+}
+
+impl MessageBody for HoldingRequestBody {
+    type Error = <BoxBody as MessageBody>::Error;
+
+    fn size(&self) -> BodySize {
+        self.inner.size()
+    }
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_next(cx)
+    }
+}
+
+// Answers a request whose body was not read to its end (refused early, or
+// cut off at the body timeout) and closes its connection.
+fn closing(response: HttpResponse, unread: web::Payload) -> HttpResponse {
+    response
+        .map_body(|head, inner| {
+            head.set_connection_type(actix_web::http::ConnectionType::Close);
+            HoldingRequestBody { inner, _unread: unread }
+        })
+        .map_into_boxed_body()
+}
+
+// The 408 for a body that did not arrive within `http_body_timeout_ms`.
+fn body_timeout(sessions: &HttpSessions, req: &HttpRequest, accepted: usize) -> HttpResponse {
+    let ms = sessions.service.limits().http_body_timeout_ms;
+    let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("-");
+    log::warn!(
+        "http {} {} from {} (session {session}): body not received within http_body_timeout_ms ({ms} ms); answered 408",
+        req.method(),
+        req.path(),
+        peer(req)
+    );
+    HttpResponse::build(StatusCode::REQUEST_TIMEOUT).json(json!({
+        "ok": false,
+        "error": "body_timeout",
+        "message": format!("the request body did not arrive within http_body_timeout_ms ({ms} ms)"),
+        "accepted": accepted,
+    }))
+}
+
+// The token of an `Authorization: Bearer <token>` header.
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
+    // The body is not used, but it must arrive in time like any other.
+    let deadline = tokio::time::sleep(sessions.service.limits().http_body_timeout());
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return closing(body_timeout(&sessions, &req, 0), body),
+            chunk = body.next() => match chunk {
+                None => break,
+                Some(Ok(_)) => {}
+                Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "could not read the request body"),
+            },
+        }
+    }
+    let authorized = match bearer(&req) {
+        None => false,
+        Some(token) if sessions.service.auth().check(Some(token)) => true,
+        Some(_) => {
+            log::warn!("http POST /session from {}: Authorization bearer token refused", peer(&req));
+            return error(StatusCode::UNAUTHORIZED, "invalid bearer token");
+        }
+    };
     // `/send` never waits, so the input queue holds what the session may
     // have in flight: a client pipelining below `max_inflight_requests` is
     // not told it is busy while the session catches up.
     let queue = sessions.service.limits().max_inflight_requests.max(INPUT_QUEUE);
-    match sessions.service.open_with_input(queue) {
-        Ok(opened) => HttpResponse::Ok().json(json!({ "session_id": sessions.clone().into_inner().insert(opened) })),
-        Err(err) => error(StatusCode::SERVICE_UNAVAILABLE, &err.message),
+    let opened = match authorized {
+        true => sessions.service.open_authorized_with_input(queue),
+        false => sessions.service.open_with_input(queue),
+    };
+    match opened {
+        Ok(mut opened) => {
+            opened.session = opened.session.with_peer(peer(&req));
+            HttpResponse::Ok().json(json!({ "session_id": sessions.clone().into_inner().insert(opened) }))
+        }
+        Err(err) => {
+            log::warn!("http POST /session from {} refused: {}", peer(&req), err.message);
+            error(StatusCode::SERVICE_UNAVAILABLE, &err.message)
+        }
     }
 }
 
@@ -100,7 +215,24 @@ fn offer(session: &HttpSession, frame: Frame, accepted: &mut usize) -> Result<()
 }
 
 async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
-    let (_, session) = match lookup(&req, &sessions) {
+    let mut ended = false;
+    let response = take_lines(&req, &mut body, &mut ended, &sessions).await;
+    if ended {
+        response
+    } else {
+        closing(response, body)
+    }
+}
+
+// Serves `/send`, reading `body` until it ends (then sets `ended`), the
+// session refuses a line, or the body timeout.
+async fn take_lines(
+    req: &HttpRequest,
+    body: &mut web::Payload,
+    ended: &mut bool,
+    sessions: &HttpSessions,
+) -> HttpResponse {
+    let (_, session) = match lookup(req, sessions) {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -108,7 +240,17 @@ async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Http
     let mut decoder = LineDecoder::new(sessions.service.limits().max_line_bytes);
     let mut frames = Vec::new();
     let mut accepted = 0;
-    while let Some(chunk) = body.next().await {
+    let deadline = tokio::time::sleep(sessions.service.limits().http_body_timeout());
+    tokio::pin!(deadline);
+    loop {
+        let chunk = tokio::select! {
+            _ = &mut deadline => return body_timeout(sessions, req, accepted),
+            chunk = body.next() => chunk,
+        };
+        let Some(chunk) = chunk else {
+            *ended = true;
+            break;
+        };
         let Ok(chunk) = chunk else {
             return error(StatusCode::BAD_REQUEST, "could not read the request body");
         };
@@ -130,11 +272,38 @@ async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Http
 
 // One attached stream: counts itself in `streams` while it lives.
 struct Attached {
+    // The session's id (to forget it once its last line is delivered).
     id: String,
+    // The session streamed.
     session: Arc<HttpSession>,
+    // The registry.
     sessions: web::Data<HttpSessions>,
+    // Fires when a newer stream replaces this one.
     token: CancellationToken,
+    // The outbox's receiving side, once this stream holds it.
     guard: Option<tokio::sync::OwnedMutexGuard<OutboxReceiver>>,
+    // The last event (`closed`) was sent: the stream ends.
+    closed: bool,
+}
+
+impl Attached {
+    // The end of a replaced stream: it lets go of the outbox at once (the
+    // new stream takes over), sends one `closed` event, then ends.
+    fn replaced(mut self) -> Option<(Result<Bytes, Infallible>, Attached)> {
+        self.guard = None;
+        if self.closed {
+            return None;
+        }
+        self.closed = true;
+        let err = HostError::new(
+            ErrorCode::InvalidState,
+            "this stream was replaced by a newer GET /stream of the same session; it ends here",
+        )
+        .with_detail(json!({ "reason": "stream_replaced" }));
+        let mut chunk = b"event: closed\n".to_vec();
+        push_event(&mut chunk, &encode::error(&err, ""));
+        Some((Ok(Bytes::from(chunk)), self))
+    }
 }
 
 impl Drop for Attached {
@@ -146,17 +315,20 @@ impl Drop for Attached {
 }
 
 async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>, Attached)> {
+    if attached.token.is_cancelled() {
+        return attached.replaced();
+    }
     if attached.guard.is_none() {
         let output = attached.session.output.clone();
         tokio::select! {
-            _ = attached.token.cancelled() => return None,
+            _ = attached.token.cancelled() => return attached.replaced(),
             guard = output.lock_owned() => attached.guard = Some(guard),
         }
     }
     let guard = attached.guard.as_mut()?;
     let line = tokio::select! {
         biased;
-        _ = attached.token.cancelled() => return None,
+        _ = attached.token.cancelled() => return attached.replaced(),
         line = guard.recv() => line,
     };
     match line {
@@ -198,7 +370,7 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
     }
     session.streams.fetch_add(1, Ordering::AcqRel);
     session.touch();
-    let attached = Attached { id, session, sessions, token, guard: None };
+    let attached = Attached { id, session, sessions, token, guard: None, closed: false };
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
@@ -217,6 +389,9 @@ async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
 /// [`Server`] (a future) and stop it through its handle.
 pub fn server(listener: std::net::TcpListener, sessions: Arc<HttpSessions>, workers: usize) -> std::io::Result<Server> {
     listener.set_nonblocking(true)?;
+    let workers = workers.max(1);
+    // actix bounds connections per worker: split `max_connections` evenly.
+    let per_worker = sessions.service.limits().max_connections.div_ceil(workers).max(1);
     let data = web::Data::from(sessions);
     let server = HttpServer::new(move || {
         App::new()
@@ -226,7 +401,8 @@ pub fn server(listener: std::net::TcpListener, sessions: Arc<HttpSessions>, work
             .route("/stream", web::get().to(stream))
             .route("/health", web::get().to(health))
     })
-    .workers(workers.max(1))
+    .workers(workers)
+    .max_connections(per_worker)
     .disable_signals()
     // A client closing its side ends its stream at once, so the outbox is
     // not drained into a dead connection.

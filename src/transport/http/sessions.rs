@@ -10,9 +10,11 @@
 //!   stream that takes the last line removes it at once; with no stream
 //!   attached it is removed after `[server] final_flush_ms`.
 //!
-//! The session's `max_sessions` slot is held by its registry entry, so an
-//! ended session still counts until it is removed: create→shutdown loops
-//! cannot grow the registry past `max_sessions`.
+//! The session's slot (see [`SessionSlot`]) is held by its registry entry
+//! too, so an ended session still counts until it is removed:
+//! create→shutdown loops cannot grow the registry past `max_sessions`. A
+//! session closed for want of a handshake (`handshake_timeout_ms`,
+//! `max_failed_handshakes`) is removed at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::codec::Frame;
-use crate::session::{OpenedSession, OutboxReceiver, ProtocolSession, Service, SessionSlot};
+use crate::session::{OpenedSession, OutboxReceiver, ProtocolSession, Service, SessionEnd, SessionSlot};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -57,7 +59,8 @@ pub(super) struct HttpSession {
     last_active: Mutex<Instant>,
     // Closes the session (idle expiry).
     stop: CancellationToken,
-    // The `max_sessions` slot, released when the entry is removed.
+    // The session's slot, given back when the entry is removed (and the
+    // session has ended).
     slot: Mutex<Option<SessionSlot>>,
 }
 
@@ -83,7 +86,7 @@ impl HttpSessions {
         lock(&self.map).get(id).cloned()
     }
 
-    /// Forgets a session and gives back its `max_sessions` slot.
+    /// Forgets a session and gives back its slot.
     pub(super) fn remove(&self, id: &str) {
         let removed = lock(&self.map).remove(id);
         if let Some(entry) = removed {
@@ -99,7 +102,7 @@ impl HttpSessions {
     /// Registers a freshly opened session and starts its watcher; returns
     /// its id.
     pub(super) fn insert(self: &Arc<Self>, opened: OpenedSession) -> String {
-        let mut session = opened.session;
+        let session = opened.session;
         let entry = Arc::new(HttpSession {
             input: opened.input,
             output: Arc::new(tokio::sync::Mutex::new(opened.output)),
@@ -108,7 +111,7 @@ impl HttpSessions {
             detached: Notify::new(),
             last_active: Mutex::new(Instant::now()),
             stop: opened.stop,
-            slot: Mutex::new(session.take_slot()),
+            slot: Mutex::new(Some(session.slot())),
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
@@ -139,7 +142,7 @@ impl HttpSessions {
             }
         };
         log::debug!("http session {id} ended: {end:?}");
-        if !expired {
+        if !expired && end != SessionEnd::Unauthenticated {
             self.linger(&id, &entry).await;
         }
         self.remove(&id);

@@ -147,6 +147,28 @@ impl Server {
         }
     }
 
+    /// Waits for a stderr line for which `wanted` holds, and returns it with
+    /// every line read before it.
+    pub fn wait_stderr(&self, what: &str, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + PATIENCE;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.stderr.recv_timeout(left).unwrap_or_else(|_| panic!("no stderr line {what}: {seen:#?}"));
+            let found = wanted(&line);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+    }
+
+    /// Stops the server (SIGTERM) and returns every stderr line not read yet.
+    pub fn stop_and_collect_stderr(&mut self) -> Vec<String> {
+        assert!(self.terminate().success());
+        self.stderr.iter().collect()
+    }
+
     /// Waits until `/health` reports `n` sessions.
     pub fn wait_sessions(&self, n: u64) {
         let deadline = Instant::now() + PATIENCE;
@@ -313,11 +335,27 @@ impl SseStream {
 
     /// The next `data:` message, `None` when the stream ends.
     pub fn next(&mut self) -> Option<Value> {
+        self.next_event().map(|(_, data)| data)
+    }
+
+    /// The next event: its `event:` name (when it has one) and its `data:`
+    /// message; `None` when the stream ends.
+    pub fn next_event(&mut self) -> Option<(Option<String>, Value)> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
-                let data = event.strip_prefix("data: ").expect("data: prefix").trim_end();
-                return Some(crate::contract::checked(data));
+                let mut name = None;
+                let mut data = None;
+                for line in event.lines() {
+                    if let Some(value) = line.strip_prefix("event: ") {
+                        name = Some(value.to_owned());
+                    } else if let Some(value) = line.strip_prefix("data: ") {
+                        data = Some(crate::contract::checked(value));
+                    } else {
+                        assert!(line.is_empty(), "unexpected SSE line {line:?}");
+                    }
+                }
+                return Some((name, data.expect("a data: line")));
             }
             if !self.fill() {
                 return None;
