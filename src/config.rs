@@ -61,6 +61,9 @@ pub struct Limits {
     /// Bytes one memory keeps; the oldest entries are dropped past it (beside
     /// `max_memory_entries`).
     pub max_memory_bytes: usize,
+    /// Bytes of request lines queued for one session before it reads them
+    /// (beside the queue's frame count): HTTP `/send` answers 429 past it.
+    pub input_max_bytes: usize,
     /// A client whose outbox is full and that has taken nothing from it for
     /// this long is stalled: its session is closed. A client that reads is
     /// never closed for the size of what it asked for.
@@ -113,6 +116,7 @@ impl Default for Limits {
             mailbox_max_bytes: 1 << 20,
             max_memory_bytes: 1 << 20,
             client_stall_ms: 30_000,
+            input_max_bytes: 16 << 20,
             handshake_timeout_ms: 10_000,
             max_unauthenticated_sessions: 32,
             max_failed_handshakes: 3,

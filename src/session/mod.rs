@@ -25,13 +25,14 @@ mod bounds;
 mod dispatch;
 mod drain;
 mod handshake;
+pub mod input;
 pub mod outbox;
 pub mod service;
 
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorCode, HostError};
@@ -45,6 +46,7 @@ pub use drain::SHUTTING_DOWN;
 use handshake::Grant;
 use handshake::HANDSHAKE;
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
+pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, OutboxReceiver};
 pub use service::{OpenedSession, Service, SessionSlot};
 
@@ -94,7 +96,7 @@ pub struct ProtocolSession {
     // Fires to close this session from outside.
     stop: CancellationToken,
     // Frames from the transport.
-    input: mpsc::Receiver<Frame>,
+    input: InputReceiver,
     // When set, the end of input drains like `shutdown` with this timeout
     // instead of closing at once (stdio: EOF means shutdown).
     eof_drain: Option<Duration>,
@@ -137,7 +139,7 @@ impl ProtocolSession {
         session_id: String,
         outbox: Arc<Outbox>,
         stop: CancellationToken,
-        input: mpsc::Receiver<Frame>,
+        input: InputReceiver,
         slot: SessionSlot,
     ) -> Self {
         Self {

@@ -11,15 +11,15 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
+use super::input::{self, InputSender};
 use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
 use super::ProtocolSession;
 use crate::config::Limits;
 use crate::error::HostError;
-use crate::protocol::codec::Frame;
 use crate::runtime::Host;
 
 /// Frames a session's input channel holds before the transport waits (TCP,
@@ -56,7 +56,7 @@ pub struct OpenedSession {
     /// Run it to serve the session (see [`ProtocolSession::run`]).
     pub session: ProtocolSession,
     /// Where the transport pushes decoded frames.
-    pub input: mpsc::Sender<Frame>,
+    pub input: InputSender,
     /// Every line for the client, in order; ends when the session ends.
     pub output: OutboxReceiver,
     /// Cancel it to close this one session (idle expiry).
@@ -154,7 +154,7 @@ impl Service {
         };
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let session = self.host.open_session(Arc::new(OutboxSink(outbox.clone())));
-        let (input, input_rx) = mpsc::channel(input_queue.clamp(1, u32::MAX as usize >> 3));
+        let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
         let session_id = uuid::Uuid::new_v4().simple().to_string();
         let session =

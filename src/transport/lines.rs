@@ -3,9 +3,9 @@
 //! the writer wakes goes out in one write.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 
-use crate::protocol::codec::{Frame, LineDecoder};
+use crate::protocol::codec::LineDecoder;
+use crate::session::InputSender;
 use crate::session::OutboxReceiver;
 
 /// Bytes read from a stream at a time.
@@ -19,7 +19,7 @@ pub const WRITE_BATCH: usize = 64 * 1024;
 /// Reads `reader` to its end, pushing frames into `input` (waiting while the
 /// session is at its in-flight bound). Returns when the stream ends, fails,
 /// or the session stops taking input.
-pub async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, input: mpsc::Sender<Frame>) {
+pub async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, input: InputSender) {
     let mut decoder = LineDecoder::new(limit);
     let mut chunk = vec![0u8; CHUNK];
     let mut frames = Vec::new();

@@ -9,10 +9,11 @@
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::lines::{gather, recycle};
-use crate::protocol::codec::{Frame, LineDecoder};
+use crate::protocol::codec::LineDecoder;
+use crate::session::InputSender;
 use crate::session::{OutboxReceiver, Service, SessionEnd};
 
 /// How long running tasks may finish after EOF on stdin (as `shutdown`'s default).
@@ -37,7 +38,7 @@ pub async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Res
     Ok(end)
 }
 
-fn read_stdin(limit: usize, input: mpsc::Sender<Frame>) {
+fn read_stdin(limit: usize, input: InputSender) {
     let mut stdin = std::io::stdin().lock();
     let mut decoder = LineDecoder::new(limit);
     let mut chunk = vec![0u8; 64 * 1024];

@@ -242,6 +242,38 @@ fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
     assert!(accepted > 0, "the queue took some pings first");
 }
 
+#[test]
+fn send_answers_429_once_the_sessions_queued_input_passes_input_max_bytes() {
+    let config = "[limits]\nmax_inflight_requests = 1\ninput_max_bytes = 65536\n";
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let addr = server.http.as_deref().unwrap();
+    let session = new_session(addr);
+    let mut stream = SseStream::open(addr, &session);
+    send(addr, &session, &[json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })]);
+    send(addr, &session, &[json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "m" } })]);
+    let sub = stream.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 600_000 }] } });
+    send(addr, &session, &[json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task })]);
+    assert_eq!(stream.reply("d")["status"], "RUNNING");
+    // The await holds the one in-flight slot: what follows waits in the queue.
+    send(addr, &session, &[json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": sub })]);
+    let headers = [("X-Session-Id", session.as_str()), ("Content-Type", "text/plain")];
+    // Lines of 40 KB: the first fits the empty queue, the second does not.
+    let big = json!({ "type": "ping", "pad": "x".repeat(40_000) }).to_string();
+    let mut accepted = 0;
+    let busy = loop {
+        let (status, body) = http(addr, "POST", "/send", &headers, &big);
+        if status == 429 {
+            break body;
+        }
+        assert_eq!(status, 200, "{body}");
+        accepted += 1;
+        assert!(accepted < 10, "/send kept queueing 40 KB lines past 64 KiB");
+    };
+    assert_eq!(busy["error"], "busy", "{busy}");
+    assert!(accepted <= 2, "{accepted} lines of 40 KB were queued under a 64 KiB bound");
+}
+
 fn handshake_with(addr: &str, session: &str, token: &str) -> serde_json::Value {
     let mut stream = SseStream::open(addr, session);
     let hs = json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"], "auth_token": token });

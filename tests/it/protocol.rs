@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::codec::{Frame, LineDecoder};
-use subagent_host::session::{Auth, OutboxReceiver, Service, SessionEnd, SHUTTING_DOWN};
+use subagent_host::session::{Auth, InputSender, OutboxReceiver, Service, SessionEnd, SHUTTING_DOWN};
 use subagent_host::{Host, HostConfig, Session};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Generous bound on waiting for one reply, so a bug fails instead of hanging.
@@ -26,7 +25,7 @@ pub(crate) fn service(limits: Limits, auth: Auth) -> Arc<Service> {
 
 /// One client of one in-process session.
 pub(crate) struct Client {
-    input: Option<mpsc::Sender<Frame>>,
+    input: Option<InputSender>,
     output: OutboxReceiver,
     decoder: LineDecoder,
     handle: Session,

@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::codec::Frame;
+use crate::session::InputSender;
 use crate::session::{OpenedSession, OutboxReceiver, ProtocolSession, Service, SessionEnd, SessionSlot};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -45,7 +45,7 @@ pub struct HttpSessions {
 #[derive(Debug)]
 pub(super) struct HttpSession {
     // Frames for the session loop.
-    pub(super) input: mpsc::Sender<Frame>,
+    pub(super) input: InputSender,
     // The outbox's receiving side; an attached stream holds the lock.
     pub(super) output: Arc<tokio::sync::Mutex<OutboxReceiver>>,
     // Cancels the attached stream when a new one replaces it.
