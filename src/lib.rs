@@ -25,7 +25,6 @@
 
 pub mod adapter;
 pub mod config;
-pub mod config_file;
 pub mod error;
 pub mod event;
 pub mod ids;
@@ -35,7 +34,7 @@ pub mod runtime;
 pub mod session;
 pub mod transport;
 
-pub use adapter::{AgentAdapter, TaskContext, TaskError};
 pub use error::{ErrorCode, HostError};
 pub use ids::SubagentId;
+pub use runtime::task::{AgentAdapter, TaskContext, TaskError};
 pub use runtime::{Host, HostConfig, Session, SessionStats};

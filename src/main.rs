@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use subagent_host::config_file::FileConfig;
+use subagent_host::config::FileConfig;
 use subagent_host::session::{Auth, Service};
 use subagent_host::transport::{http, stdio, tcp};
 use subagent_host::{Host, HostConfig};
@@ -118,8 +118,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    let router = file.router()?;
-    let auth = file.auth()?;
+    let router = subagent_host::adapter::router(&file)?;
+    let auth = Auth::with_tokens(file.auth_tokens()?);
     let tcp_listener = args.tcp.as_deref().map(|addr| bind("tcp", addr, &auth, args.insecure)).transpose()?;
     let http_listener = args.http.as_deref().map(|addr| bind("http", addr, &auth, args.insecure)).transpose()?;
     let final_flush = Duration::from_millis(file.server.final_flush_ms);

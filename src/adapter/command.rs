@@ -19,8 +19,8 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::protocol::wire::JsonObject;
+use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// Largest stdout kept; a program printing more fails its task.
 const MAX_STDOUT_BYTES: usize = 16 << 20;

@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use super::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{JsonObject, SubagentConfig, TaskDefinition};
+use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// The scripted adapter (the default route).
 #[derive(Debug, Default, Clone, Copy)]
@@ -172,4 +172,11 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
         ctx.memory.push(json!({ "role": "assistant", "content": summary }));
     }
     Ok(result)
+}
+
+impl Default for AdapterRouter {
+    /// Every model served by the scripted adapter: the host's default table.
+    fn default() -> Self {
+        Self::new(std::sync::Arc::new(ScriptedAdapter))
+    }
 }

@@ -6,12 +6,15 @@
 //! - `messages`: the actor messages between them.
 //! - [`memory`]: memory and mailbox.
 //! - [`merge`]: merge strategies.
+//! - [`task`]: what runs a task: the adapter trait, the task's context, the
+//!   router.
 
 pub mod memory;
 pub mod merge;
 pub(crate) mod messages;
 pub(crate) mod subagent;
 pub(crate) mod supervisor;
+pub mod task;
 
 use actix::prelude::*;
 use std::fmt;
@@ -19,7 +22,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::adapter::AdapterRouter;
 use crate::config::Limits;
 use crate::error::HostError;
 use crate::event::EventSink;
@@ -28,6 +30,7 @@ use crate::protocol::wire::*;
 use merge::StrategyRegistry;
 use messages as msg;
 use supervisor::Supervisor;
+use task::AdapterRouter;
 
 /// What a host is built from.
 #[derive(Debug, Default)]

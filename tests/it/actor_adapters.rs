@@ -4,9 +4,10 @@
 use crate::common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use subagent_host::adapter::{AdapterRouter, AgentAdapter, ScriptedAdapter, TaskContext, TaskFuture};
+use subagent_host::adapter::ScriptedAdapter;
 use subagent_host::event::{EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
+use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
 use subagent_host::{Host, HostConfig, Session, SubagentId};
 
 /// Answers with its own name, to see which adapter the router picked.

@@ -5,9 +5,9 @@
 use crate::common::*;
 use std::sync::Arc;
 use std::time::Duration;
-use subagent_host::adapter::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
 use subagent_host::config::Limits;
 use subagent_host::protocol::wire::*;
+use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
 use subagent_host::{Host, HostConfig, Session, SubagentId};
 
 /// Builds a chain root → … four levels deep, each running a long task.

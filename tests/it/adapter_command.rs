@@ -7,10 +7,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::command::{CommandAdapter, CommandConfig};
-use subagent_host::adapter::AdapterRouter;
 use subagent_host::config::Limits;
 use subagent_host::event::{Event, EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
+use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::{Host, HostConfig, Session, SubagentId};
 use tokio::sync::mpsc;
 

@@ -7,13 +7,13 @@ use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use subagent_host::adapter::build_route;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig, RetryPolicy};
-use subagent_host::adapter::route_spec::RouteSpec;
-use subagent_host::adapter::{build_route, AdapterRouter};
 use subagent_host::config::Limits;
-use subagent_host::config_file::FileConfig;
+use subagent_host::config::{FileConfig, RouteConfig};
 use subagent_host::event::{Event, NullSink};
 use subagent_host::protocol::wire::*;
+use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::{Host, HostConfig, Session, SubagentId};
 use tokio::sync::mpsc;
 
@@ -425,7 +425,8 @@ async fn restricted_is_the_policy_allowlist_and_shared_follows_the_parent() {
         server.base_url
     );
     let file = FileConfig::parse(&text).expect("config");
-    let host = Host::new(HostConfig { router: file.router().expect("router"), ..Default::default() });
+    let router = subagent_host::adapter::router(&file).expect("router");
+    let host = Host::new(HostConfig { router, ..Default::default() });
     let session = host.open_session(Arc::new(NullSink));
 
     let mut top = agent("AGENT:top-restricted");
@@ -450,7 +451,8 @@ async fn restricted_is_the_policy_allowlist_and_shared_follows_the_parent() {
     assert_eq!(offered_tools(&requests_of(&server, "AGENT:kid-shared")[0]), boss_tools);
     assert_eq!(offered_tools(&requests_of(&server, "AGENT:kid-restricted")[0]), ["spawn_subagent", "list_subagents"]);
 
-    let error = FileConfig::parse("[policy]\nrestricted_tools = [\"list_subagents\", \"rm_rf\"]\n").unwrap_err();
+    let file = FileConfig::parse("[policy]\nrestricted_tools = [\"list_subagents\", \"rm_rf\"]\n").expect("parses");
+    let error = subagent_host::adapter::router(&file).unwrap_err();
     assert!(error.contains("policy.restricted_tools") && error.contains("rm_rf"), "{error}");
 }
 
@@ -504,33 +506,32 @@ async fn bad_tool_calls_are_answered_not_fatal() {
     assert!(outputs[3]["error"].as_str().unwrap_or("").contains("not available"), "{}", outputs[3]);
 }
 
+/// The one route of a `[[routes]]` table with `model = "gpt-*"` and `keys`.
+fn route(keys: &str) -> RouteConfig {
+    let file = FileConfig::parse(&format!("[[routes]]\nmodel = \"gpt-*\"\n{keys}\n")).expect("config parses");
+    file.routes.into_iter().next().expect("one route")
+}
+
 #[test]
 fn build_route_makes_each_adapter_and_names_what_is_missing() {
-    let spec = |adapter: &str| RouteSpec { model: "gpt-*".into(), adapter: adapter.into(), ..Default::default() };
-    let error = |spec: RouteSpec| build_route(&spec).err().unwrap_or_default();
+    let error = |keys: &str| build_route(&route(keys)).err().unwrap_or_default();
 
-    assert_eq!(error(spec("openai")), "route `gpt-*`: adapter openai needs base_url");
-    assert_eq!(error(spec("command")), "route `gpt-*`: adapter command needs program");
-    assert!(error(spec("llama")).contains("unknown adapter `llama`"));
-    assert!(
-        error(RouteSpec { base_url: Some("http://x".into()), ..spec("scripted") }).contains("does not take `base_url`")
-    );
-    assert!(error(RouteSpec { program: Some("x".into()), ..spec("openai") }).contains("does not take `program`"));
-    assert!(error(RouteSpec { base_url: Some("ftp://x".into()), ..spec("openai") }).contains("http://"));
+    assert_eq!(error("adapter = \"openai\""), "route `gpt-*`: adapter openai needs base_url");
+    assert_eq!(error("adapter = \"command\""), "route `gpt-*`: adapter command needs program");
+    let unknown = FileConfig::parse("[[routes]]\nmodel = \"x\"\nadapter = \"llama\"\n").unwrap_err();
+    assert!(unknown.contains("llama"), "{unknown}");
+    assert!(error("adapter = \"scripted\"\nbase_url = \"http://x\"").contains("does not take `base_url`"));
+    assert!(error("adapter = \"openai\"\nprogram = \"x\"").contains("does not take `program`"));
+    assert!(error("adapter = \"openai\"\nbase_url = \"ftp://x\"").contains("http://"));
     if !cfg!(feature = "tls") {
-        assert!(
-            error(RouteSpec { base_url: Some("https://api.example.com/v1".into()), ..spec("openai") }).contains("tls")
-        );
+        assert!(error("adapter = \"openai\"\nbase_url = \"https://api.example.com/v1\"").contains("tls"));
     }
 
-    let openai = RouteSpec {
-        base_url: Some("http://127.0.0.1:8080/v1".into()),
-        api_key_env: Some("OPENAI_API_KEY".into()),
-        upstream_model: Some("qwen2.5".into()),
-        ..spec("openai")
-    };
+    let openai = route(
+        "adapter = \"openai\"\nbase_url = \"http://127.0.0.1:8080/v1\"\napi_key_env = \"OPENAI_API_KEY\"\nupstream_model = \"qwen2.5\"",
+    );
     assert_eq!(build_route(&openai).expect("openai").name(), "openai");
-    let command = RouteSpec { program: Some("/bin/cat".into()), args: vec!["-u".into()], ..spec("command") };
+    let command = route("adapter = \"command\"\nprogram = \"/bin/cat\"\nargs = [\"-u\"]");
     assert_eq!(build_route(&command).expect("command").name(), "command");
-    assert_eq!(build_route(&spec("scripted")).expect("scripted").name(), "scripted");
+    assert_eq!(build_route(&route("adapter = \"scripted\"")).expect("scripted").name(), "scripted");
 }

@@ -10,7 +10,7 @@ use awc::http::header;
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime};
 
-use crate::adapter::TaskError;
+use crate::runtime::task::TaskError;
 
 /// Largest reply body accepted from the model server.
 const MAX_BODY_BYTES: usize = 16 << 20;

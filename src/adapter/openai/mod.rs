@@ -27,9 +27,9 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::protocol::wire::JsonObject;
 use crate::runtime::memory::InboxMessage;
+use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use client::{ChatClient, Usage};
 
 pub use client::RetryPolicy;

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::client::ToolCall;
-use crate::adapter::TaskContext;
 use crate::ids::SubagentId;
 use crate::protocol::wire::{MemoryScope, SubagentConfig, TaskDefinition, ToolScope};
+use crate::runtime::task::TaskContext;
 
 /// Spawns a child and delegates a task to it at once.
 pub const SPAWN_SUBAGENT: &str = "spawn_subagent";

@@ -7,10 +7,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-use super::super::memory::Memory;
-use super::super::subagent::SubagentActor;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::runtime::memory::Memory;
+use crate::runtime::subagent::SubagentActor;
 
 /// A subagent actor's address, shared so that forwarding a request clones an
 /// `Arc`, not an actix `Addr` (whose clone allocates twice).

@@ -2,17 +2,14 @@
 //! `[server]`.
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
-//! naming the key. [`FileConfig::load`] reads and checks a file;
-//! [`FileConfig::router`] and [`FileConfig::auth`] turn it into what the
-//! host runs with.
+//! naming the key. [`FileConfig::load`] reads and checks a file; the layers
+//! above turn it into what the host runs with (`adapter::router` the routes,
+//! [`FileConfig::auth_tokens`] the tokens).
 
 use serde::Deserialize;
 use std::path::Path;
 
-use crate::adapter::route_spec::RouteSpec;
-use crate::adapter::AdapterRouter;
-use crate::config::Limits;
-use crate::session::Auth;
+use super::Limits;
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -43,17 +40,6 @@ pub struct PolicyConfig {
     /// The tools the `restricted` tool scope allows (default: all of them).
     #[serde(default)]
     pub restricted_tools: Option<Vec<String>>,
-}
-
-impl PolicyConfig {
-    /// The host's tool policy; fails on a name that is not a tool.
-    pub fn tool_policy(&self) -> Result<crate::adapter::openai::ToolPolicy, String> {
-        match &self.restricted_tools {
-            Some(names) => crate::adapter::openai::ToolPolicy::restricted_to(names)
-                .map_err(|err| format!("invalid config: policy.restricted_tools: {err}")),
-            None => Ok(Default::default()),
-        }
-    }
 }
 
 /// `[auth]`.
@@ -114,21 +100,6 @@ pub struct RouteConfig {
     /// `command`: its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-}
-
-impl RouteConfig {
-    /// The route as the adapter layer sees it.
-    pub fn spec(&self) -> RouteSpec {
-        RouteSpec {
-            model: self.model.clone(),
-            adapter: self.adapter.as_str().to_owned(),
-            base_url: self.base_url.clone(),
-            api_key_env: self.api_key_env.clone(),
-            upstream_model: self.upstream_model.clone(),
-            program: self.program.clone(),
-            args: self.args.clone(),
-        }
-    }
 }
 
 /// `[server]`.
@@ -197,7 +168,6 @@ impl FileConfig {
                 ));
             }
         }
-        self.policy.tool_policy()?;
         for (index, route) in self.routes.iter().enumerate() {
             glob::Pattern::new(&route.model).map_err(|err| {
                 format!("invalid config: routes[{index}].model `{}` is not a glob: {err}", route.model)
@@ -206,21 +176,9 @@ impl FileConfig {
         Ok(())
     }
 
-    /// The routing table: each route in order, scripted for the rest.
-    pub fn router(&self) -> Result<AdapterRouter, String> {
-        let mut router = AdapterRouter::default();
-        let policy = self.policy.tool_policy()?;
-        for (index, route) in self.routes.iter().enumerate() {
-            let adapter = crate::adapter::build_route_with_policy(&route.spec(), &policy)
-                .map_err(|err| format!("routes[{index}]: {err}"))?;
-            router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
-        }
-        Ok(router)
-    }
-
-    /// The auth tokens: `tokens` plus the value of `token_env`, which must be
-    /// set and not blank when named.
-    pub fn auth(&self) -> Result<Auth, String> {
+    /// The accepted auth tokens: `tokens` plus the value of `token_env`,
+    /// which must be set and not blank when named.
+    pub fn auth_tokens(&self) -> Result<Vec<String>, String> {
         let mut tokens = self.auth.tokens.clone();
         if let Some(var) = &self.auth.token_env {
             match std::env::var(var) {
@@ -229,6 +187,6 @@ impl FileConfig {
                 Err(_) => return Err(format!("auth.token_env names `{var}`, which is not set (or not unicode)")),
             }
         }
-        Ok(Auth::with_tokens(tokens))
+        Ok(tokens)
     }
 }

@@ -1,10 +1,11 @@
 //! Picks an adapter for a subagent by its `model`: glob routes tried in order,
-//! then the default.
+//! then the default. (`adapter::scripted` makes the default table: every
+//! model served by the scripted adapter.)
 
 use std::fmt;
 use std::sync::Arc;
 
-use super::{AgentAdapter, ScriptedAdapter};
+use super::AgentAdapter;
 
 /// An ordered routing table from model globs to adapters.
 #[derive(Clone)]
@@ -17,13 +18,6 @@ impl fmt::Debug for AdapterRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let routes: Vec<_> = self.routes.iter().map(|(p, a)| (p.as_str().to_owned(), a.name().to_owned())).collect();
         f.debug_struct("AdapterRouter").field("routes", &routes).field("default", &self.default.name()).finish()
-    }
-}
-
-impl Default for AdapterRouter {
-    /// Every model served by the scripted adapter.
-    fn default() -> Self {
-        Self::new(Arc::new(ScriptedAdapter))
     }
 }
 

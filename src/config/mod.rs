@@ -1,0 +1,9 @@
+//! Configuration: the bounds in force ([`Limits`], the `[limits]` table)
+//! and the TOML config file ([`FileConfig`]). Plain data, below every other
+//! layer: it names adapters and tokens, others build them.
+
+mod file;
+mod limits;
+
+pub use file::{AdapterKind, AuthConfig, FileConfig, PolicyConfig, RouteConfig, ServerConfig};
+pub use limits::Limits;

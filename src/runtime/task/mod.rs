@@ -1,0 +1,216 @@
+//! The runtime's side of running a task: the [`AgentAdapter`] trait every
+//! adapter implements, the [`TaskContext`] a running task is handed (its
+//! handle back into the runtime), and the [`AdapterRouter`] that picks an
+//! adapter by the subagent's `model`. Implementations live in `adapter/`,
+//! which depends on this module, never the other way round.
+
+mod router;
+
+use actix::Addr;
+use serde_json::Value;
+use std::cell::Cell;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::memory::{InboxMessage, Mailbox, Memory};
+use super::messages::{self as msg, Report};
+use super::supervisor::Supervisor;
+use crate::error::HostError;
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+
+pub use router::AdapterRouter;
+
+/// Why a task failed (the text becomes the await's `error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskError(pub String);
+
+impl TaskError {
+    /// An error with this text.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<HostError> for TaskError {
+    fn from(err: HostError) -> Self {
+        Self(err.to_string())
+    }
+}
+
+/// The boxed future an adapter returns. It runs on the session's arbiter
+/// thread, so it need not be `Send`.
+pub type TaskFuture = Pin<Box<dyn Future<Output = Result<JsonObject, TaskError>>>>;
+
+/// Runs one task of one subagent.
+///
+/// The future is dropped when the task is terminated, times out, or ignores
+/// a cancel past the grace period: adapters must release what they hold on
+/// drop (kill child processes, abort requests). A panic inside it fails only
+/// this task.
+pub trait AgentAdapter: Send + Sync + 'static {
+    /// A short name for logs (`scripted`, `openai`, `command`).
+    fn name(&self) -> &str;
+
+    /// Runs the task described by `ctx`.
+    fn run(&self, ctx: TaskContext) -> TaskFuture;
+}
+
+/// Everything a running task may use: its config and task, memory, mailbox,
+/// cancellation signal, step counter, progress events, and a handle to spawn,
+/// delegate to and await its own children.
+pub struct TaskContext {
+    /// The subagent running the task.
+    pub subagent_id: SubagentId,
+    /// Its parent subagent, when it is nested.
+    pub parent_id: Option<SubagentId>,
+    /// Its configuration.
+    pub config: Arc<SubagentConfig>,
+    /// The task.
+    pub task: Arc<TaskDefinition>,
+    /// Its memory (shared with its parent for the `shared` scope).
+    pub memory: Memory,
+    /// Its mailbox.
+    pub mailbox: Arc<Mailbox>,
+    /// Fires on cancel (graceful: wind up within the grace period) and terminate.
+    pub cancel: CancellationToken,
+    /// When the task's time is up (its own timeout, capped by its parent's).
+    pub deadline: Instant,
+    // Shared with the subagent actor: set while the task waits (WAITING).
+    pub(crate) waiting: Rc<Cell<bool>>,
+    pub(crate) steps: Cell<u32>,
+    pub(crate) supervisor: Arc<Addr<Supervisor>>,
+}
+
+impl fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("subagent_id", &self.subagent_id)
+            .field("task", &self.task.name)
+            .field("steps", &self.steps.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskContext {
+    /// Counts one step toward `max_steps`; fails once the budget is spent.
+    pub fn step(&self) -> Result<u32, TaskError> {
+        let taken = self.steps.get() + 1;
+        if taken > self.config.max_steps {
+            return Err(TaskError(format!(
+                "max_steps exceeded: the task needed more than {} steps",
+                self.config.max_steps
+            )));
+        }
+        self.steps.set(taken);
+        Ok(taken)
+    }
+
+    /// Emits a `progress` event.
+    pub fn progress(&self, text: impl Into<String>) {
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::Progress,
+            // The supervisor keeps its mirrored status for progress reports.
+            status: SubagentStatus::Running,
+            result: None,
+            error: None,
+            detail: EventDetail::Progress(text.into()),
+        });
+    }
+
+    /// Marks the task `WAITING` (on a child or the mailbox) or `RUNNING` again.
+    pub fn set_waiting(&self, waiting: bool) {
+        // The task runs on its actor's thread: the flag is the actor's view at
+        // once, and this report goes out before the task's end is reported.
+        if self.waiting.replace(waiting) == waiting {
+            return;
+        }
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::StatusChanged,
+            status: if waiting { SubagentStatus::Waiting } else { SubagentStatus::Running },
+            result: None,
+            error: None,
+            detail: EventDetail::None,
+        });
+    }
+
+    /// Waits for the next mailbox message, `WAITING` meanwhile; `None` when
+    /// `timeout` passes first.
+    pub async fn next_message(&self, timeout: Option<std::time::Duration>) -> Option<InboxMessage> {
+        if let Some(message) = self.mailbox.try_recv() {
+            return Some(message);
+        }
+        self.set_waiting(true);
+        let received = match timeout {
+            Some(limit) => tokio::time::timeout(limit, self.mailbox.recv()).await.ok(),
+            None => Some(self.mailbox.recv().await),
+        };
+        self.set_waiting(false);
+        received
+    }
+
+    /// Spawns a child of this subagent; with a task, delegates it at once.
+    pub async fn spawn_child(
+        &self,
+        agent: SubagentConfig,
+        task: Option<TaskDefinition>,
+    ) -> Result<SubagentId, HostError> {
+        let request = SpawnRequest { agent, parent_agent_id: Some(self.subagent_id.to_string()), root_agent_id: None };
+        let spawned = self.supervisor.send(msg::Spawn(request)).await??;
+        if let Some(task) = task {
+            let reply = self.delegate(spawned.subagent_id, task).await?;
+            if !reply.accepted {
+                return Err(HostError::new(
+                    crate::error::ErrorCode::InvalidState,
+                    format!("child {} did not accept its task ({:?})", spawned.subagent_id, reply.status),
+                ));
+            }
+        }
+        Ok(spawned.subagent_id)
+    }
+
+    /// Delegates a task to a subagent of the session; its deadline is capped
+    /// by this task's.
+    pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
+        self.supervisor.send(msg::Delegate { id, task, deadline_cap: Some(self.deadline) }).await?
+    }
+
+    /// Waits for a subagent's task to end (`WAITING` meanwhile).
+    pub async fn await_subagent(&self, id: SubagentId) -> Result<AwaitResponse, HostError> {
+        self.set_waiting(true);
+        let reply = self.supervisor.send(msg::Await(id)).await;
+        self.set_waiting(false);
+        reply?
+    }
+
+    /// This subagent's children, oldest first.
+    pub async fn children(&self) -> Result<Vec<SubagentId>, HostError> {
+        self.supervisor.send(msg::ChildrenOf(self.subagent_id)).await?
+    }
+
+    /// Sends a message from this subagent to another of the session.
+    pub async fn send_message(&self, to: SubagentId, kind: &str, content: Value) -> Result<(), HostError> {
+        let payload = SubagentMessagePayload { kind: kind.to_owned(), content };
+        self.supervisor.send(msg::SendMessage { from: self.subagent_id.to_string(), to, payload }).await??;
+        Ok(())
+    }
+
+    /// Every subagent of the session.
+    pub async fn list(&self) -> Result<ListResponse, HostError> {
+        Ok(self.supervisor.send(msg::List).await?)
+    }
+}
