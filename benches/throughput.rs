@@ -1,5 +1,5 @@
 //! In-process throughput of the subagent runtime through the public
-//! [`Session`] API, each figure measured next to a raw actix floor in the
+//! [`Tree`] API, each figure measured next to a raw actix floor in the
 //! same binary, on the same single-threaded `System`:
 //!
 //! | bench | what one element is | floor it is compared with |
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use subagent_host::config::Limits;
 use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
-use subagent_host::{Host, HostConfig, Session, SubagentId};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 // The allocator subagentd ships with (src/main.rs), for the floor and the host alike.
 #[global_allocator]
@@ -112,7 +112,7 @@ fn sleeping_task() -> TaskDefinition {
 }
 
 /// One cycle: spawn → delegate → await the result.
-async fn session_cycle(session: &Session) -> SubagentId {
+async fn session_cycle(session: &Tree) -> SubagentId {
     let id = session.spawn(spawn_request(None)).await.expect("spawn").subagent_id;
     let accepted = session.delegate(id, unit_task()).await.expect("delegate");
     debug_assert!(accepted.accepted);
@@ -122,7 +122,7 @@ async fn session_cycle(session: &Session) -> SubagentId {
 }
 
 /// Fan-out: spawn and delegate `n` subagents at once, then await them all.
-async fn session_fanout(session: &Session, n: usize) {
+async fn session_fanout(session: &Tree, n: usize) {
     let ids = all((0..n).map(|_| async {
         let id = session.spawn(spawn_request(None)).await.expect("spawn").subagent_id;
         session.delegate(id, unit_task()).await.expect("delegate");
@@ -135,7 +135,7 @@ async fn session_fanout(session: &Session, n: usize) {
 
 /// Builds an `n`-node tree, breadth first, each node with up to `branching`
 /// children; returns the ids, root first.
-async fn build_tree(session: &Session, n: usize, branching: usize) -> Vec<SubagentId> {
+async fn build_tree(session: &Tree, n: usize, branching: usize) -> Vec<SubagentId> {
     let root = session.spawn(spawn_request(None)).await.expect("spawn root").subagent_id;
     let mut ids = vec![root];
     let mut parent_index = 0;
@@ -149,7 +149,7 @@ async fn build_tree(session: &Session, n: usize, branching: usize) -> Vec<Subage
     ids
 }
 
-async fn delegate_all(session: &Session, ids: &[SubagentId], task: &TaskDefinition) {
+async fn delegate_all(session: &Tree, ids: &[SubagentId], task: &TaskDefinition) {
     let replies = join_all(ids.iter().map(|id| session.delegate(*id, task.clone()))).await;
     assert!(replies.iter().all(|r| matches!(r, Ok(d) if d.accepted)));
 }
@@ -161,7 +161,7 @@ async fn delegate_all(session: &Session, ids: &[SubagentId], task: &TaskDefiniti
 fn timed_cycles(system: &actix_rt::SystemRunner, iters: u64, terminate: bool) -> Duration {
     let host = bench_host(iters as usize + 1);
     system.block_on(async {
-        let session = host.open_session(Arc::new(NullSink));
+        let session = host.open_tree(Arc::new(NullSink));
         let start = Instant::now();
         for _ in 0..iters {
             let id = session_cycle(&session).await;
@@ -225,7 +225,7 @@ fn fanout(c: &mut Criterion) {
                 system.block_on(async {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        let session = host.open_session(Arc::new(NullSink));
+                        let session = host.open_tree(Arc::new(NullSink));
                         let start = Instant::now();
                         session_fanout(&session, n).await;
                         total += start.elapsed();
@@ -262,7 +262,7 @@ fn list(c: &mut Criterion) {
     let host = bench_host(N);
     // Half the subagents have finished a task (a result is kept), half are idle.
     let session = system.block_on(async {
-        let session = host.open_session(Arc::new(NullSink));
+        let session = host.open_tree(Arc::new(NullSink));
         let ids = join_all((0..N).map(|_| session.spawn(spawn_request(None)))).await;
         let ids: Vec<_> = ids.into_iter().map(|r| r.expect("spawn").subagent_id).collect();
         delegate_all(&session, &ids[..N / 2], &unit_task()).await;
@@ -297,7 +297,7 @@ fn cancel(c: &mut Criterion) {
     for (shape, branching) in [("wide", 100usize), ("deep", 4)] {
         let host = bench_host(N);
         let (session, ids) = system.block_on(async {
-            let session = host.open_session(Arc::new(NullSink));
+            let session = host.open_tree(Arc::new(NullSink));
             let ids = build_tree(&session, N, branching).await;
             (session, ids)
         });

@@ -102,11 +102,11 @@ fn measure(mode: &str, n: usize) {
     let host = Host::new(HostConfig { limits, ..Default::default() });
     system.block_on(async {
         // Warm the runtime (timer wheel, thread-locals) before the baseline.
-        let warm = host.open_session(Arc::new(NullSink));
+        let warm = host.open_tree(Arc::new(NullSink));
         let warm_id = warm.spawn(spawn_request()).await.expect("spawn").subagent_id;
         warm.delegate(warm_id, TaskDefinition::new("warm", "warm up")).await.expect("delegate");
         warm.await_result(warm_id).await.expect("await");
-        let session = host.open_session(Arc::new(NullSink));
+        let session = host.open_tree(Arc::new(NullSink));
         let base = (rss(), heap());
         match mode {
             "raw" => {

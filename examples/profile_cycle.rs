@@ -20,7 +20,7 @@ use std::sync::Arc;
 use subagent_host::config::Limits;
 use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
-use subagent_host::{Host, HostConfig, Session};
+use subagent_host::{Host, HostConfig, Tree};
 
 // The allocator subagentd ships with (src/main.rs), for the floor and the host alike.
 #[global_allocator]
@@ -38,7 +38,7 @@ fn spawn_request() -> SpawnRequest {
     }
 }
 
-async fn cycle(session: &Session) {
+async fn cycle(session: &Tree) {
     let id = session.spawn(spawn_request()).await.expect("spawn").subagent_id;
     session.delegate(id, TaskDefinition::new("unit", "do the unit of work")).await.expect("delegate");
     session.await_result(id).await.expect("await");
@@ -46,7 +46,7 @@ async fn cycle(session: &Session) {
 
 /// The measured region (callgrind toggles collection on this function).
 #[inline(never)]
-fn hot(system: &actix_rt::SystemRunner, session: &Session, mode: &str, n: usize) {
+fn hot(system: &actix_rt::SystemRunner, session: &Tree, mode: &str, n: usize) {
     system.block_on(async {
         match mode {
             "raw" => {
@@ -99,7 +99,7 @@ fn main() {
     let limits = Limits { max_subagents_per_session: n + 16, max_retained_records: n + 16, ..Default::default() };
     let host = Host::new(HostConfig { limits, ..Default::default() });
     let session = system.block_on(async {
-        let session = host.open_session(Arc::new(NullSink));
+        let session = host.open_tree(Arc::new(NullSink));
         // Warm up: first-use allocations stay out of the measured region.
         for _ in 0..8 {
             cycle(&session).await;

@@ -2,7 +2,7 @@
 //!
 //! AI agents spawn child agents, hand them tasks, await their results, let
 //! them message each other, cancel or terminate whole subtrees and merge
-//! results. A [`Host`] opens [`Session`]s; each session is a supervisor actor
+//! results. A [`Host`] opens [`Tree`]s; each session is a supervisor actor
 //! owning a tree of subagent actors that mirrors agent nesting.
 //!
 //! # Layout
@@ -37,4 +37,4 @@ pub mod transport;
 pub use error::{ErrorCode, HostError};
 pub use ids::SubagentId;
 pub use runtime::task::{AgentAdapter, TaskContext, TaskError};
-pub use runtime::{Host, HostConfig, Session, SessionStats};
+pub use runtime::{Host, HostConfig, Tree, TreeStats};

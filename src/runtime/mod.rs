@@ -1,8 +1,10 @@
-//! The actor runtime: a [`Host`] opens [`Session`]s; each session is a
-//! `Supervisor` actor owning a tree of `SubagentActor`s.
+//! The actor runtime: a [`Host`] opens a [`Tree`] per session: a
+//! `Supervisor` actor, the session's root, whose records are the tree of its
+//! `SubagentActor`s.
 //!
-//! - `supervisor`: the per-session root, index and event emitter.
-//! - `subagent`: one subagent; runs tasks, owns children, stops its subtree.
+//! - `supervisor`: the per-session root: the records (the tree), spawn
+//!   rules, the one stop routine, the event emitter.
+//! - `subagent`: one subagent's actor; runs its task, keeps its mailbox.
 //! - `messages`: the actor messages between them.
 //! - [`memory`]: memory and mailbox.
 //! - [`merge`]: merge strategies.
@@ -47,14 +49,14 @@ pub struct HostConfig {
 
 /// Host-wide state every session shares (read-only but for the id registry).
 #[derive(Debug)]
-pub(crate) struct HostShared {
+pub(crate) struct HostContext {
     pub limits: Limits,
     pub router: AdapterRouter,
     pub strategies: StrategyRegistry,
     pub ids: IdRegistry,
 }
 
-impl HostShared {
+impl HostContext {
     /// A new, empty memory with the configured bounds.
     pub(crate) fn new_memory(&self) -> memory::Memory {
         memory::Memory::with_bounds(self.limits.max_memory_entries, self.limits.max_memory_bytes)
@@ -63,14 +65,14 @@ impl HostShared {
 
 /// Live counts of one session, readable at any time.
 #[derive(Debug, Default)]
-pub struct SessionStats {
+pub struct TreeStats {
     /// Adapter tasks whose future still exists.
     pub live_tasks: AtomicUsize,
     /// Subagent actors not yet dropped.
     pub live_actors: AtomicUsize,
 }
 
-impl SessionStats {
+impl TreeStats {
     /// Adapter tasks still running.
     pub fn tasks(&self) -> usize {
         self.live_tasks.load(Ordering::Acquire)
@@ -84,7 +86,7 @@ impl SessionStats {
 
 /// A subagent host: opens sessions and spreads them over worker arbiters.
 pub struct Host {
-    shared: Arc<HostShared>,
+    shared: Arc<HostContext>,
     // Sessions are placed round-robin; empty means "the current arbiter".
     workers: Vec<ArbiterHandle>,
     next_worker: AtomicUsize,
@@ -109,8 +111,12 @@ impl Host {
     /// A host whose sessions are spread over `workers` (round-robin); each
     /// session's tree lives on one of them.
     pub fn with_workers(config: HostConfig, workers: Vec<ArbiterHandle>) -> Self {
-        let shared =
-            HostShared { limits: config.limits, router: config.router, strategies: config.strategies, ids: config.ids };
+        let shared = HostContext {
+            limits: config.limits,
+            router: config.router,
+            strategies: config.strategies,
+            ids: config.ids,
+        };
         Self {
             shared: Arc::new(shared),
             workers,
@@ -135,8 +141,8 @@ impl Host {
     }
 
     /// Opens a session whose events go to `sink`.
-    pub fn open_session(&self, sink: Arc<dyn EventSink>) -> Session {
-        let stats = Arc::new(SessionStats::default());
+    pub fn open_tree(&self, sink: Arc<dyn EventSink>) -> Tree {
+        let stats = Arc::new(TreeStats::default());
         let shared = self.shared.clone();
         let supervisor_stats = stats.clone();
         let make = move |ctx: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats, ctx.address());
@@ -147,17 +153,17 @@ impl Host {
             Supervisor::start_in_arbiter(&self.workers[slot], make)
         };
         self.open_sessions.fetch_add(1, Ordering::AcqRel);
-        Session { inner: Arc::new(SessionInner { addr, stats, open_sessions: self.open_sessions.clone() }) }
+        Tree { inner: Arc::new(TreeInner { addr, stats, open_sessions: self.open_sessions.clone() }) }
     }
 }
 
-struct SessionInner {
+struct TreeInner {
     addr: Addr<Supervisor>,
-    stats: Arc<SessionStats>,
+    stats: Arc<TreeStats>,
     open_sessions: Arc<AtomicUsize>,
 }
 
-impl Drop for SessionInner {
+impl Drop for TreeInner {
     fn drop(&mut self) {
         // The last handle is gone: take the tree down (a no-op after close).
         self.addr.do_send(msg::Close);
@@ -165,23 +171,23 @@ impl Drop for SessionInner {
     }
 }
 
-/// A handle on one session: the library's public API for every request of
-/// the subagents capability. Cheap to clone; the session closes when the
-/// last clone is dropped, or at [`Session::close`].
+/// A handle on one session's subagent tree: the library's public API for
+/// every request of the subagents capability. Cheap to clone; the tree is
+/// taken down when the last clone is dropped, or at [`Tree::close`].
 #[derive(Clone)]
-pub struct Session {
-    inner: Arc<SessionInner>,
+pub struct Tree {
+    inner: Arc<TreeInner>,
 }
 
-impl fmt::Debug for Session {
+impl fmt::Debug for Tree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Session").field("stats", &self.inner.stats).finish()
+        f.debug_struct("Tree").field("stats", &self.inner.stats).finish()
     }
 }
 
-impl Session {
+impl Tree {
     /// Live task and actor counts of this session.
-    pub fn stats(&self) -> &SessionStats {
+    pub fn stats(&self) -> &TreeStats {
         &self.inner.stats
     }
 

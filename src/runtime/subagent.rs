@@ -19,7 +19,7 @@ use super::memory::{InboxMessage, Mailbox, Memory};
 use super::messages::*;
 use super::supervisor::Supervisor;
 use super::task::{AgentAdapter, TaskContext};
-use super::{HostShared, SessionStats};
+use super::{HostContext, TreeStats};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
@@ -75,7 +75,7 @@ impl RunningTask {
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
-    stats: Arc<SessionStats>,
+    stats: Arc<TreeStats>,
     gone: CancellationToken,
 }
 
@@ -87,10 +87,10 @@ impl Drop for AliveGuard {
 }
 
 /// Counts a task as live while its future exists.
-struct LiveTask(Arc<SessionStats>);
+struct LiveTask(Arc<TreeStats>);
 
 impl LiveTask {
-    fn new(stats: Arc<SessionStats>) -> Self {
+    fn new(stats: Arc<TreeStats>) -> Self {
         stats.live_tasks.fetch_add(1, Ordering::AcqRel);
         Self(stats)
     }
@@ -106,9 +106,9 @@ impl Drop for LiveTask {
 pub(crate) struct SubagentSeed {
     pub id: SubagentId,
     pub parent_id: Option<SubagentId>,
-    pub host: Arc<HostShared>,
+    pub host: Arc<HostContext>,
     pub supervisor: Arc<Addr<Supervisor>>,
-    pub stats: Arc<SessionStats>,
+    pub stats: Arc<TreeStats>,
     pub config: Arc<SubagentConfig>,
     pub adapter: Arc<dyn AgentAdapter>,
     pub memory: Memory,
@@ -119,10 +119,10 @@ pub(crate) struct SubagentSeed {
 pub(crate) struct SubagentActor {
     id: SubagentId,
     parent_id: Option<SubagentId>,
-    host: Arc<HostShared>,
+    host: Arc<HostContext>,
     // Where status reports go; the supervisor outlives every subagent.
     supervisor: Arc<Addr<Supervisor>>,
-    stats: Arc<SessionStats>,
+    stats: Arc<TreeStats>,
     config: Arc<SubagentConfig>,
     adapter: Arc<dyn AgentAdapter>,
     memory: Memory,

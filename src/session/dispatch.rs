@@ -19,7 +19,7 @@ use crate::protocol::multi_agent::{
 };
 use crate::protocol::request::Request;
 use crate::protocol::wire::{ListResponse, SubagentInfo};
-use crate::runtime::Session;
+use crate::runtime::Tree;
 
 fn parse(id: &str) -> Result<SubagentId, HostError> {
     SubagentId::parse(id).ok_or_else(|| HostError::unknown_subagent(id))
@@ -72,13 +72,7 @@ async fn reserved<T: Serialize>(
 
 /// Serves a subagent request of either namespace (`SUBAGENT_*`,
 /// `multi_agent/*`) and returns its reply.
-pub(crate) async fn serve(
-    session: Session,
-    outbox: &Outbox,
-    lists: &ListSize,
-    req_id: String,
-    request: Request,
-) -> Reply {
+pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_id: String, request: Request) -> Reply {
     let id = req_id.as_str();
     match request {
         Request::Spawn(req) => encode::reply("SUBAGENT_SPAWN_RESP", id, session.spawn(req).await).into(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-use super::{finish, Outbox, ProtocolSession};
+use super::{finish, Connection, Outbox};
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
@@ -44,7 +44,7 @@ fn refuse(outbox: &Outbox, frame: Frame) {
     outbox.push(reply);
 }
 
-impl ProtocolSession {
+impl Connection {
     /// Lets in-flight requests and running tasks finish for up to `grace`,
     /// refusing whatever the input brings meanwhile; a signal or a client
     /// that stops reading cuts it short. Returns what was stopped.

@@ -1,14 +1,14 @@
 //! One protocol session per connection (or HTTP session): handshake and
 //! auth, dispatch of decoded requests, and the bounded outbox.
 //!
-//! A [`ProtocolSession`] reads [`Frame`]s from its input channel and answers
+//! A [`Connection`] reads [`Frame`]s from its input channel and answers
 //! every request with exactly one final reply on its outbox. Requests run
 //! concurrently (a pending await never holds up later requests), at most
 //! `limits.max_inflight_requests` at once: at the bound the session stops
 //! reading its input, which pushes back on the transport.
 //!
 //! Until its first successful handshake a session is *unauthenticated*: it
-//! holds no `max_sessions` slot (see [`SessionSlot`]), it is closed when
+//! holds no `max_sessions` slot (see [`PoolSlot`]), it is closed when
 //! `limits.handshake_timeout_ms` pass first, and after
 //! `limits.max_failed_handshakes` failed handshakes. Every failed handshake
 //! is logged at WARN with the session id and the peer (never the token).
@@ -40,7 +40,7 @@ use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
 use crate::protocol::encode;
 use crate::protocol::request::{decode_line, HandshakeRequest, Incoming, Request};
-use crate::runtime::Session;
+use crate::runtime::Tree;
 pub use auth::Auth;
 pub use drain::SHUTTING_DOWN;
 use handshake::Grant;
@@ -48,7 +48,7 @@ use handshake::HANDSHAKE;
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, OutboxReceiver};
-pub use service::{OpenedSession, Service, SessionSlot};
+pub use service::{OpenedConnection, PoolSlot, Service};
 
 // Whether a `from_subagent_id` may name the sender: the client itself (the
 // non-empty `agent_id` of its handshake), or a subagent id, which the
@@ -67,7 +67,7 @@ async fn finish(permits: &Arc<Semaphore>, bound: usize) {
 
 /// Why a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnd {
+pub enum ConnectionEnd {
     /// The input ended (EOF, connection closed): the tree was terminated.
     InputClosed,
     /// The client asked for `shutdown`.
@@ -84,11 +84,11 @@ pub enum SessionEnd {
 
 /// A protocol session; see the module docs.
 #[derive(Debug)]
-pub struct ProtocolSession {
+pub struct Connection {
     // The process-wide service (auth, limits, uptime).
     service: Arc<Service>,
     // The actor tree of this session.
-    session: Session,
+    session: Tree,
     // Reported in `handshake/resp`.
     session_id: String,
     // Where every reply and event goes.
@@ -102,7 +102,7 @@ pub struct ProtocolSession {
     eof_drain: Option<Duration>,
     // The session's place in the session pools: unauthenticated until the
     // first successful handshake, released when every clone is dropped.
-    slot: SessionSlot,
+    slot: PoolSlot,
     // Who the client is, for logs (a socket address, `stdio`).
     peer: String,
     // The size of the last list answered, measured once per change.
@@ -126,21 +126,21 @@ struct State {
 
 enum Ending {
     // Close at once: the tree is terminated.
-    End(SessionEnd),
+    End(ConnectionEnd),
     // Let in-flight requests and running tasks finish for up to `grace`,
     // then close; answer the `shutdown` request when there is one.
-    Drain { end: SessionEnd, grace: Duration, req_id: Option<String> },
+    Drain { end: ConnectionEnd, grace: Duration, req_id: Option<String> },
 }
 
-impl ProtocolSession {
+impl Connection {
     fn new(
         service: Arc<Service>,
-        session: Session,
+        session: Tree,
         session_id: String,
         outbox: Arc<Outbox>,
         stop: CancellationToken,
         input: InputReceiver,
-        slot: SessionSlot,
+        slot: PoolSlot,
     ) -> Self {
         Self {
             service,
@@ -172,7 +172,7 @@ impl ProtocolSession {
 
     /// A clone of the session's place in the session pools: it is given
     /// back only when the session has ended and the caller dropped this too.
-    pub fn slot(&self) -> SessionSlot {
+    pub fn slot(&self) -> PoolSlot {
         self.slot.clone()
     }
 
@@ -182,14 +182,14 @@ impl ProtocolSession {
     }
 
     /// A handle on the session's actor tree (for stats in tests).
-    pub fn handle(&self) -> Session {
+    pub fn handle(&self) -> Tree {
         self.session.clone()
     }
 
     /// Serves the session until its input ends, it is shut down or stopped,
     /// or its client stops reading. On return the tree is terminated, every
     /// request has had its reply, and the outbox is closed.
-    pub async fn run(mut self) -> SessionEnd {
+    pub async fn run(mut self) -> ConnectionEnd {
         let bound = self.service.limits().max_inflight_requests.clamp(1, u32::MAX as usize >> 3);
         let permits = Arc::new(Semaphore::new(bound));
         let mut state = State::default();
@@ -212,23 +212,23 @@ impl ProtocolSession {
             let (permit, frame) = tokio::select! {
                 biased;
                 _ = &mut overflow => break Ending::End(match self.outbox.client_gone() {
-                    true => SessionEnd::InputClosed,
-                    false => SessionEnd::SlowClient,
+                    true => ConnectionEnd::InputClosed,
+                    false => ConnectionEnd::SlowClient,
                 }),
-                _ = &mut stopped => break Ending::End(SessionEnd::Stopped),
+                _ = &mut stopped => break Ending::End(ConnectionEnd::Stopped),
                 _ = &mut handshake_deadline, if !state.handshaken => {
                     break Ending::End(self.handshake_timed_out());
                 }
                 next = next => match next {
                     Some(next) => next,
-                    None => break Ending::End(SessionEnd::Stopped),
+                    None => break Ending::End(ConnectionEnd::Stopped),
                 },
             };
             let frame = match frame {
                 Some(frame) => frame,
                 None => match self.eof_drain {
-                    Some(grace) => break Ending::Drain { end: SessionEnd::InputClosed, grace, req_id: None },
-                    None => break Ending::End(SessionEnd::InputClosed),
+                    Some(grace) => break Ending::Drain { end: ConnectionEnd::InputClosed, grace, req_id: None },
+                    None => break Ending::End(ConnectionEnd::InputClosed),
                 },
             };
             if let Some(ending) = self.on_frame(frame, permit, &mut state) {
@@ -257,7 +257,7 @@ impl ProtocolSession {
         let (id, peer) = (&self.session_id, &self.peer);
         if self.outbox.overflowed().is_cancelled() && !self.outbox.client_gone() {
             log::warn!("session {id} from {peer}: client not reading its replies (outbox past its bounds, or full with nothing taken for client_stall_ms); closed");
-        } else if end != SessionEnd::Unauthenticated {
+        } else if end != ConnectionEnd::Unauthenticated {
             // (An unauthenticated end was logged at its cause.)
             log::info!("session {id} from {peer} closed: {end:?}");
         }
@@ -266,7 +266,7 @@ impl ProtocolSession {
 
     // Closes a session that did not complete a handshake in time, telling
     // the client why.
-    fn handshake_timed_out(&self) -> SessionEnd {
+    fn handshake_timed_out(&self) -> ConnectionEnd {
         let ms = self.service.limits().handshake_timeout_ms;
         log::warn!(
             "session {} from {}: no successful handshake within handshake_timeout_ms ({ms} ms); closing",
@@ -279,7 +279,7 @@ impl ProtocolSession {
         )
         .with_detail(json!({ "limit": "handshake_timeout_ms", "handshake_timeout_ms": ms }));
         self.outbox.push(encode::error(&err, ""));
-        SessionEnd::Unauthenticated
+        ConnectionEnd::Unauthenticated
     }
 
     // Counts a refused handshake (its reply already queued) and logs it;
@@ -294,7 +294,7 @@ impl ProtocolSession {
             return None;
         }
         log::warn!("session {id} from {peer}: {n} failed handshakes; closing");
-        Some(Ending::End(SessionEnd::Unauthenticated))
+        Some(Ending::End(ConnectionEnd::Unauthenticated))
     }
 
     // Serves a handshake: on success the session takes its `max_sessions`
@@ -358,7 +358,7 @@ impl ProtocolSession {
             Request::Shutdown(req) => {
                 let seconds = if req.timeout.is_finite() { req.timeout.clamp(0.0, MAX_SHUTDOWN_SECONDS) } else { 0.0 };
                 let grace = Duration::try_from_secs_f64(seconds).unwrap_or_default();
-                Some(Ending::Drain { end: SessionEnd::Shutdown, grace, req_id: Some(id) })
+                Some(Ending::Drain { end: ConnectionEnd::Shutdown, grace, req_id: Some(id) })
             }
             request if !grant.multi_agent => {
                 let err = HostError::new(

@@ -6,7 +6,7 @@
 //! (bounded by `max_unauthenticated_sessions`) and moves to the
 //! authenticated pool (bounded by `max_sessions`) when its first handshake
 //! succeeds, so clients without a token can never take an authorised
-//! client's slot. [`SessionSlot`] is a session's place in them.
+//! client's slot. [`PoolSlot`] is a session's place in them.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::Auth;
 use super::input::{self, InputSender};
 use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
-use super::ProtocolSession;
+use super::Connection;
 use crate::config::Limits;
 use crate::error::HostError;
 use crate::runtime::Host;
@@ -50,11 +50,11 @@ pub struct Service {
 
 /// A freshly opened session and the transport's ends of it.
 #[derive(Debug)]
-pub struct OpenedSession {
+pub struct OpenedConnection {
     /// The session's id (`handshake/resp.session_id`, HTTP `session_id`).
     pub session_id: String,
-    /// Run it to serve the session (see [`ProtocolSession::run`]).
-    pub session: ProtocolSession,
+    /// Run it to serve the session (see [`Connection::run`]).
+    pub session: Connection,
     /// Where the transport pushes decoded frames.
     pub input: InputSender,
     /// Every line for the client, in order; ends when the session ends.
@@ -111,7 +111,7 @@ impl Service {
     /// Opens an unauthenticated session, unless `max_unauthenticated_sessions`
     /// of those or `max_sessions` authenticated ones are open, or the service
     /// is shutting down. Must run inside the actix system.
-    pub fn open(self: &Arc<Self>) -> Result<OpenedSession, HostError> {
+    pub fn open(self: &Arc<Self>) -> Result<OpenedConnection, HostError> {
         self.open_with_input(INPUT_QUEUE)
     }
 
@@ -119,8 +119,8 @@ impl Service {
     /// least 1): HTTP, which cannot push back on a client, queues up to
     /// `max_inflight_requests` frames so that a pipelining client meets its
     /// limit only when the session is really at its in-flight bound.
-    pub fn open_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedSession, HostError> {
-        self.open_session(input_queue, false)
+    pub fn open_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedConnection, HostError> {
+        self.open_tree(input_queue, false)
     }
 
     /// [`Service::open_with_input`] for a client whose token the transport
@@ -128,17 +128,17 @@ impl Service {
     /// Bearer`): the session takes a `max_sessions` slot at once and is not
     /// subject to `max_unauthenticated_sessions`. Its handshake is still
     /// required (and checked) before any other request.
-    pub fn open_authorized_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedSession, HostError> {
-        self.open_session(input_queue, true)
+    pub fn open_authorized_with_input(self: &Arc<Self>, input_queue: usize) -> Result<OpenedConnection, HostError> {
+        self.open_tree(input_queue, true)
     }
 
-    fn open_session(self: &Arc<Self>, input_queue: usize, authorized: bool) -> Result<OpenedSession, HostError> {
+    fn open_tree(self: &Arc<Self>, input_queue: usize, authorized: bool) -> Result<OpenedConnection, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
         let slot = if authorized {
             self.take(&self.authenticated, "max_sessions", self.limits().max_sessions)?;
-            SessionSlot::new(self.clone(), true)
+            PoolSlot::new(self.clone(), true)
         } else {
             // Fail fast when no authenticated slot could be had either.
             let max = self.limits().max_sessions;
@@ -150,16 +150,15 @@ impl Service {
                 "max_unauthenticated_sessions",
                 self.limits().max_unauthenticated_sessions,
             )?;
-            SessionSlot::new(self.clone(), false)
+            PoolSlot::new(self.clone(), false)
         };
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
-        let session = self.host.open_session(Arc::new(OutboxSink(outbox.clone())));
+        let session = self.host.open_tree(Arc::new(OutboxSink(outbox.clone())));
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
         let session_id = uuid::Uuid::new_v4().simple().to_string();
-        let session =
-            ProtocolSession::new(self.clone(), session, session_id.clone(), outbox, stop.clone(), input_rx, slot);
-        Ok(OpenedSession { session_id, session, input, output, stop })
+        let session = Connection::new(self.clone(), session, session_id.clone(), outbox, stop.clone(), input_rx, slot);
+        Ok(OpenedConnection { session_id, session, input, output, stop })
     }
 
     // Takes one place in `pool` (bounded by `max`, the limit named `name`)
@@ -203,12 +202,12 @@ fn full(name: &str, max: usize) -> HostError {
 }
 
 /// A session's place in the service's session pools: unauthenticated until
-/// [`SessionSlot::authenticate`] moves it to a `max_sessions` slot. Clones
+/// [`PoolSlot::authenticate`] moves it to a `max_sessions` slot. Clones
 /// share the place, which is given back when the last clone is dropped: a
 /// transport that keeps an ended session around (HTTP, until its last lines
 /// are delivered) holds a clone so it stays counted.
 #[derive(Debug, Clone)]
-pub struct SessionSlot(Arc<SlotState>);
+pub struct PoolSlot(Arc<SlotState>);
 
 #[derive(Debug)]
 struct SlotState {
@@ -218,7 +217,7 @@ struct SlotState {
     authenticated: AtomicBool,
 }
 
-impl SessionSlot {
+impl PoolSlot {
     fn new(service: Arc<Service>, authenticated: bool) -> Self {
         Self(Arc::new(SlotState { service, authenticated: AtomicBool::new(authenticated) }))
     }

@@ -14,13 +14,13 @@ use tokio::sync::oneshot;
 use super::lines::{gather, recycle};
 use crate::protocol::codec::LineDecoder;
 use crate::session::InputSender;
-use crate::session::{OutboxReceiver, Service, SessionEnd};
+use crate::session::{ConnectionEnd, OutboxReceiver, Service};
 
 /// How long running tasks may finish after EOF on stdin (as `shutdown`'s default).
 pub const EOF_DRAIN: Duration = Duration::from_secs(10);
 
 /// Serves one session over stdin/stdout until it ends.
-pub async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Result<SessionEnd> {
+pub async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Result<ConnectionEnd> {
     let opened = service.open().map_err(|err| std::io::Error::other(err.to_string()))?;
     let limit = service.limits().max_line_bytes;
     let input = opened.input;
@@ -32,7 +32,7 @@ pub async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Res
         let _ = done_tx.send(());
     })?;
     let end = opened.session.with_peer("stdio").drain_on_eof(EOF_DRAIN).run().await;
-    if end != SessionEnd::SlowClient {
+    if end != ConnectionEnd::SlowClient {
         let _ = tokio::time::timeout(final_flush, done_rx).await;
     }
     Ok(end)

@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::lines::{finish_writer, read_frames, write_lines};
 use crate::protocol::encode;
-use crate::session::{Service, SessionEnd};
+use crate::session::{ConnectionEnd, Service};
 
 /// First pause after a failed accept (out of file descriptors and the
 /// like); it doubles on each failure in a row up to [`ACCEPT_BACKOFF_MAX`].
@@ -100,6 +100,6 @@ async fn connection(
     let end = opened.session.with_peer(peer.to_string()).run().await;
     reader.abort();
     // Do not wait for a client that does not read: drop the socket at once.
-    let grace = (end != SessionEnd::SlowClient).then_some(final_flush);
+    let grace = (end != ConnectionEnd::SlowClient).then_some(final_flush);
     finish_writer(writer, grace).await;
 }

@@ -8,7 +8,7 @@ use subagent_host::adapter::ScriptedAdapter;
 use subagent_host::event::{EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
-use subagent_host::{Host, HostConfig, Session, SubagentId};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 /// Answers with its own name, to see which adapter the router picked.
 struct Named(&'static str);
@@ -65,7 +65,7 @@ fn host_with_router(router: AdapterRouter) -> Host {
 }
 
 async fn spawn_model(
-    session: &Session,
+    session: &Tree,
     name: &str,
     model: &str,
     parent: Option<SubagentId>,
@@ -79,7 +79,7 @@ async fn spawn_model(
     session.spawn(request).await.unwrap().subagent_id
 }
 
-async fn run_to_end(session: &Session, id: SubagentId, task: TaskDefinition) -> AwaitResponse {
+async fn run_to_end(session: &Tree, id: SubagentId, task: TaskDefinition) -> AwaitResponse {
     delegate(session, id, task).await;
     session.await_result(id).await.unwrap()
 }

@@ -6,9 +6,9 @@ use serde_json::json;
 use std::sync::Arc;
 use subagent_host::protocol::wire::*;
 use subagent_host::runtime::merge::{MergeInput, MergeStrategy, StrategyRegistry};
-use subagent_host::{ErrorCode, Host, HostConfig, Session, SubagentId};
+use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
 
-async fn finished_with(session: &Session, name: &str, result: serde_json::Value) -> SubagentId {
+async fn finished_with(session: &Tree, name: &str, result: serde_json::Value) -> SubagentId {
     let id = spawn(session, name, None).await;
     delegate(session, id, script_task(name, json!([{ "return": result }]))).await;
     id

@@ -8,10 +8,10 @@ use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::wire::*;
 use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
-use subagent_host::{Host, HostConfig, Session, SubagentId};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 /// Builds a chain root → … four levels deep, each running a long task.
-async fn four_level_tree(session: &subagent_host::Session) -> Vec<SubagentId> {
+async fn four_level_tree(session: &subagent_host::Tree) -> Vec<SubagentId> {
     let mut ids = Vec::new();
     let mut parent = None;
     for level in 0..4 {
@@ -198,7 +198,7 @@ async fn terminating_a_never_used_subtree_retires_every_member() {
 }
 
 /// Ids of the rows `list` shows under `parent`.
-async fn listed_children(session: &Session, parent: SubagentId) -> Vec<SubagentId> {
+async fn listed_children(session: &Tree, parent: SubagentId) -> Vec<SubagentId> {
     let list = session.list().await.unwrap().subagents;
     let parent = parent.to_string();
     let mut ids: Vec<_> =

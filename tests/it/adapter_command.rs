@@ -11,7 +11,7 @@ use subagent_host::config::Limits;
 use subagent_host::event::{Event, EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::runtime::task::AdapterRouter;
-use subagent_host::{Host, HostConfig, Session, SubagentId};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
 /// Failure guard for anything that should finish promptly.
@@ -34,12 +34,12 @@ fn host(routes: Vec<(&str, Arc<CommandAdapter>)>, limits: Limits) -> Host {
     Host::new(HostConfig { router, limits, ..Default::default() })
 }
 
-async fn spawn(session: &Session, config: SubagentConfig) -> SubagentId {
+async fn spawn(session: &Tree, config: SubagentConfig) -> SubagentId {
     let request = SpawnRequest { agent: config, parent_agent_id: None, root_agent_id: None };
     session.spawn(request).await.expect("spawn").subagent_id
 }
 
-async fn run(session: &Session, config: SubagentConfig, task: TaskDefinition) -> (SubagentId, AwaitResponse) {
+async fn run(session: &Tree, config: SubagentConfig, task: TaskDefinition) -> (SubagentId, AwaitResponse) {
     let id = spawn(session, config).await;
     assert!(session.delegate(id, task).await.expect("delegate").accepted);
     let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("task ends").expect("await");
@@ -95,7 +95,7 @@ async fn the_task_goes_in_on_stdin_the_result_comes_out_on_stdout_and_stderr_is_
     );
     let host = host(vec![("cmd-*", echo)], Limits::default());
     let (sink, mut events) = mpsc::unbounded_channel();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
     let mut task = TaskDefinition::new("echo", "repeat after me");
     task.success_criteria = vec!["exact".into()];
     let (id, done) = run(&session, SubagentConfig::new("echoer", "cmd-echo"), task).await;
@@ -140,7 +140,7 @@ async fn bad_exits_and_bad_output_fail_the_task_with_a_clear_error() {
         ("cmd-logs", sh(r#"echo "log line"; echo '{"answer": 42}'"#)),
     ];
     let host = host(routes, Limits::default());
-    let session = host.open_session(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
     let task = || TaskDefinition::new("t", "go");
     let error_of = |done: AwaitResponse| {
         assert_eq!(done.status, SubagentStatus::Failed);
@@ -168,7 +168,7 @@ async fn bad_exits_and_bad_output_fail_the_task_with_a_clear_error() {
 async fn terminate_kills_the_whole_process_group() {
     let host = host(vec![("cmd-*", sh(SLEEPER))], Limits::default());
     let (sink, mut events) = mpsc::unbounded_channel();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
     let id = spawn(&session, SubagentConfig::new("sleeper", "cmd-sleep")).await;
     session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
     let pids = pids_of(id, &mut events).await;
@@ -184,7 +184,7 @@ async fn terminate_kills_the_whole_process_group() {
 async fn cancel_stops_the_process_group_and_the_subagent_stays_usable() {
     let host = host(vec![("cmd-*", sh(SLEEPER))], Limits { cancel_grace_ms: 300, ..Default::default() });
     let (sink, mut events) = mpsc::unbounded_channel();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
     let id = spawn(&session, SubagentConfig::new("sleeper", "cmd-sleep")).await;
     session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
     let pids = pids_of(id, &mut events).await;
@@ -201,7 +201,7 @@ async fn cancel_stops_the_process_group_and_the_subagent_stays_usable() {
 async fn a_timeout_kills_the_process_group() {
     let host = host(vec![("cmd-*", sh(SLEEPER))], Limits::default());
     let (sink, mut events) = mpsc::unbounded_channel();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
     let mut config = SubagentConfig::new("sleeper", "cmd-sleep");
     config.timeout_seconds = 1;
     let id = spawn(&session, config).await;
@@ -221,7 +221,7 @@ async fn a_timeout_kills_the_process_group() {
 async fn a_childs_deadline_is_capped_by_its_parents() {
     let host = host(vec![("cmd-*", sh(SLEEPER))], Limits::default());
     let (sink, mut events) = mpsc::unbounded_channel();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
 
     let mut child = SubagentConfig::new("slow-child", "cmd-sleep");
     child.timeout_seconds = 600;
@@ -265,7 +265,7 @@ async fn terminate_with_an_empty_path_inner() {
     let config = CommandConfig { program: "/bin/sh".into(), args: vec!["-c".into(), script.into()] };
     let host = host(vec![("cmd-*", Arc::new(CommandAdapter::new(config).expect("adapter")))], Limits::default());
     let (sink, mut events) = mpsc::unbounded_channel();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
     let id = spawn(&session, SubagentConfig::new("sleeper", "cmd-sleep")).await;
     session.delegate(id, TaskDefinition::new("t", "sleep")).await.expect("delegate");
     let pids = pids_of(id, &mut events).await;

@@ -14,7 +14,7 @@ use subagent_host::config::{FileConfig, RouteConfig};
 use subagent_host::event::{Event, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::runtime::task::AdapterRouter;
-use subagent_host::{Host, HostConfig, Session, SubagentId};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
 /// Failure guard for anything that should finish promptly.
@@ -39,13 +39,13 @@ fn agent(system: &str) -> SubagentConfig {
     config
 }
 
-async fn spawn(session: &Session, config: SubagentConfig) -> SubagentId {
+async fn spawn(session: &Tree, config: SubagentConfig) -> SubagentId {
     let request = SpawnRequest { agent: config, parent_agent_id: None, root_agent_id: None };
     session.spawn(request).await.expect("spawn").subagent_id
 }
 
 /// Spawns a top-level subagent, delegates `instruction`, awaits the end.
-async fn run(session: &Session, config: SubagentConfig, instruction: &str) -> (SubagentId, AwaitResponse) {
+async fn run(session: &Tree, config: SubagentConfig, instruction: &str) -> (SubagentId, AwaitResponse) {
     let id = spawn(session, config).await;
     let reply = session.delegate(id, TaskDefinition::new("task", instruction)).await.expect("delegate");
     assert!(reply.accepted);
@@ -103,7 +103,7 @@ fn boss_and_children(children: &'static [(&'static str, &'static str)]) -> FakeS
 async fn a_model_spawns_two_children_awaits_both_and_answers_from_their_results() {
     let server = boss_and_children(&[("worker-a", "shared"), ("worker-b", "shared")]);
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let mut boss = agent("AGENT:boss");
     boss.capabilities = vec!["multi_agent".into()];
     let (boss_id, done) = run(&session, boss, "split the work").await;
@@ -133,7 +133,7 @@ async fn memory_scopes_decide_what_a_child_sends_upstream() {
         ("child-isolated", "isolated"),
     ]);
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let mut boss = agent("AGENT:boss");
     boss.capabilities = vec!["multi_agent".into()];
     let (_, done) = run(&session, boss, "PARENT-SECRET: plan the work").await;
@@ -154,7 +154,7 @@ async fn memory_scopes_decide_what_a_child_sends_upstream() {
 async fn a_model_that_never_stops_calling_tools_fails_at_max_steps() {
     let server = FakeServer::start(|_, _| call_tools(None, &[("list_subagents", json!({}))]));
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let mut config = agent("AGENT:looper");
     config.max_steps = 3;
     let (_, done) = run(&session, config, "loop forever").await;
@@ -171,7 +171,7 @@ async fn a_429_and_a_503_are_retried_then_the_task_completes() {
         _ => answer("fine"),
     });
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:patient"), "hello").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
     let result = done.result.expect("result");
@@ -195,7 +195,7 @@ async fn retry_after_is_honoured_as_seconds_and_as_an_http_date() {
         _ => answer("fine"),
     });
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:patient"), "hello").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
 
@@ -211,7 +211,7 @@ async fn retry_after_is_honoured_as_seconds_and_as_an_http_date() {
 async fn retries_are_bounded() {
     let server = FakeServer::start(|_, _| Reply::Status { code: 500, retry_after: None, body: json!({}) });
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:doomed"), "hello").await;
     assert_eq!(done.status, SubagentStatus::Failed);
     assert!(done.error.as_deref().unwrap_or("").contains("retries"), "{:?}", done.error);
@@ -230,7 +230,7 @@ async fn other_4xx_and_garbage_replies_fail_the_task_with_a_clear_error() {
         }
     });
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:bad-request"), "hello").await;
     assert_eq!(done.status, SubagentStatus::Failed);
     let error = done.error.as_deref().unwrap_or("");
@@ -248,7 +248,7 @@ async fn other_4xx_and_garbage_replies_fail_the_task_with_a_clear_error() {
 async fn cancel_closes_the_hanging_request_within_the_grace_period() {
     let mut server = FakeServer::start(|_, _| Reply::Hang);
     let host = host(&server, Limits { cancel_grace_ms: 200, ..Default::default() });
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let id = spawn(&session, agent("AGENT:stuck")).await;
     session.delegate(id, TaskDefinition::new("task", "think hard")).await.expect("delegate");
     assert!(server.wait_for_requests(1, GUARD).await, "the request reached the server");
@@ -265,7 +265,7 @@ async fn cancel_closes_the_hanging_request_within_the_grace_period() {
 async fn terminate_drops_the_in_flight_request() {
     let mut server = FakeServer::start(|_, _| Reply::Hang);
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let id = spawn(&session, agent("AGENT:stuck")).await;
     session.delegate(id, TaskDefinition::new("task", "think hard")).await.expect("delegate");
     assert!(server.wait_for_requests(1, GUARD).await);
@@ -288,7 +288,7 @@ async fn the_api_key_is_sent_but_never_appears_in_events_or_errors() {
     let router = AdapterRouter::default().route("fake-*", adapter(&server, Some(VAR))).expect("route");
     let host = Host::new(HostConfig { router, ..Default::default() });
     let (sink, mut events) = mpsc::unbounded_channel::<Event>();
-    let session = host.open_session(Arc::new(sink));
+    let session = host.open_tree(Arc::new(sink));
     let (_, done) = run(&session, agent("AGENT:keyed"), "hello").await;
 
     assert_eq!(done.status, SubagentStatus::Failed);
@@ -314,7 +314,7 @@ async fn a_missing_key_variable_fails_the_task_without_calling_the_server() {
         .route("fake-*", adapter(&server, Some("SUBAGENT_HOST_TEST_UNSET_KEY")))
         .expect("route");
     let host = Host::new(HostConfig { router, ..Default::default() });
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:keyless"), "hello").await;
     assert_eq!(done.status, SubagentStatus::Failed);
     assert!(done.error.as_deref().unwrap_or("").contains("SUBAGENT_HOST_TEST_UNSET_KEY"));
@@ -325,7 +325,7 @@ async fn a_missing_key_variable_fails_the_task_without_calling_the_server() {
 async fn tool_scope_and_capabilities_decide_the_offered_tools() {
     let server = FakeServer::start(|_, _| answer("ok"));
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
 
     let mut multi = agent("AGENT:multi");
     multi.capabilities = vec!["multi_agent".into()];
@@ -377,7 +377,7 @@ fn spawning_boss(children: &'static [(&'static str, &'static str, &'static [&'st
 
 /// Runs `boss`, then waits until each of its `children` (system prompts)
 /// called the model.
-async fn run_boss(server: &FakeServer, session: &Session, boss: SubagentConfig, children: &[&str]) {
+async fn run_boss(server: &FakeServer, session: &Tree, boss: SubagentConfig, children: &[&str]) {
     let (_, done) = run(session, boss, "spawn your children").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
     let outputs = tool_outputs(&requests_of(server, "AGENT:boss")[1]);
@@ -400,7 +400,7 @@ async fn a_model_spawned_child_never_gets_a_tool_its_parent_lacks() {
         ("kid-isolated", "isolated", &["spawn_subagent", "list_subagents"]),
     ]);
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let mut boss = agent("AGENT:boss");
     boss.capabilities = vec!["multi_agent".into()];
     boss.tool_scope = ToolScope::Isolated;
@@ -427,7 +427,7 @@ async fn restricted_is_the_policy_allowlist_and_shared_follows_the_parent() {
     let file = FileConfig::parse(&text).expect("config");
     let router = subagent_host::adapter::router(&file).expect("router");
     let host = Host::new(HostConfig { router, ..Default::default() });
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
 
     let mut top = agent("AGENT:top-restricted");
     top.capabilities = vec!["multi_agent".into()];
@@ -463,7 +463,7 @@ async fn mailbox_messages_reach_the_model() {
         _ => answer("read them"),
     });
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let id = spawn(&session, agent("AGENT:reader")).await;
     let note = |text: &str| SubagentMessagePayload { kind: "note".into(), content: json!(text) };
     session.message("client".into(), id, note("hello-early")).await.expect("message");
@@ -495,7 +495,7 @@ async fn bad_tool_calls_are_answered_not_fatal() {
         _ => answer("recovered"),
     });
     let host = host(&server, Limits::default());
-    let session = host.open_session(Arc::new(NullSink));
+    let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:clumsy"), "try things").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
     let outputs = tool_outputs(&server.requests()[1].body);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::codec::{Frame, LineDecoder};
-use subagent_host::session::{Auth, InputSender, OutboxReceiver, Service, SessionEnd, SHUTTING_DOWN};
-use subagent_host::{Host, HostConfig, Session};
+use subagent_host::session::{Auth, ConnectionEnd, InputSender, OutboxReceiver, Service, SHUTTING_DOWN};
+use subagent_host::{Host, HostConfig, Tree};
 use tokio::task::JoinHandle;
 
 /// Generous bound on waiting for one reply, so a bug fails instead of hanging.
@@ -28,8 +28,8 @@ pub(crate) struct Client {
     input: Option<InputSender>,
     output: OutboxReceiver,
     decoder: LineDecoder,
-    handle: Session,
-    run: JoinHandle<SessionEnd>,
+    handle: Tree,
+    run: JoinHandle<ConnectionEnd>,
     // Lines received while looking for another reply.
     pending: VecDeque<Value>,
 }
@@ -114,7 +114,7 @@ impl Client {
     }
 
     /// Ends the input and returns how the session ended.
-    async fn close_input(&mut self) -> SessionEnd {
+    async fn close_input(&mut self) -> ConnectionEnd {
         self.input.take();
         (&mut self.run).await.expect("session task")
     }
@@ -418,7 +418,7 @@ async fn shutdown_answers_then_ends_the_session() {
     // The pending await was answered before the shutdown reply.
     assert_eq!(client.reply("a1").await["status"], "TERMINATED");
     while client.next_line().await.is_some() {}
-    assert_eq!((&mut client.run).await.unwrap(), SessionEnd::Shutdown);
+    assert_eq!((&mut client.run).await.unwrap(), ConnectionEnd::Shutdown);
     assert!(!client.handle.is_open());
     assert_eq!(service.sessions(), 0);
 }
@@ -431,7 +431,7 @@ async fn closing_the_input_terminates_the_tree() {
     let sub = client.spawn("s1").await;
     client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
     assert_eq!(client.handle.stats().tasks(), 1);
-    assert_eq!(client.close_input().await, SessionEnd::InputClosed);
+    assert_eq!(client.close_input().await, ConnectionEnd::InputClosed);
     assert_eq!(client.handle.stats().tasks(), 0);
     assert!(!client.handle.is_open());
 }
@@ -450,7 +450,7 @@ async fn a_client_that_does_not_read_overflows_its_outbox_and_is_closed() {
         }
     }
     let end = (&mut client.run).await.unwrap();
-    assert_eq!(end, SessionEnd::SlowClient);
+    assert_eq!(end, ConnectionEnd::SlowClient);
     assert!(!client.handle.is_open());
     assert_eq!(client.handle.stats().tasks(), 0);
     // What was queued is bounded by the outbox capacity.
@@ -501,7 +501,7 @@ async fn requests_after_shutdown_are_refused_with_invalid_state_while_it_drains(
     let reply = client.reply("sd").await;
     assert_eq!(reply["type"], "shutdown/resp", "{reply}");
     assert_eq!(reply["stopped"], json!([sub]));
-    assert_eq!((&mut client.run).await.unwrap(), SessionEnd::Shutdown);
+    assert_eq!((&mut client.run).await.unwrap(), ConnectionEnd::Shutdown);
 }
 
 #[actix_rt::test]
@@ -581,7 +581,7 @@ async fn byte_bounds_refuse_an_oversized_config_task_and_message_naming_the_limi
 }
 
 /// How a session's run ended, waiting at most [`PATIENCE`].
-async fn ended(client: &mut Client) -> SessionEnd {
+async fn ended(client: &mut Client) -> ConnectionEnd {
     tokio::time::timeout(PATIENCE, &mut client.run).await.expect("the session ends").expect("session task")
 }
 
@@ -593,7 +593,7 @@ async fn a_session_without_a_successful_handshake_is_closed_at_the_handshake_dea
     assert_eq!(early.handshake(&["multi_agent"]).await["ok"], true);
     let mut silent = Client::open(&service);
     let started = std::time::Instant::now();
-    assert_eq!(ended(&mut silent).await, SessionEnd::Unauthenticated);
+    assert_eq!(ended(&mut silent).await, ConnectionEnd::Unauthenticated);
     assert!(started.elapsed() >= Duration::from_millis(150), "not before the deadline");
     let reason = silent.next().await;
     assert_error(&reason, "unauthorized", "");
@@ -612,7 +612,7 @@ async fn a_failed_handshake_does_not_stop_the_deadline() {
     let mut client = Client::open(&service);
     let hs = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"], "auth_token": "wrong" });
     assert_eq!(client.request(hs, "h1").await["reason"], "auth_failed");
-    assert_eq!(ended(&mut client).await, SessionEnd::Unauthenticated);
+    assert_eq!(ended(&mut client).await, ConnectionEnd::Unauthenticated);
 }
 
 #[actix_rt::test]
@@ -626,7 +626,7 @@ async fn the_third_failed_handshake_ends_the_session() {
     other_version["a2e"] = json!("2.0");
     assert_eq!(client.request(other_version, "h2").await["reason"], "version_mismatch");
     assert_eq!(client.request(hs("wrong3"), "h3").await["reason"], "auth_failed", "its refusal is still sent");
-    assert_eq!(ended(&mut client).await, SessionEnd::Unauthenticated);
+    assert_eq!(ended(&mut client).await, ConnectionEnd::Unauthenticated);
     assert!(client.next_line().await.is_none(), "nothing after the last refusal");
     assert_eq!(service.sessions(), 0);
 }
@@ -727,5 +727,5 @@ async fn a_client_gone_away_is_an_input_close_not_a_slow_client() {
     let handshake = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"] });
     opened.input.send(Frame::Line(handshake.to_string().into_bytes())).await.expect("read");
     let end = tokio::time::timeout(PATIENCE, run).await.expect("ends").expect("session task");
-    assert_eq!(end, SessionEnd::InputClosed);
+    assert_eq!(end, ConnectionEnd::InputClosed);
 }

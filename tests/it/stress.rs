@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::wire::*;
-use subagent_host::{ErrorCode, Session, SubagentId};
+use subagent_host::{ErrorCode, SubagentId, Tree};
 
 const SESSIONS: usize = 3;
 const OPERATIONS: usize = 4_000;
@@ -51,7 +51,7 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
         ..Limits::default()
     };
     let host = host_with(limits);
-    let sessions: Vec<Session> = (0..SESSIONS).map(|_| open(&host).0).collect();
+    let sessions: Vec<Tree> = (0..SESSIONS).map(|_| open(&host).0).collect();
     let mut known: Vec<Vec<SubagentId>> = vec![Vec::new(); SESSIONS];
     let mut awaits = Vec::new();
     let mut counts: HashMap<&str, usize> = HashMap::new();

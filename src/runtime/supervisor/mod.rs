@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::messages::*;
 use super::subagent::{SubagentActor, SubagentSeed};
-use super::{HostShared, SessionStats};
+use super::{HostContext, TreeStats};
 use crate::error::HostError;
 use crate::event::{Event, EventDetail, EventKind, EventSink};
 use crate::ids::{IdHash, SubagentId};
@@ -37,9 +37,9 @@ use record::{Entry, Interned, SharedAddr, Slot};
 
 /// Root actor of one session.
 pub(crate) struct Supervisor {
-    host: Arc<HostShared>,
+    host: Arc<HostContext>,
     sink: Arc<dyn EventSink>,
-    stats: Arc<SessionStats>,
+    stats: Arc<TreeStats>,
     // Every subagent's record: the tree.
     index: HashMap<SubagentId, Entry, IdHash>,
     // Spawn order of top-level subagents (terminated in reverse on close).
@@ -64,9 +64,9 @@ pub(crate) struct Supervisor {
 
 impl Supervisor {
     pub(crate) fn new(
-        host: Arc<HostShared>,
+        host: Arc<HostContext>,
         sink: Arc<dyn EventSink>,
-        stats: Arc<SessionStats>,
+        stats: Arc<TreeStats>,
         own: Addr<Supervisor>,
     ) -> Self {
         Self {

@@ -2,7 +2,7 @@
 //!
 //! - `POST /session` → `{"session_id": "..."}`. The session is
 //!   unauthenticated until its handshake succeeds (see
-//!   [`crate::session::SessionSlot`]): 503 when
+//!   [`crate::session::PoolSlot`]): 503 when
 //!   `max_unauthenticated_sessions` such sessions are open, or `max_sessions`
 //!   authenticated ones. A client may send `Authorization: Bearer <token>`:
 //!   with a valid token the session takes a `max_sessions` slot at once and
@@ -73,7 +73,7 @@ use crate::session::OutboxReceiver;
 mod sessions;
 
 pub use sessions::HttpSessions;
-use sessions::{lock, HttpSession};
+use sessions::{lock, HttpEntry};
 
 /// The header naming the session of `/send` and `/stream`.
 pub const SESSION_HEADER: &str = "X-Session-Id";
@@ -82,7 +82,7 @@ fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
 
-fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<HttpSession>), Box<HttpResponse>> {
+fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<HttpEntry>), Box<HttpResponse>> {
     let Some(id) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
@@ -199,7 +199,7 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
 
 // Hands one frame to the session without waiting: a full input queue (the
 // session is at its in-flight bound) is 429, an ended session 404.
-fn offer(session: &HttpSession, frame: Frame, accepted: &mut usize) -> Result<(), Box<HttpResponse>> {
+fn offer(session: &HttpEntry, frame: Frame, accepted: &mut usize) -> Result<(), Box<HttpResponse>> {
     match session.input.try_send(frame) {
         Ok(()) => {
             *accepted += 1;
@@ -275,7 +275,7 @@ struct Attached {
     // The session's id (to forget it once its last line is delivered).
     id: String,
     // The session streamed.
-    session: Arc<HttpSession>,
+    session: Arc<HttpEntry>,
     // The registry.
     sessions: web::Data<HttpSessions>,
     // Fires when a newer stream replaces this one.

@@ -10,7 +10,7 @@
 //!   stream that takes the last line removes it at once; with no stream
 //!   attached it is removed after `[server] final_flush_ms`.
 //!
-//! The session's slot (see [`SessionSlot`]) is held by its registry entry
+//! The session's slot (see [`PoolSlot`]) is held by its registry entry
 //! too, so an ended session still counts until it is removed:
 //! create→shutdown loops cannot grow the registry past `max_sessions`. A
 //! session closed for want of a handshake (`handshake_timeout_ms`,
@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::InputSender;
-use crate::session::{OpenedSession, OutboxReceiver, ProtocolSession, Service, SessionEnd, SessionSlot};
+use crate::session::{Connection, ConnectionEnd, OpenedConnection, OutboxReceiver, PoolSlot, Service};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -38,12 +38,12 @@ pub struct HttpSessions {
     // How long an ended session waits for a stream to take its last lines.
     final_flush: Duration,
     // Live (and ended but undelivered) sessions by id.
-    map: Mutex<HashMap<String, Arc<HttpSession>>>,
+    map: Mutex<HashMap<String, Arc<HttpEntry>>>,
 }
 
 /// One HTTP session's transport state.
 #[derive(Debug)]
-pub(super) struct HttpSession {
+pub(super) struct HttpEntry {
     // Frames for the session loop.
     pub(super) input: InputSender,
     // The outbox's receiving side; an attached stream holds the lock.
@@ -61,10 +61,10 @@ pub(super) struct HttpSession {
     stop: CancellationToken,
     // The session's slot, given back when the entry is removed (and the
     // session has ended).
-    slot: Mutex<Option<SessionSlot>>,
+    slot: Mutex<Option<PoolSlot>>,
 }
 
-impl HttpSession {
+impl HttpEntry {
     /// Records activity: the idle deadline moves.
     pub(super) fn touch(&self) {
         *lock(&self.last_active) = Instant::now();
@@ -82,7 +82,7 @@ impl HttpSessions {
         Arc::new(Self { service, final_flush, map: Mutex::new(HashMap::new()) })
     }
 
-    pub(super) fn get(&self, id: &str) -> Option<Arc<HttpSession>> {
+    pub(super) fn get(&self, id: &str) -> Option<Arc<HttpEntry>> {
         lock(&self.map).get(id).cloned()
     }
 
@@ -101,9 +101,9 @@ impl HttpSessions {
 
     /// Registers a freshly opened session and starts its watcher; returns
     /// its id.
-    pub(super) fn insert(self: &Arc<Self>, opened: OpenedSession) -> String {
+    pub(super) fn insert(self: &Arc<Self>, opened: OpenedConnection) -> String {
         let session = opened.session;
-        let entry = Arc::new(HttpSession {
+        let entry = Arc::new(HttpEntry {
             input: opened.input,
             output: Arc::new(tokio::sync::Mutex::new(opened.output)),
             stream_token: Mutex::new(CancellationToken::new()),
@@ -121,7 +121,7 @@ impl HttpSessions {
 
     /// Runs the session, closes it when idle, and removes it once it has
     /// ended and its last lines are delivered (or could not be).
-    async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpSession>, session: ProtocolSession) {
+    async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpEntry>, session: Connection) {
         let idle = Duration::from_secs(self.service.limits().session_idle_seconds);
         let run = session.run();
         tokio::pin!(run);
@@ -142,7 +142,7 @@ impl HttpSessions {
             }
         };
         log::debug!("http session {id} ended: {end:?}");
-        if !expired && end != SessionEnd::Unauthenticated {
+        if !expired && end != ConnectionEnd::Unauthenticated {
             self.linger(&id, &entry).await;
         }
         self.remove(&id);
@@ -151,7 +151,7 @@ impl HttpSessions {
     // Waits, for an ended session, until a stream has taken its last lines
     // (the stream removes it), or `final_flush` passed with no stream
     // attached, or the host shuts down.
-    async fn linger(&self, id: &str, entry: &HttpSession) {
+    async fn linger(&self, id: &str, entry: &HttpEntry) {
         let shutdown = self.service.shutdown_token();
         while self.get(id).is_some() {
             tokio::select! {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::event::Event;
 use subagent_host::protocol::wire::*;
-use subagent_host::{Host, HostConfig, Session, SubagentId};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// A host with these limits and every other setting at its default.
@@ -17,19 +17,19 @@ pub fn host_with(limits: Limits) -> Host {
 }
 
 /// A session plus the receiving end of its events.
-pub fn open(host: &Host) -> (Session, UnboundedReceiver<Event>) {
+pub fn open(host: &Host) -> (Tree, UnboundedReceiver<Event>) {
     let (tx, rx) = unbounded_channel();
-    (host.open_session(Arc::new(tx)), rx)
+    (host.open_tree(Arc::new(tx)), rx)
 }
 
 /// Spawns a top-level subagent (or a child of `parent`).
-pub async fn spawn(session: &Session, name: &str, parent: Option<SubagentId>) -> SubagentId {
+pub async fn spawn(session: &Tree, name: &str, parent: Option<SubagentId>) -> SubagentId {
     try_spawn(session, name, parent).await.expect("spawn")
 }
 
 /// Spawns, returning the error if any.
 pub async fn try_spawn(
-    session: &Session,
+    session: &Tree,
     name: &str,
     parent: Option<SubagentId>,
 ) -> Result<SubagentId, subagent_host::HostError> {
@@ -54,20 +54,20 @@ pub fn sleeping_task(ms: u64) -> TaskDefinition {
 }
 
 /// Delegates and asserts it was accepted.
-pub async fn delegate(session: &Session, id: SubagentId, task: TaskDefinition) {
+pub async fn delegate(session: &Tree, id: SubagentId, task: TaskDefinition) {
     let reply = session.delegate(id, task).await.expect("delegate");
     assert!(reply.accepted, "delegate to {id} refused: {reply:?}");
     assert_eq!(reply.status, SubagentStatus::Running);
 }
 
 /// The status of `id` in a fresh listing.
-pub async fn listed_status(session: &Session, id: SubagentId) -> Option<SubagentStatus> {
+pub async fn listed_status(session: &Tree, id: SubagentId) -> Option<SubagentStatus> {
     let list = session.list().await.expect("list");
     list.subagents.iter().find(|info| info.subagent_id == id).map(|info| info.status)
 }
 
 /// Waits (bounded) until `id` is listed with `status`.
-pub async fn wait_for_status(session: &Session, id: SubagentId, status: SubagentStatus) {
+pub async fn wait_for_status(session: &Tree, id: SubagentId, status: SubagentStatus) {
     for _ in 0..500 {
         if listed_status(session, id).await == Some(status) {
             return;
