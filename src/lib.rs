@@ -28,9 +28,11 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod ids;
+#[cfg(feature = "cli")]
 pub mod logging;
 pub mod protocol;
 pub mod runtime;
+pub mod server;
 pub mod session;
 pub mod transport;
 

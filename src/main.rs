@@ -1,18 +1,15 @@
 //! `subagentd`: serves the A2E subagents capability over stdio, TCP and/or
-//! HTTP+SSE. The logic lives in the library; this is argument parsing,
-//! start-up checks, and signal handling.
+//! HTTP+SSE. The service is the library's `server::run`; this is argument
+//! parsing, binding, start-up checks and signals.
 
 use clap::{Args, Parser, Subcommand};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use subagent_host::config::FileConfig;
-use subagent_host::session::{Auth, Service};
-use subagent_host::transport::{http, stdio, tcp};
-use subagent_host::{Host, HostConfig};
+use subagent_host::server::{self, Listeners, Settings};
+use subagent_host::session::Auth;
 
 // The allocator subagentd ships with: subagent churn is allocation heavy
 // and mimalloc takes a fifth off the cost of a spawn → delegate → await
@@ -98,16 +95,10 @@ fn bind(flag: &str, text: &str, auth: &Auth, insecure: bool) -> Result<std::net:
         ));
     }
     let listener = std::net::TcpListener::bind(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))?;
-    listener.set_nonblocking(true).map_err(|err| format!("--{flag} {addr}: {err}"))?;
+    let bound = listener.local_addr().map_err(|err| format!("--{flag} {addr}: {err}"))?;
+    // Tests and scripts read the address (port 0 picks a free one) from here.
+    eprintln!("subagentd: {flag} listening on {bound}");
     Ok(listener)
-}
-
-fn threads(configured: usize) -> usize {
-    if configured > 0 {
-        configured
-    } else {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
-    }
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
@@ -118,69 +109,16 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    let router = subagent_host::adapter::router(&file)?;
-    let auth = Auth::with_tokens(file.auth_tokens()?);
-    let tcp_listener = args.tcp.as_deref().map(|addr| bind("tcp", addr, &auth, args.insecure)).transpose()?;
-    let http_listener = args.http.as_deref().map(|addr| bind("http", addr, &auth, args.insecure)).transpose()?;
-    let final_flush = Duration::from_millis(file.server.final_flush_ms);
-    let system = actix_rt::System::new();
-    system.block_on(async move {
+    let settings = Settings::from_file(&file)?;
+    actix_rt::System::new().block_on(async move {
+        // Before any address is printed: a signal sent by whoever read it
+        // must never meet the default (fatal) action.
         let stop_signal = signals().map_err(|err| format!("cannot install signal handlers: {err}"))?;
-        let workers: Vec<actix_rt::Arbiter> =
-            (0..threads(file.server.workers)).map(|_| actix_rt::Arbiter::new()).collect();
-        let handles = workers.iter().map(|worker| worker.handle()).collect();
-        let config = HostConfig { limits: file.limits.clone(), router, ..Default::default() };
-        let service = Service::new(Host::with_workers(config, handles), auth);
-        if args.stdio {
-            let on_signal = service.clone();
-            actix_rt::spawn(async move {
-                stop_signal.await;
-                on_signal.shutdown();
-            });
-            stdio::serve(service, final_flush).await.map_err(|err| format!("stdio: {err}"))?;
-        } else {
-            serve_network(service, tcp_listener, http_listener, file.server.http_workers, final_flush, stop_signal)
-                .await?;
-        }
-        for worker in workers {
-            worker.stop();
-        }
-        Ok(())
+        let tcp = args.tcp.as_deref().map(|addr| bind("tcp", addr, &settings.auth, args.insecure)).transpose()?;
+        let http = args.http.as_deref().map(|addr| bind("http", addr, &settings.auth, args.insecure)).transpose()?;
+        let listeners = Listeners { tcp, http, stdio: args.stdio };
+        server::run(settings, listeners, stop_signal).await
     })
-}
-
-async fn serve_network(
-    service: Arc<Service>,
-    tcp_listener: Option<std::net::TcpListener>,
-    http_listener: Option<std::net::TcpListener>,
-    http_workers: usize,
-    final_flush: Duration,
-    stop_signal: impl std::future::Future<Output = ()>,
-) -> Result<(), String> {
-    if let Some(listener) = tcp_listener {
-        let addr = listener.local_addr().map_err(|err| err.to_string())?;
-        let listener = tokio::net::TcpListener::from_std(listener).map_err(|err| format!("tcp {addr}: {err}"))?;
-        actix_rt::spawn(tcp::serve(listener, service.clone(), final_flush));
-        eprintln!("subagentd: tcp listening on {addr}");
-    }
-    let mut http_handle = None;
-    if let Some(listener) = http_listener {
-        let addr = listener.local_addr().map_err(|err| err.to_string())?;
-        let sessions = http::HttpSessions::new(service.clone(), final_flush);
-        let server = http::server(listener, sessions.clone(), threads(http_workers))
-            .map_err(|err| format!("http {addr}: {err}"))?;
-        http_handle = Some(server.handle());
-        actix_rt::spawn(server);
-        eprintln!("subagentd: http listening on {addr}");
-    }
-    stop_signal.await;
-    log::info!("signal received: closing every session");
-    service.shutdown();
-    service.wait_idle().await;
-    if let Some(handle) = http_handle {
-        handle.stop(false).await;
-    }
-    Ok(())
 }
 
 /// Resolves on the first SIGTERM or SIGINT. Installed before anything is
@@ -194,5 +132,6 @@ fn signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
+        log::info!("signal received");
     })
 }

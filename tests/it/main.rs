@@ -5,7 +5,10 @@
 //!   and a fake model server.
 //! - `protocol`, `wire_types`: NDJSON in, NDJSON out, and the wire types
 //!   against the spec.
+//! - `server`: the server as a library call, in-process on port 0, with
+//!   tokio's paused clock for timeouts.
 //! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
+//! - `golden`: request line in, reply line out, for both namespaces.
 //! - `stress`: random operations over several sessions.
 //!
 //! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
@@ -31,5 +34,6 @@ mod e2e_stdio;
 mod e2e_tcp;
 mod golden;
 pub(crate) mod protocol;
+mod server;
 mod stress;
 mod wire_types;

@@ -1,0 +1,152 @@
+//! The service as a library call: [`run`] serves the protocol on the
+//! listeners it is given until a shutdown future resolves (or, over stdio,
+//! until stdin ends), then closes every session and returns.
+//!
+//! `subagentd` is this plus argument parsing; tests start it in-process on
+//! port 0. It must run inside an actix system (`actix_rt::System`, or an
+//! `#[actix_rt::test]`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{FileConfig, Limits};
+use crate::runtime::task::AdapterRouter;
+use crate::runtime::{Host, HostConfig};
+use crate::session::{Auth, Service};
+use crate::transport::{http, stdio, tcp};
+
+/// Where sessions' actor trees live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// One arbiter (thread) per CPU.
+    PerCpu,
+    /// This many arbiters.
+    Count(usize),
+    /// The calling arbiter: every tree on the caller's thread (tests, and a
+    /// paused tokio clock that must reach the sessions).
+    InPlace,
+}
+
+/// What a server runs with, built from the config file by
+/// [`Settings::from_file`] or by hand.
+#[derive(Debug)]
+pub struct Settings {
+    /// Bounds on what clients can make the host hold.
+    pub limits: Limits,
+    /// Which adapter runs which model.
+    pub router: AdapterRouter,
+    /// The accepted handshake tokens.
+    pub auth: Auth,
+    /// Where the sessions' trees live.
+    pub workers: Workers,
+    /// HTTP worker threads (0: one per CPU).
+    pub http_workers: usize,
+    /// How long a closing TCP/stdio session may take to flush its last lines.
+    pub final_flush: Duration,
+}
+
+impl Settings {
+    /// The settings a config file describes: its limits, its routes (the
+    /// scripted adapter for every other model), its tokens, its `[server]`.
+    pub fn from_file(file: &FileConfig) -> Result<Self, String> {
+        let workers = match file.server.workers {
+            0 => Workers::PerCpu,
+            n => Workers::Count(n),
+        };
+        Ok(Self {
+            limits: file.limits.clone(),
+            router: crate::adapter::router(file)?,
+            auth: Auth::with_tokens(file.auth_tokens()?),
+            workers,
+            http_workers: file.server.http_workers,
+            final_flush: Duration::from_millis(file.server.final_flush_ms),
+        })
+    }
+}
+
+/// What to serve on: bound (and listening) sockets, or stdin/stdout.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// NDJSON over TCP, one session per connection.
+    pub tcp: Option<std::net::TcpListener>,
+    /// HTTP + SSE.
+    pub http: Option<std::net::TcpListener>,
+    /// One session on stdin/stdout (alone: not with `tcp` or `http`).
+    pub stdio: bool,
+}
+
+fn threads(configured: usize) -> usize {
+    if configured > 0 {
+        configured
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    }
+}
+
+/// Serves until `shutdown` resolves (or stdin ends, over stdio); then stops
+/// accepting, closes every session (each tree is terminated) and returns.
+pub async fn run(
+    settings: Settings,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + 'static,
+) -> Result<(), String> {
+    if listeners.stdio && (listeners.tcp.is_some() || listeners.http.is_some()) {
+        return Err("stdio cannot be combined with tcp or http".into());
+    }
+    let workers: Vec<actix_rt::Arbiter> = match settings.workers {
+        Workers::PerCpu => (0..threads(0)).map(|_| actix_rt::Arbiter::new()).collect(),
+        Workers::Count(n) => (0..n.max(1)).map(|_| actix_rt::Arbiter::new()).collect(),
+        Workers::InPlace => Vec::new(),
+    };
+    let handles = workers.iter().map(|worker| worker.handle()).collect();
+    let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
+    let service = Service::new(Host::with_workers(config, handles), settings.auth);
+    let served = if listeners.stdio {
+        let on_shutdown = service.clone();
+        actix_rt::spawn(async move {
+            shutdown.await;
+            on_shutdown.shutdown();
+        });
+        stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
+    } else {
+        serve_network(service, listeners, settings.http_workers, settings.final_flush, shutdown).await
+    };
+    for worker in workers {
+        worker.stop();
+    }
+    served
+}
+
+async fn serve_network(
+    service: Arc<Service>,
+    listeners: Listeners,
+    http_workers: usize,
+    final_flush: Duration,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    if let Some(listener) = listeners.tcp {
+        let addr = listener.local_addr().map_err(|err| err.to_string())?;
+        listener.set_nonblocking(true).map_err(|err| format!("tcp {addr}: {err}"))?;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|err| format!("tcp {addr}: {err}"))?;
+        actix_rt::spawn(tcp::serve(listener, service.clone(), final_flush));
+    }
+    let mut http_handle = None;
+    if let Some(listener) = listeners.http {
+        let addr = listener.local_addr().map_err(|err| err.to_string())?;
+        listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
+        let sessions = http::HttpSessions::new(service.clone(), final_flush);
+        let server =
+            http::server(listener, sessions, threads(http_workers)).map_err(|err| format!("http {addr}: {err}"))?;
+        http_handle = Some(server.handle());
+        actix_rt::spawn(server);
+    }
+    shutdown.await;
+    log::info!("shutting down: closing every session");
+    service.shutdown();
+    service.wait_idle().await;
+    if let Some(handle) = http_handle {
+        handle.stop(false).await;
+    }
+    Ok(())
+}
