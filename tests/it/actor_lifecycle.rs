@@ -59,21 +59,30 @@ async fn delegate_on_completed_failed_and_cancelled_is_accepted() {
 
 #[actix_rt::test]
 async fn delegate_while_running_or_waiting_is_refused_and_the_task_is_untouched() {
-    let host = host_with(test_limits());
+    let gate = Gate::new();
+    let host = gate.host(test_limits(), "gated");
     let (session, _events) = open(&host);
-    let id = spawn(&session, "busy", None).await;
-    delegate(&session, id, sleeping_task(150)).await;
+    // RUNNING until the gate opens, however long the checks take.
+    let id = spawn_model(&session, "busy", "gated").await;
+    delegate(&session, id, TaskDefinition::new("first", "hold")).await;
     let refused = session.delegate(id, TaskDefinition::new("other", "x")).await.unwrap();
     assert_eq!(refused, DelegateResponse { accepted: false, status: SubagentStatus::Running });
-    // WAITING as well.
+    // WAITING as well, until a message comes.
     let waiter = spawn(&session, "waiter", None).await;
-    delegate(&session, waiter, script_task("wait", json!([{ "wait_message": { "timeout_ms": 150 } }]))).await;
+    delegate(&session, waiter, script_task("wait", json!([{ "wait_message": { "timeout_ms": 60_000 } }]))).await;
     wait_for_status(&session, waiter, SubagentStatus::Waiting).await;
     let refused = session.delegate(waiter, TaskDefinition::new("other", "x")).await.unwrap();
     assert_eq!(refused, DelegateResponse { accepted: false, status: SubagentStatus::Waiting });
-    // The first task still ends with its own result.
+    // Both tasks still end with their own results.
+    gate.open();
     let done = session.await_result(id).await.unwrap();
-    assert_eq!(done.result.unwrap()["slept"], json!(150));
+    assert_eq!(done.status, SubagentStatus::Completed);
+    assert_eq!(done.result.unwrap()["released"], json!("first"));
+    let payload = SubagentMessagePayload { kind: "note".into(), content: json!("go") };
+    session.message("client_agent".into(), waiter, payload).await.unwrap();
+    let waited = session.await_result(waiter).await.unwrap();
+    assert_eq!(waited.status, SubagentStatus::Completed);
+    assert_eq!(waited.result.unwrap()["messages"][0]["content"], json!("go"));
 }
 
 #[actix_rt::test]
@@ -120,15 +129,12 @@ async fn cancel_of_a_running_task_is_graceful_and_the_subagent_takes_new_work() 
     let (session, mut events) = open(&host);
     let id = spawn(&session, "cancellable", None).await;
     delegate(&session, id, sleeping_task(60_000)).await;
-    let awaiting = actix_rt::spawn({
-        let session = session.clone();
-        async move { session.await_result(id).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Pending at the subagent before the cancel arrives.
+    let awaiting = sent(session.await_result(id)).await;
     let stopped = session.cancel(id).await.unwrap();
     assert_eq!(stopped, vec![id]);
     assert_eq!(session.stats().tasks(), 0);
-    let answer = awaiting.await.unwrap().unwrap();
+    let answer = awaiting.await.unwrap();
     assert_eq!(answer.status, SubagentStatus::Cancelled);
     assert_eq!(listed_status(&session, id).await, Some(SubagentStatus::Cancelled));
     assert!(drain_events(&mut events).iter().any(|e| e.kind == EventKind::Cancelled && e.subagent_id == id));
@@ -261,16 +267,19 @@ async fn max_steps_fails_the_task() {
 
 #[actix_rt::test]
 async fn waiting_on_a_child_shows_waiting_then_running_again() {
-    let host = host_with(test_limits());
+    let gate = Gate::new();
+    let host = gate.host(test_limits(), "gated");
     let (session, mut events) = open(&host);
     let parent = spawn(&session, "parent", None).await;
     let script = json!([
-        { "spawn": { "agent": { "name": "kid", "model": "scripted" }, "task": { "name": "k", "instruction": "nap", "metadata": { "script": [{ "sleep_ms": 150 }] } } } },
+        { "spawn": { "agent": { "name": "kid", "model": "gated" }, "task": { "name": "k", "instruction": "hold" } } },
         { "await_children": {} },
         { "progress": "after children" }
     ]);
     delegate(&session, parent, script_task("p", script)).await;
+    // The kid runs until the gate opens, so the parent waits until the test has seen it.
     wait_for_status(&session, parent, SubagentStatus::Waiting).await;
+    gate.open();
     let answer = session.await_result(parent).await.unwrap();
     assert_eq!(answer.status, SubagentStatus::Completed);
     let seen: Vec<_> = drain_events(&mut events)

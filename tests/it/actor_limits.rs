@@ -132,20 +132,14 @@ async fn pending_awaits_per_subagent_are_bounded() {
     let (session, _events) = open(&host);
     let id = spawn(&session, "busy", None).await;
     delegate(&session, id, sleeping_task(60_000)).await;
-    let first = actix_rt::spawn({
-        let s = session.clone();
-        async move { s.await_result(id).await }
-    });
-    let second = actix_rt::spawn({
-        let s = session.clone();
-        async move { s.await_result(id).await }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    // Both reach the subagent before the third await does.
+    let first = sent(session.await_result(id)).await;
+    let second = sent(session.await_result(id)).await;
     let err = session.await_result(id).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::QuotaExceeded);
     session.cancel(id).await.unwrap();
-    assert_eq!(first.await.unwrap().unwrap().status, SubagentStatus::Cancelled);
-    assert_eq!(second.await.unwrap().unwrap().status, SubagentStatus::Cancelled);
+    assert_eq!(first.await.unwrap().status, SubagentStatus::Cancelled);
+    assert_eq!(second.await.unwrap().status, SubagentStatus::Cancelled);
 }
 
 #[actix_rt::test]

@@ -129,16 +129,12 @@ async fn closing_a_session_terminates_every_tree_and_answers_pending_awaits() {
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let ids = four_level_tree(&session).await;
-    let pending = actix_rt::spawn({
-        let session = session.clone();
-        let leaf = ids[3];
-        async move { session.await_result(leaf).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Pending at the leaf before the close arrives.
+    let pending = sent(session.await_result(ids[3])).await;
     let stopped = session.close().await;
     assert_eq!(stopped.len(), 5);
     assert_eq!((session.stats().tasks(), session.stats().actors()), (0, 0));
-    let answer = pending.await.unwrap().unwrap();
+    let answer = pending.await.unwrap();
     assert_eq!(answer.status, SubagentStatus::Terminated);
     assert!(!ids.iter().any(|id| host.id_in_use(*id)), "a closed session holds no ids");
 }

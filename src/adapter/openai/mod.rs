@@ -12,8 +12,11 @@
 //! `{"summary", "steps", "usage"}`. Everything said is appended to memory.
 //!
 //! - `client`: the HTTP call, retries (429, 5xx) and reply parsing.
-//! - [`tools`]: the tools, their schemas, the host's [`ToolPolicy`] and the
-//!   tool-scope filter.
+//! - [`schemas`]: the tools a model may be offered, their names and JSON
+//!   schemas.
+//! - [`policy`]: which of them a subagent may call: the host's
+//!   [`ToolPolicy`] and the `tool_scope` filter.
+//! - `dispatch`: carrying out one tool call against the runtime.
 //!
 //! Cancellation races every call: a cancel stops the task at once, and
 //! dropping the task's future (terminate, timeout) drops the in-flight
@@ -21,7 +24,9 @@
 //! `http://` endpoints work.
 
 mod client;
-pub mod tools;
+mod dispatch;
+pub mod policy;
+pub mod schemas;
 
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -33,7 +38,8 @@ use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use client::{ChatClient, Usage};
 
 pub use client::RetryPolicy;
-pub use tools::{allowed_tools, tool_schema, ToolPolicy, TOOL_NAMES};
+pub use policy::{allowed_tools, ToolPolicy};
+pub use schemas::{tool_schema, TOOL_NAMES};
 
 /// Where the adapter sends its calls, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +129,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
     };
     let client = ChatClient::new(&config.base_url, api_key, config.retry.clone());
     let allowed = allowed_tools(&ctx.config, &config.policy);
-    let tool_definitions = Value::Array(tools::definitions(&allowed));
+    let tool_definitions = Value::Array(schemas::definitions(&allowed));
     let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());
 
     let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
@@ -156,7 +162,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         }
         for call in &completion.tool_calls {
             ctx.progress(format!("step {step}: tool {}", call.name));
-            let output = tools::call(ctx, &allowed, call).await;
+            let output = dispatch::call(ctx, &allowed, call).await;
             say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
         }
     }

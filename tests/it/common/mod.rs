@@ -1,15 +1,21 @@
 //! Helpers shared by the actor-level tests: a host with chosen limits, a
-//! session whose events land in a channel, and scripted tasks.
+//! session whose events land in a channel, scripted tasks, and ways to order
+//! things without sleeping (requests sent now, tasks held behind a gate).
 #![allow(dead_code)]
 
+use futures_util::future::maybe_done;
 use serde_json::{json, Value};
+use std::future::{poll_fn, Future};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::event::Event;
 use subagent_host::protocol::wire::*;
+use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::watch;
 
 /// A host with these limits and every other setting at its default.
 pub fn host_with(limits: Limits) -> Host {
@@ -89,4 +95,82 @@ pub fn drain_events(rx: &mut UnboundedReceiver<Event>) -> Vec<Event> {
 /// Limits for tests: deep trees allowed, short grace.
 pub fn test_limits() -> Limits {
     Limits { max_depth: 6, cancel_grace_ms: 200, ..Limits::default() }
+}
+
+/// Makes the call in `request` now, and gives back its answer to await later.
+///
+/// A [`Tree`] request puts its message in the supervisor's mailbox when first
+/// polled. Mailboxes are FIFO and the supervisor forwards to a subagent in the
+/// order it handles, so whatever the test asks after this returns reaches the
+/// subagent after this request: an await made with `sent` is pending at the
+/// subagent before a cancel that follows it. Where a test used to spawn the
+/// request and sleep "long enough" for it to arrive, this orders it by
+/// construction.
+pub async fn sent<F: Future>(request: F) -> impl Future<Output = F::Output> {
+    let mut request = Box::pin(maybe_done(request));
+    poll_fn(|cx| {
+        let _ = request.as_mut().poll(cx);
+        Poll::Ready(())
+    })
+    .await;
+    async move {
+        request.as_mut().await;
+        request.as_mut().take_output().expect("a request answers once")
+    }
+}
+
+/// An adapter whose tasks stay RUNNING until the test opens the gate, then
+/// complete with `{"released": <task name>}` (a cancel still stops them).
+///
+/// It holds a window open for as long as the test needs it, where a task
+/// sleeping a fixed time would close it early on a loaded machine.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    // Shared with every task it runs; `true` once opened, for good.
+    open: Arc<watch::Sender<bool>>,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self { open: Arc::new(watch::Sender::new(false)) }
+    }
+
+    /// Lets every task behind the gate, running or to come, complete.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// A host with `limits` whose models matching `model_glob` run behind
+    /// this gate (the rest are scripted).
+    pub fn host(&self, limits: Limits, model_glob: &str) -> Host {
+        let router = AdapterRouter::default().route(model_glob, Arc::new(self.clone())).unwrap();
+        Host::new(HostConfig { limits, router, ..Default::default() })
+    }
+}
+
+impl AgentAdapter for Gate {
+    fn name(&self) -> &str {
+        "gate"
+    }
+
+    fn run(&self, ctx: TaskContext) -> TaskFuture {
+        let mut open = self.open.subscribe();
+        Box::pin(async move {
+            tokio::select! {
+                _ = ctx.cancel.cancelled() => Err(TaskError::new("cancelled")),
+                _ = open.wait_for(|open| *open) => {
+                    let mut result = JsonObject::new();
+                    result.insert("released".into(), json!(ctx.task.name));
+                    Ok(result)
+                }
+            }
+        })
+    }
+}
+
+/// Spawns a top-level subagent of `model`.
+pub async fn spawn_model(session: &Tree, name: &str, model: &str) -> SubagentId {
+    let request = SpawnRequest { agent: SubagentConfig::new(name, model), parent_agent_id: None, root_agent_id: None };
+    session.spawn(request).await.expect("spawn").subagent_id
 }

@@ -1,0 +1,173 @@
+//! Carrying out one tool call: the model's arguments become a runtime
+//! request, and its outcome (or failure) a JSON answer for the model.
+//!
+//! Every call answers the model with a JSON value; a bad call (unknown or
+//! forbidden tool, malformed arguments, a refused request) answers
+//! `{"error": "..."}` so the model can correct itself. Nothing here fails the
+//! task or panics on model output.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use super::client::ToolCall;
+use super::policy::{ALLOWED_TOOLS_KEY, TOOLS_KEY};
+use super::schemas::{AWAIT_SUBAGENT, DELEGATE_TASK, LIST_SUBAGENTS, READ_MAILBOX, SEND_MESSAGE, SPAWN_SUBAGENT};
+use crate::ids::SubagentId;
+use crate::protocol::wire::{MemoryScope, SubagentConfig, TaskDefinition, ToolScope};
+use crate::runtime::task::TaskContext;
+
+/// Longest wait `read_mailbox` accepts (the task's deadline still applies).
+const MAX_MAILBOX_WAIT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Deserialize)]
+struct SpawnArgs {
+    name: String,
+    instruction: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    system_prompt: Option<String>,
+    #[serde(default)]
+    memory_scope: Option<MemoryScope>,
+    #[serde(default)]
+    tool_scope: Option<ToolScope>,
+    #[serde(default)]
+    tools: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DelegateArgs {
+    subagent_id: String,
+    instruction: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct IdArgs {
+    subagent_id: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct SendArgs {
+    to: String,
+    content: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct MailboxArgs {
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+/// A tool call's failure, told to the model.
+fn failure(text: impl Into<String>) -> Value {
+    json!({ "error": text.into() })
+}
+
+fn parse_args<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Value> {
+    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|err| failure(format!("bad arguments for {}: {}", call.name, err)))
+}
+
+fn parse_id(ctx: &TaskContext, text: &str) -> Result<SubagentId, Value> {
+    if text == "parent" {
+        return ctx.parent_id.ok_or_else(|| failure("this agent has no parent subagent"));
+    }
+    SubagentId::parse(text).ok_or_else(|| failure(format!("`{text}` is not a subagent id")))
+}
+
+/// Carries out one tool call; `allowed` is what this subagent may call.
+pub(crate) async fn call(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Value {
+    if !allowed.contains(&call.name.as_str()) {
+        return failure(format!("tool `{}` is not available to this agent", call.name));
+    }
+    match dispatch(ctx, allowed, call).await {
+        Ok(value) | Err(value) => value,
+    }
+}
+
+async fn dispatch(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Result<Value, Value> {
+    match call.name.as_str() {
+        SPAWN_SUBAGENT => {
+            let args: SpawnArgs = parse_args(call)?;
+            let mut child =
+                SubagentConfig::new(args.name.clone(), args.model.unwrap_or_else(|| ctx.config.model.clone()));
+            child.role = args.role;
+            child.system_prompt = args.system_prompt;
+            child.capabilities = ctx.config.capabilities.clone();
+            child.memory_scope = args.memory_scope.unwrap_or_default();
+            child.tool_scope = args.tool_scope.unwrap_or_default();
+            child.max_steps = ctx.config.max_steps;
+            child.timeout_seconds = ctx.config.timeout_seconds;
+            if let Some(tools) = args.tools {
+                child.metadata.insert(TOOLS_KEY.into(), json!(tools));
+            }
+            // The child never gets a tool this agent lacks, whatever its scope.
+            child.metadata.insert(ALLOWED_TOOLS_KEY.into(), json!(allowed));
+            let task = TaskDefinition::new(args.name, args.instruction);
+            let id = ctx.spawn_child(child, Some(task)).await.map_err(|err| failure(format!("spawn failed: {err}")))?;
+            Ok(json!({ "subagent_id": id, "status": "RUNNING" }))
+        }
+        DELEGATE_TASK => {
+            let args: DelegateArgs = parse_args(call)?;
+            let id = parse_id(ctx, &args.subagent_id)?;
+            let task = TaskDefinition::new(format!("task from {}", ctx.subagent_id), args.instruction);
+            let reply = ctx.delegate(id, task).await.map_err(|err| failure(format!("delegate failed: {err}")))?;
+            Ok(json!({ "accepted": reply.accepted, "status": reply.status }))
+        }
+        AWAIT_SUBAGENT => {
+            let args: IdArgs = parse_args(call)?;
+            let id = parse_id(ctx, &args.subagent_id)?;
+            let reply = ctx.await_subagent(id).await.map_err(|err| failure(format!("await failed: {err}")))?;
+            Ok(json!({
+                "subagent_id": reply.subagent_id,
+                "status": reply.status,
+                "result": reply.result,
+                "error": reply.error,
+            }))
+        }
+        SEND_MESSAGE => {
+            let args: SendArgs = parse_args(call)?;
+            let to = parse_id(ctx, &args.to)?;
+            ctx.send_message(to, "message", args.content)
+                .await
+                .map_err(|err| failure(format!("send failed: {err}")))?;
+            Ok(json!({ "delivered": true }))
+        }
+        READ_MAILBOX => {
+            let args: MailboxArgs = parse_args(call)?;
+            let mut messages: Vec<Value> = ctx.mailbox.drain().into_iter().map(|m| super::inbox_json(&m)).collect();
+            if messages.is_empty() {
+                if let Some(ms) = args.timeout_ms.filter(|ms| *ms > 0) {
+                    let wait = Duration::from_millis(ms).min(MAX_MAILBOX_WAIT);
+                    if let Some(message) = ctx.next_message(Some(wait)).await {
+                        messages.push(super::inbox_json(&message));
+                    }
+                }
+            }
+            Ok(json!({ "messages": messages }))
+        }
+        LIST_SUBAGENTS => {
+            let list = ctx.list().await.map_err(|err| failure(format!("list failed: {err}")))?;
+            let rows: Vec<Value> = list
+                .subagents
+                .iter()
+                .map(|info| {
+                    json!({
+                        "subagent_id": info.subagent_id,
+                        "name": info.name,
+                        "status": info.status,
+                        "parent_agent_id": info.parent_agent_id,
+                        "depth": info.depth,
+                    })
+                })
+                .collect();
+            Ok(json!({ "subagents": rows }))
+        }
+        other => Err(failure(format!("unknown tool `{other}`"))),
+    }
+}
