@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentEvent, SubagentStatus};
+use crate::protocol::wire::{JsonObject, SubagentStatus};
 
 /// The `event` field of a `SUBAGENT_EVENT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,43 +102,9 @@ pub struct Event {
     pub detail: EventDetail,
 }
 
-impl Event {
-    /// The `content` object of the wire event.
-    pub fn content(&self) -> JsonObject {
-        let mut content = JsonObject::new();
-        content.insert("status".into(), json!(self.status.as_str()));
-        content.insert("parent_agent_id".into(), json!(self.parent_agent_id.as_deref()));
-        content.insert("root_agent_id".into(), json!(self.root_agent_id.as_deref()));
-        content.insert("depth".into(), json!(self.depth));
-        if let Some(error) = &self.error {
-            content.insert("error".into(), json!(&**error));
-        }
-        match &self.detail {
-            EventDetail::None => {}
-            EventDetail::Progress(text) => {
-                content.insert("message".into(), json!(text));
-            }
-            EventDetail::Message { from, kind } => {
-                content.insert("from_subagent_id".into(), json!(from));
-                content.insert("message_type".into(), json!(kind));
-            }
-            EventDetail::Merged { strategy, subagent_ids } => {
-                content.insert("strategy".into(), json!(strategy));
-                content.insert("subagent_ids".into(), json!(subagent_ids));
-            }
-        }
-        content
-    }
-
-    /// The event as a `SUBAGENT_EVENT` body.
-    pub fn to_wire(&self) -> SubagentEvent {
-        SubagentEvent { subagent_id: self.subagent_id, event: self.kind.as_str().to_owned(), content: self.content() }
-    }
-}
-
 /// The wire body of an event (`SUBAGENT_EVENT` without the envelope),
-/// serialized straight from the event: the same fields as
-/// [`Event::to_wire`], without building a JSON tree first.
+/// serialized straight from the event, without building a JSON tree first.
+/// The encoder ships this; tests read events through it too.
 #[derive(Debug, Clone, Copy)]
 pub struct WireEvent<'a>(pub &'a Event);
 
@@ -152,7 +118,7 @@ impl Serialize for WireEvent<'_> {
     }
 }
 
-/// [`Event::content`], serialized in place.
+/// The event's `content` object, serialized in place.
 struct WireContent<'a>(&'a Event);
 
 impl Serialize for WireContent<'_> {

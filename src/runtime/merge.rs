@@ -185,40 +185,9 @@ impl MergeStrategy for Voting {
     }
 }
 
-/// JSON text with object keys sorted at every level, so that equal values
-/// always spell the same.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
+/// JSON text in which equal values always spell the same: serde_json's
+/// objects are sorted maps (its `preserve_order` feature is off), so plain
+/// serialization already sorts keys at every level.
+fn canonical_json(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }

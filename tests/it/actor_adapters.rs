@@ -127,7 +127,8 @@ async fn script_progress_emits_a_progress_event_with_its_text() {
     let progress: Vec<_> = drain_events(&mut events).into_iter().filter(|e| e.kind == EventKind::Progress).collect();
     assert_eq!(progress.len(), 1);
     assert_eq!(progress[0].detail, EventDetail::Progress("halfway".into()));
-    assert_eq!(progress[0].to_wire().content["message"], json!("halfway"));
+    let wire = serde_json::to_value(subagent_host::event::WireEvent(&progress[0])).unwrap();
+    assert_eq!(wire["content"]["message"], json!("halfway"));
 }
 
 #[actix_rt::test]

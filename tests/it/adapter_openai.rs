@@ -301,7 +301,7 @@ async fn the_api_key_is_sent_but_never_appears_in_events_or_errors() {
     let mut count = 0;
     while let Ok(event) = events.try_recv() {
         count += 1;
-        let wire = serde_json::to_string(&event.to_wire()).expect("wire");
+        let wire = serde_json::to_string(&subagent_host::event::WireEvent(&event)).expect("wire");
         assert!(!wire.contains(KEY) && !format!("{event:?}").contains(KEY), "key leaked: {wire}");
     }
     assert!(count >= 3, "spawned, delegated, progress (retry), failed");
