@@ -7,6 +7,7 @@
 //!   against the spec.
 //! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
 //! - `stress`: random operations over several sessions.
+//! - `model`: random lifecycle sequences against a reference model (proptest).
 //!
 //! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
 //! tiny clients), `fake_openai` (a fake chat completions server), and
@@ -30,6 +31,7 @@ mod e2e_sdk_flow;
 mod e2e_stdio;
 mod e2e_tcp;
 mod golden;
+mod model;
 pub(crate) mod protocol;
 mod stress;
 mod wire_types;
