@@ -70,7 +70,8 @@ fuzz_target!(|data: &[u8]| {
 
 async fn run(data: &[u8]) {
     tokio::time::pause();
-    let config = HostConfig { limits: limits(), ids: IdRegistry::new(Box::new(Counter::default())), ..Default::default() };
+    let config =
+        HostConfig { limits: limits(), ids: IdRegistry::new(Box::new(Counter::default())), ..Default::default() };
     let service = Service::new(Host::new(config), Auth::with_tokens([TOKEN.to_owned()]));
 
     let handshake = format!(
@@ -131,10 +132,12 @@ fn expected_replies(frames: &[Frame]) -> HashMap<String, usize> {
         let Frame::Line(line) = frame else { continue };
         let (id, replies) = match decode_line(line) {
             Ok(Some(incoming)) => (incoming.id, 1),
-            Ok(None) => match serde_json::from_slice::<Value>(line).ok().and_then(|v| v["id"].as_str().map(str::to_owned)) {
-                Some(id) => (id, 0),
-                None => continue,
-            },
+            Ok(None) => {
+                match serde_json::from_slice::<Value>(line).ok().and_then(|v| v["id"].as_str().map(str::to_owned)) {
+                    Some(id) => (id, 0),
+                    None => continue,
+                }
+            }
             Err(bad) => (bad.req_id, 1),
         };
         if !id.is_empty() {

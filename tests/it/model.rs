@@ -75,14 +75,29 @@ enum Work {
 /// [`Model::pick`]; with none yet, the step is skipped).
 #[derive(Debug, Clone)]
 enum Op {
-    Spawn { parent: Option<usize> },
-    Delegate { target: usize, work: Work },
-    Await { target: usize },
-    Cancel { target: usize },
-    Terminate { target: usize },
-    Message { target: usize },
+    Spawn {
+        parent: Option<usize>,
+    },
+    Delegate {
+        target: usize,
+        work: Work,
+    },
+    Await {
+        target: usize,
+    },
+    Cancel {
+        target: usize,
+    },
+    Terminate {
+        target: usize,
+    },
+    Message {
+        target: usize,
+    },
     /// A request naming an id the session does not have.
-    Stranger { request: u8 },
+    Stranger {
+        request: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -139,7 +154,7 @@ impl Model {
     fn pick(&self, index: usize) -> Option<usize> {
         let live: Vec<usize> =
             (0..self.nodes.len()).filter(|&i| self.nodes[i].status != SubagentStatus::Terminated).collect();
-        if index % 4 != 0 && !live.is_empty() {
+        if !index.is_multiple_of(4) && !live.is_empty() {
             return Some(live[index / 4 % live.len()]);
         }
         (!self.nodes.is_empty()).then(|| index % self.nodes.len())
@@ -244,11 +259,8 @@ impl Model {
         if self.nodes[index].status == SubagentStatus::Terminated {
             return BTreeSet::new();
         }
-        let stopped: BTreeSet<usize> = self
-            .subtree(index)
-            .into_iter()
-            .filter(|&i| self.nodes[i].status != SubagentStatus::Terminated)
-            .collect();
+        let stopped: BTreeSet<usize> =
+            self.subtree(index).into_iter().filter(|&i| self.nodes[i].status != SubagentStatus::Terminated).collect();
         for &i in &stopped {
             let node = &mut self.nodes[i];
             node.status = SubagentStatus::Terminated;
@@ -304,10 +316,7 @@ fn task_for(work: Work, step: usize) -> (TaskDefinition, Value) {
             let text = format!("failed at step {step}");
             (script_task("fail", json!([{ "fail": text }])), json!({ "fail": text }))
         }
-        Work::Short => (
-            script_task("short", json!([{ "sleep_ms": 3 }, { "return": step }])),
-            json!({ "value": step }),
-        ),
+        Work::Short => (script_task("short", json!([{ "sleep_ms": 3 }, { "return": step }])), json!({ "value": step })),
         Work::Forever => (sleeping_task(600_000), Value::Null),
     }
 }
@@ -467,7 +476,8 @@ impl Real {
 }
 
 async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let config = HostConfig { limits: limits(), ids: IdRegistry::new(Box::new(Counter::default())), ..Default::default() };
+    let config =
+        HostConfig { limits: limits(), ids: IdRegistry::new(Box::new(Counter::default())), ..Default::default() };
     let host = Host::new(config);
     let (session, _events) = open(&host);
     let mut real = Real { session: session.clone(), ids: Vec::new(), pending: Vec::new() };
@@ -507,9 +517,8 @@ fn random_lifecycle_sequences_match_the_reference_model_and_leave_nothing_behind
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256);
     let config = Config { cases, failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new(config);
-    let outcome = runner.run(&proptest::collection::vec(op(), 1..=40), |ops| {
-        actix_rt::System::new().block_on(run_case(ops))
-    });
+    let outcome =
+        runner.run(&proptest::collection::vec(op(), 1..=40), |ops| actix_rt::System::new().block_on(run_case(ops)));
     if let Err(failure) = outcome {
         panic!("{failure}");
     }
