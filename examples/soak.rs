@@ -2,7 +2,9 @@
 //! HTTP+SSE for N minutes, printing requests served, errors by code, and the
 //! server's RSS (`VmRSS` of `/proc/PID/status`) at the start, after warm-up,
 //! in the middle and at the end, with a verdict on whether RSS stays flat
-//! (within 10 %) after warm-up. Results go to BENCHMARKS.md ("Soak").
+//! after warm-up: the median and the floor of the per-second samples in the
+//! last tenth of the run (at most 60 s) within 10 % of those in the same
+//! span after warm-up. Results go to BENCHMARKS.md ("Soak (issue 9)").
 //!
 //! Run: `cargo build --release && cargo run --release --example soak -- --minutes 10`
 //!
@@ -656,6 +658,13 @@ fn health_sessions(addr: &str) -> Option<u64> {
     serde_json::from_str::<Value>(&body).ok()?["sessions"].as_u64()
 }
 
+/// The lowest, median and highest of `values`.
+fn spread(values: &[u64]) -> Option<(u64, u64, u64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    Some((*sorted.first()?, sorted[sorted.len() / 2], *sorted.last()?))
+}
+
 fn mib(kib: Option<u64>) -> String {
     kib.map_or_else(|| "n/a".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
 }
@@ -701,22 +710,24 @@ fn main() {
     let read_rss = || pid.and_then(rss_kib);
     let start_rss = read_rss();
     println!(
-        "{:>8}  {:>10}  {:>8}  {:>11}  {:>13}  {:>5}  point",
-        "elapsed", "requests", "req/s", "rss", "min-max MiB", "fds"
+        "{:>8}  {:>10}  {:>8}  {:>11}  {:>18}  {:>5}  point",
+        "elapsed", "requests", "req/s", "rss", "min/median/max MiB", "fds"
     );
-    // One table line: instant RSS, and the lowest and highest of the
-    // per-second samples since the previous line.
+    // One table line: instant RSS, and the lowest, median and highest of
+    // the per-second samples since the previous line.
     let report = |elapsed: Duration, requests: u64, last: &mut (Duration, u64), window: &[u64], point: &str| {
         let rate = (requests - last.1) as f64 / (elapsed - last.0).as_secs_f64().max(1e-9);
         *last = (elapsed, requests);
         let fds = pid.and_then(open_fds).map_or_else(|| "n/a".into(), |n| n.to_string());
         let rss = read_rss();
-        let range = match (window.iter().min(), window.iter().max()) {
-            (Some(&low), Some(&high)) => format!("{:.1}-{:.1}", low as f64 / 1024.0, high as f64 / 1024.0),
-            _ => "-".into(),
+        let range = match spread(window) {
+            Some((low, median, high)) => {
+                format!("{:.1}/{:.1}/{:.1}", low as f64 / 1024.0, median as f64 / 1024.0, high as f64 / 1024.0)
+            }
+            None => "-".into(),
         };
         println!(
-            "{:>7.0}s  {:>10}  {:>8.0}  {:>11}  {:>13}  {:>5}  {point}",
+            "{:>7.0}s  {:>10}  {:>8.0}  {:>11}  {:>18}  {:>5}  {point}",
             elapsed.as_secs_f64(),
             requests,
             rate,
@@ -788,9 +799,11 @@ fn main() {
         }
     }
     stop.store(true, Ordering::Relaxed);
+    let stopping = Instant::now();
     for client in clients {
         let _ = client.join();
     }
+    let joined = stopping.elapsed();
     let elapsed = started.elapsed();
     // Every client has ended its session: the server should hold none.
     let mut idle_sessions = None;
@@ -804,6 +817,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    let emptied = stopping.elapsed();
     let drained_rss = report(started.elapsed(), stats.requests.load(Ordering::Relaxed), &mut last, &[], "clients gone");
 
     let requests = stats.requests.load(Ordering::Relaxed);
@@ -817,10 +831,12 @@ fn main() {
         stats.events.load(Ordering::Relaxed),
     );
     println!(
-        "sessions: tcp {}, http {}, failed to open {}; open on the server after the clients left: {}",
+        "sessions: tcp {}, http {}, failed to open {}; clients done in {:.1} s; open on the server {:.1} s after the stop: {}",
         stats.sessions_tcp.load(Ordering::Relaxed),
         stats.sessions_http.load(Ordering::Relaxed),
         stats.session_failures.load(Ordering::Relaxed),
+        joined.as_secs_f64(),
+        emptied.as_secs_f64(),
         idle_sessions.map_or_else(|| "n/a".into(), |n| n.to_string()),
     );
     println!(
@@ -841,27 +857,41 @@ fn main() {
         mib(end_rss),
         mib(drained_rss)
     );
-    // Flat means no trend: the peak of the last window is within 10 % of the
-    // peak of the first window after warm-up (single samples swing with the
-    // sessions and tasks alive at that second).
+    // Flat means no trend. Single samples swing by a fifth either way with
+    // the sessions, tasks and lines alive at that second, so one peak says
+    // little: compare the median and the floor (the lowest sample, which a
+    // leak raises) of the last window with those of the first window after
+    // warm-up; the peaks are printed too.
     let window = (total / 10).clamp(Duration::from_secs(5), Duration::from_secs(60));
-    let peak = |from: Duration, to: Duration| {
-        samples.iter().filter(|(t, _)| *t >= from && *t <= to).map(|(_, rss)| *rss).max()
+    let within = |from: Duration, to: Duration| -> Vec<u64> {
+        samples.iter().filter(|(t, _)| *t >= from && *t <= to).map(|(_, rss)| *rss).collect()
     };
-    let first = peak(warmup, warmup + window);
-    let final_peak = peak(total.saturating_sub(window), total + window);
-    let highest = peak(warmup, total + window);
-    if let (Some(first), Some(final_peak), Some(highest)) = (first, final_peak, highest) {
-        let growth = (final_peak as f64 / first as f64 - 1.0) * 100.0;
-        let flat = final_peak as f64 <= first as f64 * 1.10;
+    let first = spread(&within(warmup, warmup + window));
+    let final_window = spread(&within(total.saturating_sub(window), total + window));
+    let highest = within(warmup, total + window).into_iter().max();
+    if let (Some(first), Some(last), Some(highest)) = (first, final_window, highest) {
+        let pct = |now: u64, then: u64| (now as f64 / then as f64 - 1.0) * 100.0;
+        let flat = last.1 as f64 <= first.1 as f64 * 1.10 && last.0 as f64 <= first.0 as f64 * 1.10;
+        let show = |(low, median, high): (u64, u64, u64)| {
+            format!("floor {}, median {}, peak {}", mib(Some(low)), mib(Some(median)), mib(Some(high)))
+        };
+        println!("rss, first {:.0} s after warm-up: {}", window.as_secs_f64(), show(first));
         println!(
-            "rss peak in the first {:.0} s after warm-up {}, in the last {:.0} s {} ({growth:+.1} %), highest after warm-up {}: {}",
+            "rss, last {:.0} s: {} (median {:+.1} %, floor {:+.1} %, peak {:+.1} %); highest after warm-up {}",
             window.as_secs_f64(),
-            mib(Some(first)),
-            window.as_secs_f64(),
-            mib(Some(final_peak)),
+            show(last),
+            pct(last.1, first.1),
+            pct(last.0, first.0),
+            pct(last.2, first.2),
             mib(Some(highest)),
-            if flat { "FLAT (within 10 %)" } else { "NOT FLAT (grew more than 10 %)" }
+        );
+        println!(
+            "verdict: {}",
+            if flat {
+                "FLAT after warm-up (median and floor within 10 %)"
+            } else {
+                "NOT FLAT after warm-up (median or floor grew more than 10 %)"
+            }
         );
     }
     if let Some(child) = server.as_mut() {
