@@ -150,14 +150,13 @@ fn expected_replies(frames: &[Frame]) -> HashMap<String, usize> {
 /// Checks one output line's envelope; returns it parsed.
 fn checked(line: &str) -> Value {
     assert!(!line.contains('\n'), "a line with a newline inside: {line:?}");
-    let keys: UniqueKeys = serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}"));
+    let UniqueKeys = serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}"));
     let value: Value = serde_json::from_str(line).expect("checked above");
     assert!(value["type"].is_string(), "no string type: {line}");
     let id = value["id"].as_str().unwrap_or_else(|| panic!("no string id: {line}"));
     assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "id {id:?}: {line}");
     assert_eq!(value["a2e"], "1.0", "{line}");
     assert!(value["ts"].is_number(), "{line}");
-    drop(keys);
     value
 }
 
