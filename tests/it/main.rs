@@ -10,6 +10,7 @@
 //! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
 //! - `golden`: request line in, reply line out, for both namespaces.
 //! - `stress`: random operations over several sessions.
+//! - `model`: random lifecycle sequences against a reference model (proptest).
 //!
 //! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
 //! tiny clients), `fake_openai` (a fake chat completions server), and
@@ -33,6 +34,7 @@ mod e2e_sdk_flow;
 mod e2e_stdio;
 mod e2e_tcp;
 mod golden;
+mod model;
 pub(crate) mod protocol;
 mod server;
 mod stress;
