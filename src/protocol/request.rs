@@ -216,8 +216,16 @@ fn decode_slow(line: &[u8]) -> Result<Option<Incoming>, DecodeError> {
     let fail = |req_id: &str, error: HostError| DecodeError { req_id: req_id.to_owned(), kind: None, error };
     let text = std::str::from_utf8(line)
         .map_err(|err| fail("", HostError::new(ErrorCode::ParseError, format!("line is not valid UTF-8: {err}"))))?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|err| fail("", HostError::new(ErrorCode::ParseError, format!("line is not valid JSON: {err}"))))?;
+    let value: Value = serde_json::from_str(text).map_err(|err| {
+        // A line the strict parse refuses (a lone surrogate, `1e999`) may
+        // still have a readable envelope: answer with its id, so a client
+        // matching replies by id sees the error.
+        let id = serde_json::from_str::<Envelope<'_>>(text).ok().and_then(|envelope| envelope.id);
+        fail(
+            id.as_deref().unwrap_or(""),
+            HostError::new(ErrorCode::ParseError, format!("line is not valid JSON: {err}")),
+        )
+    })?;
     let Value::Object(object) = value else {
         return Err(fail("", HostError::new(ErrorCode::InvalidMessage, "a message must be a JSON object")));
     };
@@ -310,9 +318,24 @@ mod tests {
             r#"{"type":"SUBAGENT_SPAWN_REQ","agent":{"name":"n","model":"m","memory_scope":"bogus"}}"#,
             r#"{"type":"SUBAGENT_SPAWN_REQ","agent":{"name":"n","model":"m","max_steps":1.5}}"#,
             r#"{"type":"SUBAGENT_LIST_REQ","id":"l"} trailing"#,
+            r#"{"type":"SUBAGENT_AWAIT_REQ","id":"a1","x":"\ud800"}"#,
+            r#"{"type":"SUBAGENT_AWAIT_REQ","id":"a2","x":1e999}"#,
         ];
         for line in lines {
             assert_eq!(decode_line(line.as_bytes()), decode_slow(line.as_bytes()), "{line}");
+        }
+    }
+
+    // Found by the `decode_line` fuzz target: such a line was answered with
+    // `req_id: ""`, and a client matching by id never saw its answer.
+    #[test]
+    fn a_line_the_strict_parse_refuses_is_answered_with_its_id() {
+        for (line, id) in [
+            (r#"{"type":"SUBAGENT_AWAIT_REQ","id":"a1","x":"\ud800"}"#, "a1"),
+            (r#"{"type":"SUBAGENT_AWAIT_REQ","id":"a2","x":1e999}"#, "a2"),
+        ] {
+            let refused = decode_line(line.as_bytes()).unwrap_err();
+            assert_eq!((refused.req_id.as_str(), refused.error.code), (id, ErrorCode::ParseError), "{line}");
         }
     }
 }
