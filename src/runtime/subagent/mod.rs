@@ -2,76 +2,27 @@
 //! its mailbox, answers awaits when the task ends, and stops its own task on
 //! cancel and itself on terminate. The tree it sits in is the supervisor's:
 //! a subtree is stopped by the supervisor's one stop routine.
+//!
+//! - `running`: starting a task inside the actor and recording how it ended.
+
+mod running;
+
+use running::RunningTask;
 
 use actix::prelude::*;
-use futures_util::future::{AbortHandle, Abortable};
-use futures_util::FutureExt;
-use std::cell::Cell;
-use std::panic::AssertUnwindSafe;
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::memory::{InboxMessage, Mailbox, Memory};
 use super::messages::*;
 use super::supervisor::Supervisor;
-use super::task::{AgentAdapter, TaskContext};
+use super::task::AgentAdapter;
 use super::{HostContext, TreeStats};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
-use crate::protocol::encode::encoded_len;
 use crate::protocol::wire::*;
-
-/// Longest task timeout honoured; larger `timeout_seconds` are clamped so the
-/// deadline arithmetic cannot overflow.
-const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// How a task ended, as seen from inside its tokio task.
-enum Outcome {
-    Completed(JsonObject),
-    Failed(String),
-    TimedOut,
-    // Dropped at once by terminate, or past the cancel grace period.
-    Aborted,
-    // The adapter panicked; the text of the panic.
-    Panicked(String),
-}
-
-/// The task currently running on a subagent.
-struct RunningTask {
-    // Tells stale completions (of an earlier task) from the current one.
-    generation: u64,
-    // The graceful signal the adapter sees.
-    cancel: CancellationToken,
-    // Drops the task's future at once (terminate, or cancel past the grace period).
-    abort: AbortHandle,
-    // Fires once the task's future is gone and its outcome is recorded.
-    // Made on first use: most tasks end without anyone waiting on them this way.
-    settled: Option<CancellationToken>,
-    // Set by the task while it waits on a child or its mailbox (`WAITING`).
-    waiting: Rc<Cell<bool>>,
-    // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
-    cancel_requested: bool,
-    // For the timeout error text.
-    timeout_seconds: u64,
-}
-
-impl RunningTask {
-    /// Fires once the task has ended.
-    fn settled(&mut self) -> CancellationToken {
-        self.settled.get_or_insert_with(CancellationToken::new).clone()
-    }
-
-    fn fire_settled(&self) {
-        if let Some(settled) = &self.settled {
-            settled.cancel();
-        }
-    }
-}
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
@@ -83,22 +34,6 @@ impl Drop for AliveGuard {
     fn drop(&mut self) {
         self.stats.live_actors.fetch_sub(1, Ordering::AcqRel);
         self.gone.cancel();
-    }
-}
-
-/// Counts a task as live while its future exists.
-struct LiveTask(Arc<TreeStats>);
-
-impl LiveTask {
-    fn new(stats: Arc<TreeStats>) -> Self {
-        stats.live_tasks.fetch_add(1, Ordering::AcqRel);
-        Self(stats)
-    }
-}
-
-impl Drop for LiveTask {
-    fn drop(&mut self) {
-        self.0.live_tasks.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -195,120 +130,6 @@ impl SubagentActor {
         });
     }
 
-    fn start_task(&mut self, task: TaskDefinition, deadline_cap: Option<Instant>, ctx: &mut Context<Self>) {
-        self.generation += 1;
-        let generation = self.generation;
-        let timeout_seconds = self.config.timeout_seconds;
-        let mut deadline = Instant::now() + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
-        if let Some(cap) = deadline_cap {
-            deadline = deadline.min(cap);
-        }
-        let cancel = CancellationToken::new();
-        let waiting = Rc::new(Cell::new(false));
-        let task_ctx = TaskContext {
-            subagent_id: self.id,
-            parent_id: self.parent_id,
-            config: self.config.clone(),
-            task: Arc::new(task),
-            memory: self.memory.clone(),
-            mailbox: self.mailbox.clone(),
-            cancel: cancel.clone(),
-            deadline,
-            waiting: waiting.clone(),
-            steps: Cell::new(0),
-            supervisor: self.supervisor.clone(),
-        };
-        let adapter = self.adapter.clone();
-        let live = LiveTask::new(self.stats.clone());
-        let (abort, abort_registration) = AbortHandle::new_pair();
-        // The task runs inside this actor's context (no tokio task of its own):
-        // it is polled with the actor, dropped with it, and its outcome lands
-        // in `settle` on this actor. The adapter's future is gone, and the
-        // live count down, before `settle` runs: the `.await` below consumes
-        // it and `_live` ends with the block.
-        let run = async move {
-            let _live = live;
-            let guarded = Abortable::new(tokio::time::timeout_at(deadline, adapter.run(task_ctx)), abort_registration);
-            match AssertUnwindSafe(guarded).catch_unwind().await {
-                Ok(Ok(Ok(Ok(result)))) => Outcome::Completed(result),
-                Ok(Ok(Ok(Err(err)))) => Outcome::Failed(err.0),
-                Ok(Ok(Err(_elapsed))) => Outcome::TimedOut,
-                Ok(Err(_aborted)) => Outcome::Aborted,
-                Err(panic) => Outcome::Panicked(panic_text(panic)),
-            }
-        };
-        self.task = Some(RunningTask {
-            generation,
-            cancel,
-            abort,
-            waiting,
-            settled: None,
-            cancel_requested: false,
-            timeout_seconds,
-        });
-        ctx.spawn(actix::fut::wrap_future(run).map(move |ended, act: &mut Self, _ctx| {
-            act.settle(generation, ended);
-        }));
-        self.status = SubagentStatus::Running;
-        self.result = None;
-        self.error = None;
-        self.report(EventKind::Delegated, EventDetail::None);
-    }
-
-    /// Records how task `generation` ended; ignores a stale one.
-    fn settle(&mut self, generation: u64, ended: Outcome) {
-        let Some(task) = self.task.take_if(|task| task.generation == generation) else {
-            return;
-        };
-        if self.terminating {
-            // Terminate records TERMINATED itself once the whole subtree is down.
-            task.fire_settled();
-            return;
-        }
-        let (status, kind, result, error) = match ended {
-            outcome if task.cancel_requested => {
-                let wound_up = match outcome {
-                    // Kept only within the result bound, as any result.
-                    Outcome::Completed(result) if encoded_len(&result) <= self.host.limits.max_result_bytes => {
-                        Some(Arc::new(result))
-                    }
-                    _ => None,
-                };
-                (SubagentStatus::Cancelled, EventKind::Cancelled, wound_up, Some("cancelled".into()))
-            }
-            Outcome::Completed(result) => {
-                let bytes = encoded_len(&result);
-                let max = self.host.limits.max_result_bytes;
-                if bytes <= max {
-                    (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)
-                } else {
-                    let text = format!("the result is {bytes} bytes, over max_result_bytes ({max} bytes)");
-                    (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into()))
-                }
-            }
-            Outcome::Failed(text) => (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into())),
-            Outcome::TimedOut => {
-                let text = format!(
-                    "timeout: the task ran past its deadline (timeout_seconds = {}, or its parent's deadline)",
-                    task.timeout_seconds
-                );
-                (SubagentStatus::Failed, EventKind::Timeout, None, Some(text.into()))
-            }
-            Outcome::Panicked(text) => {
-                let text = format!("adapter panicked: {text}");
-                log::warn!("{}: {text}", self.id);
-                (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into()))
-            }
-            Outcome::Aborted => (SubagentStatus::Failed, EventKind::Failed, None, Some("the task was aborted".into())),
-        };
-        self.status = status;
-        self.result = result;
-        self.error = error;
-        self.answer_awaiters();
-        self.report(kind, EventDetail::None);
-        task.fire_settled();
-    }
-
     fn answer_awaiters(&mut self) {
         if self.awaiters.is_empty() {
             return;
@@ -324,16 +145,6 @@ impl SubagentActor {
         self.error = Some("terminated".into());
         self.answer_awaiters();
         self.report(EventKind::Terminated, EventDetail::None);
-    }
-}
-
-fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "unknown panic payload".to_owned()
     }
 }
 
