@@ -2,23 +2,37 @@
 //!
 //! AI agents spawn child agents, hand them tasks, await their results, let
 //! them message each other, cancel or terminate whole subtrees and merge
-//! results. A [`Host`] opens [`Tree`]s; each session is a supervisor actor
-//! owning a tree of subagent actors that mirrors agent nesting.
+//! results. A [`Host`] opens a [`Tree`] per session: a supervisor actor whose
+//! records are the session's subagent tree, mirroring agent nesting. The
+//! service ([`server::run`]) puts that behind the A2E protocol over stdio,
+//! TCP and HTTP + SSE, in both of the protocol's namespaces (`SUBAGENT_*`
+//! and the SDK's `multi_agent/*`).
 //!
 //! # Layout
 //!
-//! - [`protocol`]: wire types (serde) of every message, with the spec's defaults.
-//! - [`runtime`]: the supervisor and subagent actors, memory, mailboxes, merge.
-//! - [`adapter`]: what runs a task: the [`AgentAdapter`] trait, the model
-//!   router, and the built-in scripted adapter.
-//! - [`config`]: limits with their defaults.
-//! - [`config_file`]: the TOML config file (`[limits]`, `[auth]`, `[policy]`, `[[routes]]`, `[server]`).
-//! - [`session`]: the protocol session: handshake, auth, dispatch, bounded outbox.
-//! - [`transport`]: stdio, TCP and HTTP+SSE front ends of the service.
-//! - [`error`]: the protocol's error codes and [`HostError`].
-//! - [`event`]: lifecycle events and where they go.
-//! - [`ids`]: subagent ids, unique within a host.
-//! - [`logging`]: non-blocking stderr logging for the binary.
+//! Layers, top to bottom; each uses only those below it.
+//!
+//! - `main.rs` (the `subagentd` binary, feature `cli`): argument parsing,
+//!   binding, signals. [`logging`]: its non-blocking stderr logger.
+//! - [`server`]: `server::run(settings, listeners, shutdown)`, the service as
+//!   a library call.
+//! - [`transport`]: stdio, TCP and HTTP + SSE (actix-web): bytes and
+//!   connections in, frames to a session, lines back out.
+//! - [`session`]: one protocol connection ([`session::Connection`]):
+//!   handshake and auth, the session pools, byte bounds on requests, the
+//!   dispatch of both namespaces, the bounded input and outbox.
+//! - [`runtime`]: the actors. The supervisor (`runtime/supervisor/`: its
+//!   records are the tree; spawn rules; the one stop routine), the subagent
+//!   actor (`runtime/subagent/`), memory and mailboxes, merge strategies,
+//!   and [`runtime::task`]: the [`AgentAdapter`] trait, the [`TaskContext`] a
+//!   running task gets, the model router.
+//! - [`adapter`]: implementations of [`AgentAdapter`] (scripted, openai,
+//!   command) and the routing table built from the config.
+//! - [`protocol`]: wire types of both namespaces, the one decode table, the
+//!   encoder (every outgoing line), NDJSON framing.
+//! - [`config`]: plain data: [`config::Limits`] and the TOML file.
+//! - Shared by all: [`error`] (the error codes, [`HostError`]), [`event`]
+//!   (lifecycle events and their sink), [`ids`] (subagent ids).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]

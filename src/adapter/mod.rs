@@ -1,5 +1,5 @@
 //! What runs a task: the adapters, implementations of the runtime's
-//! [`AgentAdapter`](crate::runtime::task::AgentAdapter) trait, and the
+//! [`AgentAdapter`] trait, and the
 //! routing table built from the config file's `[[routes]]`.
 //!
 //! - [`scripted`]: the built-in deterministic adapter (no network, no keys).

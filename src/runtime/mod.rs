@@ -90,15 +90,11 @@ pub struct Host {
     // Sessions are placed round-robin; empty means "the current arbiter".
     workers: Vec<ArbiterHandle>,
     next_worker: AtomicUsize,
-    open_sessions: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Host {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Host")
-            .field("workers", &self.workers.len())
-            .field("open_sessions", &self.open_sessions.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_struct("Host").field("workers", &self.workers.len()).finish_non_exhaustive()
     }
 }
 
@@ -117,22 +113,12 @@ impl Host {
             strategies: config.strategies,
             ids: config.ids,
         };
-        Self {
-            shared: Arc::new(shared),
-            workers,
-            next_worker: AtomicUsize::new(0),
-            open_sessions: Arc::new(AtomicUsize::new(0)),
-        }
+        Self { shared: Arc::new(shared), workers, next_worker: AtomicUsize::new(0) }
     }
 
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.shared.limits
-    }
-
-    /// Sessions opened and not yet closed.
-    pub fn open_sessions(&self) -> usize {
-        self.open_sessions.load(Ordering::Acquire)
     }
 
     /// Whether `id` is in use by any session of this host.
@@ -152,22 +138,19 @@ impl Host {
             let slot = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len();
             Supervisor::start_in_arbiter(&self.workers[slot], make)
         };
-        self.open_sessions.fetch_add(1, Ordering::AcqRel);
-        Tree { inner: Arc::new(TreeInner { addr, stats, open_sessions: self.open_sessions.clone() }) }
+        Tree { inner: Arc::new(TreeInner { addr, stats }) }
     }
 }
 
 struct TreeInner {
     addr: Addr<Supervisor>,
     stats: Arc<TreeStats>,
-    open_sessions: Arc<AtomicUsize>,
 }
 
 impl Drop for TreeInner {
     fn drop(&mut self) {
         // The last handle is gone: take the tree down (a no-op after close).
         self.addr.do_send(msg::Close);
-        self.open_sessions.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
