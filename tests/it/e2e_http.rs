@@ -211,10 +211,10 @@ fn an_ended_session_counts_toward_max_sessions_until_its_last_lines_are_delivere
     new_session(addr);
 }
 
-#[test]
-fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_inflight_requests = 1\n"));
-    let addr = server.http.as_deref().unwrap();
+/// A session (of a server with `max_inflight_requests = 1`) whose one
+/// in-flight slot is held by an await on a task that runs for minutes: the
+/// session stops reading, and what is sent next waits in its input queue.
+fn session_with_its_one_slot_taken(addr: &str) -> (String, SseStream) {
     let session = new_session(addr);
     let mut stream = SseStream::open(addr, &session);
     send(addr, &session, &[json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })]);
@@ -223,9 +223,15 @@ fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
     let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 600_000 }] } });
     send(addr, &session, &[json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task })]);
     assert_eq!(stream.reply("d")["status"], "RUNNING");
-    // The pending await is the one request in flight: the session stops
-    // reading, its input queue fills, and then /send must not wait.
     send(addr, &session, &[json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": sub })]);
+    (session, stream)
+}
+
+#[test]
+fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_inflight_requests = 1\n"));
+    let addr = server.http.as_deref().unwrap();
+    let (session, _stream) = session_with_its_one_slot_taken(addr);
     let headers = [("X-Session-Id", session.as_str()), ("Content-Type", "text/plain")];
     let mut accepted = 0;
     let busy = loop {
@@ -247,16 +253,7 @@ fn send_answers_429_once_the_sessions_queued_input_passes_input_max_bytes() {
     let config = "[limits]\nmax_inflight_requests = 1\ninput_max_bytes = 65536\n";
     let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
-    let session = new_session(addr);
-    let mut stream = SseStream::open(addr, &session);
-    send(addr, &session, &[json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] })]);
-    send(addr, &session, &[json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "m" } })]);
-    let sub = stream.reply("s")["subagent_id"].as_str().unwrap().to_owned();
-    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 600_000 }] } });
-    send(addr, &session, &[json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task })]);
-    assert_eq!(stream.reply("d")["status"], "RUNNING");
-    // The await holds the one in-flight slot: what follows waits in the queue.
-    send(addr, &session, &[json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": sub })]);
+    let (session, _stream) = session_with_its_one_slot_taken(addr);
     let headers = [("X-Session-Id", session.as_str()), ("Content-Type", "text/plain")];
     // Lines of 40 KB: the first fits the empty queue, the second does not.
     let big = json!({ "type": "ping", "pad": "x".repeat(40_000) }).to_string();

@@ -116,6 +116,15 @@ fn spawn_large_subagents(client: &mut LineClient) {
     }
 }
 
+/// A server with `config`, and a client that has spawned 64 large subagents.
+fn connected_with_large_subagents(config: &str) -> (Server, LineClient) {
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    handshake(&mut client);
+    spawn_large_subagents(&mut client);
+    (server, client)
+}
+
 /// What the host may hold for one flooding client, beyond its RSS before
 /// the flood: the outbox bound (16 MiB by default), one list reply being
 /// written (~4 MB), the shared rows and allocator slack.
@@ -123,12 +132,8 @@ const FLOOD_RSS_BOUND: u64 = 96 << 20;
 
 #[test]
 fn a_client_flooding_large_list_requests_without_reading_keeps_host_memory_bounded_then_is_closed_as_stalled() {
-    let config = "[limits]\nclient_stall_ms = 3000\n";
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let (server, mut client) = connected_with_large_subagents("[limits]\nclient_stall_ms = 3000\n");
     let pid = server.child.id();
-    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
-    handshake(&mut client);
-    spawn_large_subagents(&mut client);
     let before = rss(pid);
     // Never read from here on: 2,000 lists would be ~8 GB if each were built.
     let mut writer = client.writer.try_clone().unwrap();
@@ -162,12 +167,9 @@ fn a_client_flooding_large_list_requests_without_reading_keeps_host_memory_bound
 
 #[test]
 fn a_reading_client_asking_for_many_large_lists_gets_every_one_and_stays_connected() {
-    let config = "[limits]\nclient_stall_ms = 3000\noutbox_max_bytes = 8388608\n";
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let (server, mut client) =
+        connected_with_large_subagents("[limits]\nclient_stall_ms = 3000\noutbox_max_bytes = 8388608\n");
     let pid = server.child.id();
-    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
-    handshake(&mut client);
-    spawn_large_subagents(&mut client);
     let before = rss(pid);
     // 20 lists of ~4 MB each, pipelined: 80 MB of replies, 10× the outbox bound.
     for n in 0..20 {
