@@ -52,14 +52,15 @@ pub struct Limits {
     /// Largest message payload (`SUBAGENT_MESSAGE_REQ.message`), in encoded
     /// JSON bytes.
     pub max_message_bytes: usize,
-    /// Largest task result kept, in encoded JSON bytes; a task whose result
-    /// is larger ends `FAILED`.
+    /// Largest task result kept, in JSON bytes (counted from the value
+    /// without encoding it: escapes are not counted); a task whose result is
+    /// larger ends `FAILED`.
     pub max_result_bytes: usize,
     /// Bytes of messages one subagent's mailbox holds before `mailbox_full`
-    /// (beside `mailbox_capacity` messages).
+    /// (beside `mailbox_capacity` messages), counted as for results.
     pub mailbox_max_bytes: usize,
-    /// Bytes one memory keeps; the oldest entries are dropped past it (beside
-    /// `max_memory_entries`).
+    /// Bytes one memory keeps, counted as for results; the oldest entries are
+    /// dropped past it (beside `max_memory_entries`).
     pub max_memory_bytes: usize,
     /// Bytes of request lines queued for one session before it reads them
     /// (beside the queue's frame count): HTTP `/send` answers 429 past it.

@@ -137,6 +137,29 @@ pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> usize {
     counter.0
 }
 
+/// About the length of `value` encoded as compact JSON, from one walk of
+/// the tree with no text produced: every string counts its bytes and
+/// quotes, every number at most 24 bytes (escapes are not counted, so a
+/// string of control characters is undercounted up to sixfold). For the
+/// byte bounds on what the runtime keeps (results, memories, mailboxes),
+/// where measuring every value exactly would cost a serialization each.
+pub fn approx_len(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match value {
+        Value::Null => 4,
+        Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|item| approx_len(item) + 1).sum::<usize>(),
+        Value::Object(fields) => approx_object_len(fields),
+    }
+}
+
+/// [`approx_len`] of a JSON object.
+pub fn approx_object_len(fields: &serde_json::Map<String, serde_json::Value>) -> usize {
+    2 + fields.iter().map(|(key, item)| key.len() + 4 + approx_len(item)).sum::<usize>()
+}
+
 /// The envelope's share of a reply line, an upper bound: `type`, a 32 hex
 /// `id`, `a2e`, `ts`, and the `req_id` of `req_id_len` bytes (escaped, at
 /// worst six bytes each).

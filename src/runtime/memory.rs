@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use crate::protocol::encode::encoded_len;
+use crate::protocol::encode::approx_len;
 use crate::protocol::wire::SubagentMessagePayload;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -45,7 +45,7 @@ impl Memory {
     }
 
     /// An empty memory that keeps at most `capacity` entries and `max_bytes`
-    /// bytes of them (as encoded JSON).
+    /// bytes of them (as encoded JSON, about: see `encode::approx_len`).
     pub fn with_bounds(capacity: usize, max_bytes: usize) -> Self {
         Self { inner: Arc::default(), capacity: capacity.max(1), max_bytes }
     }
@@ -53,7 +53,7 @@ impl Memory {
     /// Appends an entry, dropping the oldest ones to stay within the bounds.
     /// An entry larger than the whole byte bound is not kept.
     pub fn push(&self, entry: Value) {
-        let size = encoded_len(&entry);
+        let size = approx_len(&entry);
         if size > self.max_bytes {
             return;
         }
@@ -105,7 +105,7 @@ pub struct InboxMessage {
 impl InboxMessage {
     // What it counts toward the mailbox's byte bound.
     fn size(&self) -> usize {
-        self.from.len() + encoded_len(&self.payload)
+        self.from.len() + self.payload.kind.len() + approx_len(&self.payload.content) + 24
     }
 }
 

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
-use crate::protocol::encode::encoded_len;
+use crate::protocol::encode::approx_object_len;
 use crate::protocol::wire::*;
 use crate::runtime::task::TaskContext;
 use crate::runtime::TreeStats;
@@ -158,7 +158,7 @@ impl SubagentActor {
             outcome if task.cancel_requested => {
                 let wound_up = match outcome {
                     // Kept only within the result bound, as any result.
-                    Outcome::Completed(result) if encoded_len(&result) <= self.host.limits.max_result_bytes => {
+                    Outcome::Completed(result) if approx_object_len(&result) <= self.host.limits.max_result_bytes => {
                         Some(Arc::new(result))
                     }
                     _ => None,
@@ -166,7 +166,7 @@ impl SubagentActor {
                 (SubagentStatus::Cancelled, EventKind::Cancelled, wound_up, Some("cancelled".into()))
             }
             Outcome::Completed(result) => {
-                let bytes = encoded_len(&result);
+                let bytes = approx_object_len(&result);
                 let max = self.host.limits.max_result_bytes;
                 if bytes <= max {
                     (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)

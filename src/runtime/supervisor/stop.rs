@@ -66,9 +66,10 @@ impl Supervisor {
         }
         self.forget_oldest_terminated();
         async move {
-            let (ids, _) =
-                futures_util::future::join(join_all(stopping), join_all(waits.iter().map(|gone| gone.cancelled())))
-                    .await;
+            // Outside tokio's cooperative budget, as in `cancel_subtree`.
+            let all =
+                futures_util::future::join(join_all(stopping), join_all(waits.iter().map(|gone| gone.cancelled())));
+            let (ids, _) = tokio::task::unconstrained(all).await;
             stopped.extend(ids);
             stopped
         }
@@ -89,7 +90,10 @@ impl Supervisor {
                 _ => None,
             })
             .collect();
-        async move { join_all(cancels).await.into_iter().flatten().collect() }
+        // Outside tokio's cooperative budget: one future waits on every
+        // member's reply, and a budget of 128 per poll would make it yield
+        // and be polled again many times over (see BENCHMARKS.md).
+        async move { tokio::task::unconstrained(join_all(cancels)).await.into_iter().flatten().collect() }
     }
 
     /// Marks a dormant subagent `TERMINATED`: it has no actor, so there is
