@@ -88,10 +88,7 @@ pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_
                 Ok(target) => session.await_result(target).await,
                 Err(err) => Err(err),
             };
-            let size = match &result {
-                Ok(answer) => encoded_len(answer),
-                Err(_) => 0,
-            };
+            let size = result.as_ref().map_or(0, encoded_len);
             reserved(outbox, size, "SUBAGENT_AWAIT_RESP", id, result).await
         }
         Request::Message(req) => {
@@ -103,10 +100,7 @@ pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_
         }
         Request::List(_) => {
             let result = session.list().await;
-            let size = match &result {
-                Ok(list) => lists.of(&list.subagents),
-                Err(_) => 0,
-            };
+            let size = result.as_ref().map_or(0, |list| lists.of(&list.subagents));
             reserved(outbox, size, "SUBAGENT_LIST_RESP", id, result).await
         }
         Request::Cancel(req) => match parse(&req.subagent_id) {
@@ -121,7 +115,7 @@ pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_
             let result = session.merge(req).await;
             // Built before it is counted: merges are few, and bounded by the
             // results they merge.
-            let size = result.as_ref().map(encoded_len).unwrap_or(0);
+            let size = result.as_ref().map_or(0, encoded_len);
             reserved(outbox, size, "SUBAGENT_MERGE_RESP", id, result).await
         }
         Request::AgentSpawn(req) => {
@@ -140,18 +134,12 @@ pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_
                 Ok(target) => session.await_result(target).await.map(AgentAwaitResponse::from),
                 Err(err) => Err(err),
             };
-            let size = match &result {
-                Ok(answer) => encoded_len(answer),
-                Err(_) => 0,
-            };
+            let size = result.as_ref().map_or(0, encoded_len);
             reserved(outbox, size, ma::AWAIT_RESP, id, result).await
         }
         Request::AgentList(_) => {
             let result = session.list().await.map(|list| AgentListResponse { subagents: list.subagents });
-            let size = match &result {
-                Ok(list) => lists.of(&list.subagents),
-                Err(_) => 0,
-            };
+            let size = result.as_ref().map_or(0, |list| lists.of(&list.subagents));
             reserved(outbox, size, ma::LIST_RESP, id, result).await
         }
         Request::AgentTerminate(req) => {

@@ -201,11 +201,6 @@ impl Outbox {
         if self.overflowed.is_cancelled() {
             return;
         }
-        if tx.is_closed() {
-            // The client is gone: nobody will read this, and the session ends.
-            self.overflowed.cancel();
-            return;
-        }
         let len = line.len();
         let before = self.shared.used.fetch_add(len, Ordering::AcqRel);
         // The reservation's bytes are the line's now.
@@ -218,13 +213,11 @@ impl Outbox {
             self.shared.mark_progress();
         }
         let within = reservation.is_some() || before == 0 || before.saturating_add(len) <= 2 * self.max_bytes;
-        match within.then(|| tx.try_send(line)) {
-            Some(Ok(())) => {}
-            Some(Err(mpsc::error::TrySendError::Closed(_))) | Some(Err(mpsc::error::TrySendError::Full(_))) | None => {
-                // Past the bounds (a slow client), or gone: the session ends.
-                self.shared.release(len);
-                self.overflowed.cancel();
-            }
+        if !within || tx.try_send(line).is_err() {
+            // Past the bounds or the line capacity (a slow client), or the
+            // client is gone (`client_gone` tells which): the session ends.
+            self.shared.release(len);
+            self.overflowed.cancel();
         }
     }
 

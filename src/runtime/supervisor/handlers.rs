@@ -215,16 +215,13 @@ impl Handler<Report> for Supervisor {
         // An actor that stopped without being asked to (a handler panicked)
         // leaves its descendants to be stopped here.
         let unexpected = terminated && !entry.stopping;
-        if terminated {
-            entry.slot = Slot::Gone;
-            entry.memory = None;
-        }
         let children = if unexpected { entry.children.clone() } else { Vec::new() };
+        if terminated {
+            self.record_terminated(msg.id);
+        }
         let entry = &self.index[&msg.id];
         self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
         if terminated {
-            self.live -= 1;
-            self.retained.push_back(msg.id);
             self.forget_oldest_terminated();
         }
         if !children.is_empty() {

@@ -100,16 +100,25 @@ impl Supervisor {
     /// nothing else to stop.
     fn retire(&mut self, id: SubagentId, stopped: &mut Vec<SubagentId>) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.slot = Slot::Gone;
         entry.status = SubagentStatus::Terminated;
         entry.error = Some(Arc::from("terminated"));
-        entry.memory = None;
-        self.listed = None;
+        self.record_terminated(id);
         let entry = &self.index[&id];
         self.emit(id, entry, EventKind::Terminated, entry.error.clone(), EventDetail::None);
+        stopped.push(id);
+    }
+
+    /// Counts a subagent `TERMINATED`, whether it was retired dormant or its
+    /// actor reported its end: its record stays for await and list, without
+    /// an actor or a memory; it leaves the quota and joins the retained
+    /// records. (The caller forgets the oldest past the bound.)
+    pub(super) fn record_terminated(&mut self, id: SubagentId) {
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        entry.slot = Slot::Gone;
+        entry.memory = None;
+        self.listed = None;
         self.live -= 1;
         self.retained.push_back(id);
-        stopped.push(id);
     }
 
     /// Forgets the oldest `TERMINATED` records past `max_retained_records`
