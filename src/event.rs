@@ -37,6 +37,8 @@ pub enum EventKind {
     Terminated,
     /// A merge covering this subagent finished.
     Merged,
+    /// A task that was running when the host stopped runs again (content: `attempt`).
+    Resumed,
 }
 
 impl EventKind {
@@ -54,6 +56,7 @@ impl EventKind {
             Self::Cancelled => "cancelled",
             Self::Terminated => "terminated",
             Self::Merged => "merged",
+            Self::Resumed => "resumed",
         }
     }
 }
@@ -78,6 +81,11 @@ pub enum EventDetail {
         strategy: String,
         /// Every id the merge covered.
         subagent_ids: Vec<SubagentId>,
+    },
+    /// A task that was running when the host stopped runs again.
+    Resumed {
+        /// Its run number: 2 for its first run after a restart.
+        attempt: u32,
     },
 }
 
@@ -143,6 +151,7 @@ impl Serialize for WireContent<'_> {
                 map.serialize_entry("strategy", strategy)?;
                 map.serialize_entry("subagent_ids", subagent_ids)?;
             }
+            EventDetail::Resumed { attempt } => map.serialize_entry("attempt", attempt)?,
         }
         map.end()
     }

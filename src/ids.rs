@@ -142,6 +142,11 @@ impl IdRegistry {
         None
     }
 
+    /// Takes a given id (a restored subagent's); `false` when it is in use.
+    pub fn claim(&self, id: SubagentId) -> bool {
+        self.shard(id.0).insert(id.0)
+    }
+
     /// Returns an id to the pool.
     pub fn release(&self, id: SubagentId) {
         self.shard(id.0).remove(&id.0);

@@ -26,6 +26,8 @@
 //!   actor (`runtime/subagent/`), memory and mailboxes, merge strategies,
 //!   and [`runtime::task`]: the [`AgentAdapter`] trait, the [`TaskContext`] a
 //!   running task gets, the model router.
+//! - [`store`]: durable state: the [`store::Store`] trait (memory, SQLite,
+//!   PostgreSQL), the group-committing writer thread, each session's log.
 //! - [`adapter`]: implementations of [`AgentAdapter`] (scripted, openai,
 //!   command) and the routing table built from the config.
 //! - [`protocol`]: wire types of both namespaces, the one decode table, the
@@ -48,6 +50,7 @@ pub mod protocol;
 pub mod runtime;
 pub mod server;
 pub mod session;
+pub mod store;
 pub mod transport;
 
 pub use error::{ErrorCode, HostError};

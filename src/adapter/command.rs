@@ -37,6 +37,10 @@ pub struct CommandConfig {
     pub program: String,
     /// Its arguments, passed as they are.
     pub args: Vec<String>,
+    /// Whether a task that was running when the host stopped runs again from
+    /// the start after a restart (`on_restart = "rerun"`); else it fails
+    /// with `host_restarted`.
+    pub rerun_on_restart: bool,
 }
 
 /// Runs each task as a child process.
@@ -63,6 +67,10 @@ impl CommandAdapter {
 impl AgentAdapter for CommandAdapter {
     fn name(&self) -> &str {
         "command"
+    }
+
+    fn resumes(&self) -> bool {
+        self.config.rerun_on_restart
     }
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {

@@ -38,11 +38,12 @@ pub fn build_route_with_policy(
         ("upstream_model", route.upstream_model.is_some()),
         ("program", route.program.is_some()),
         ("args", !route.args.is_empty()),
+        ("on_restart", route.on_restart.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
         AdapterKind::Scripted => &[],
         AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model"],
-        AdapterKind::Command => &["program", "args"],
+        AdapterKind::Command => &["program", "args", "on_restart"],
     };
     if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
         return Err(fail(format!("adapter {adapter} does not take `{key}`")));
@@ -61,7 +62,11 @@ pub fn build_route_with_policy(
         }
         AdapterKind::Command => {
             let program = route.program.clone().ok_or_else(|| fail("adapter command needs program".into()))?;
-            let config = command::CommandConfig { program, args: route.args.clone() };
+            let config = command::CommandConfig {
+                program,
+                args: route.args.clone(),
+                rerun_on_restart: route.on_restart == Some(crate::config::OnRestart::Rerun),
+            };
             Ok(Arc::new(command::CommandAdapter::new(config).map_err(fail)?))
         }
         AdapterKind::Scripted => Ok(Arc::new(ScriptedAdapter)),

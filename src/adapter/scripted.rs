@@ -85,6 +85,10 @@ impl AgentAdapter for ScriptedAdapter {
         "scripted"
     }
 
+    fn resumes(&self) -> bool {
+        true
+    }
+
     fn run(&self, ctx: TaskContext) -> TaskFuture {
         Box::pin(async move {
             let cancel = ctx.cancel.clone();
@@ -96,18 +100,35 @@ impl AgentAdapter for ScriptedAdapter {
     }
 }
 
+/// What a script has gathered so far: its checkpoint state.
+#[derive(Debug, Default, serde::Serialize, Deserialize)]
+struct Gathered {
+    messages: Vec<Value>,
+    children: Option<JsonObject>,
+}
+
 async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
-    ctx.memory.push(memory_entry("user", Value::String(ctx.task.instruction.clone())));
+    // A resumed script goes on after its last completed step, with what it
+    // had gathered; its memory was stored with that checkpoint.
+    let (first, gathered) = match ctx.resume_point() {
+        Some(checkpoint) => {
+            let gathered = serde_json::from_value(checkpoint.state.clone()).unwrap_or_default();
+            (checkpoint.step as usize, gathered)
+        }
+        None => {
+            ctx.memory.push(memory_entry("user", Value::String(ctx.task.instruction.clone())));
+            (0, Gathered::default())
+        }
+    };
     let Some(steps) = parse_script(&ctx.task.metadata)? else {
         ctx.step()?;
         let result = default_result(ctx);
         ctx.memory.push(memory_entry("assistant", result["summary"].clone()));
         return Ok(result);
     };
-    let mut messages: Vec<Value> = Vec::new();
-    let mut children: Option<JsonObject> = None;
+    let Gathered { mut messages, mut children } = gathered;
     let mut returned: Option<JsonObject> = None;
-    for (index, step) in steps.into_iter().enumerate() {
+    for (index, step) in steps.into_iter().enumerate().skip(first) {
         ctx.step()?;
         match step {
             Step::SleepMs(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
@@ -147,7 +168,9 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
                 }
             }
             Step::Spawn(spawn) => {
-                ctx.spawn_child(spawn.agent, Some(spawn.task))
+                // Keyed by the step: a resumed script does not spawn it twice.
+                let key = ctx.idempotency_key(&format!("step{index}"));
+                ctx.spawn_child_once(spawn.agent, Some(spawn.task), Some(key))
                     .await
                     .map_err(|err| TaskError(format!("step {index}: spawn failed: {err}")))?;
             }
@@ -159,6 +182,12 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
                 }
                 children = Some(results);
             }
+        }
+        if ctx.is_durable() {
+            let state = Gathered { messages, children };
+            let step = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            ctx.checkpoint(step, serde_json::to_value(&state).unwrap_or(Value::Null));
+            Gathered { messages, children } = state;
         }
     }
     let mut result = returned.unwrap_or_else(|| default_result(ctx));

@@ -31,6 +31,63 @@ pub struct FileConfig {
     /// What subagents' tools may do.
     #[serde(default)]
     pub policy: PolicyConfig,
+    /// Where durable state lives.
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `memory`, `sqlite:PATH` or `postgres://…` (`--store` wins over it).
+    pub url: Option<String>,
+    /// An environment variable holding the store URL (read only when named
+    /// here: the environment alone never picks the store).
+    pub url_env: Option<String>,
+    /// Most changes in one commit.
+    pub batch_max: usize,
+    /// How long a commit waits for more changes once the first arrived, in
+    /// milliseconds (0: commit as soon as the last commit is done; changes
+    /// that arrive meanwhile go in the next).
+    pub commit_delay_ms: u64,
+    /// Sessions untouched this long (no client line) are deleted, in seconds.
+    pub session_ttl_seconds: u64,
+    /// Journal lines kept per session, for SSE replay (`Last-Event-ID`).
+    pub journal_retained: u64,
+    /// Connections to PostgreSQL.
+    pub pool_size: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            url_env: None,
+            batch_max: 1024,
+            commit_delay_ms: 0,
+            session_ttl_seconds: 24 * 3600,
+            journal_retained: 1024,
+            pool_size: 4,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// The store URL the config names (`url`, else the variable `url_env`
+    /// names); `None` when it names none.
+    pub fn configured_url(&self) -> Result<Option<String>, String> {
+        if let Some(url) = &self.url {
+            return Ok(Some(url.clone()));
+        }
+        match &self.url_env {
+            Some(name) => match std::env::var(name) {
+                Ok(url) if !url.trim().is_empty() => Ok(Some(url)),
+                _ => Err(format!("[store] url_env names {name}, which is not set (or empty)")),
+            },
+            None => Ok(None),
+        }
+    }
 }
 
 /// `[policy]`.
@@ -100,6 +157,22 @@ pub struct RouteConfig {
     /// `command`: its arguments.
     #[serde(default)]
     pub args: Vec<String>,
+    /// `command`: what a task that was running when the host stopped does
+    /// after a restart: `fail` (the default: it ends `FAILED` with error
+    /// `host_restarted`) or `rerun` (it runs again from the start).
+    #[serde(default)]
+    pub on_restart: Option<OnRestart>,
+}
+
+/// `on_restart` of a command route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRestart {
+    /// End it `FAILED` with error `host_restarted` (retryable).
+    #[default]
+    Fail,
+    /// Run it again from the start.
+    Rerun,
 }
 
 /// `[server]`.

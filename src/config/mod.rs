@@ -5,5 +5,5 @@
 mod file;
 mod limits;
 
-pub use file::{AdapterKind, AuthConfig, FileConfig, PolicyConfig, RouteConfig, ServerConfig};
+pub use file::{AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, StoreConfig};
 pub use limits::Limits;

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
@@ -117,6 +118,8 @@ pub struct Mailbox {
     max_bytes: usize,
     // Wakes a task waiting in `recv`; a push with no waiter leaves a permit.
     arrived: Notify,
+    // Set by every push and take: the stored copy is out of date.
+    changed: AtomicBool,
 }
 
 /// The queued messages with their sizes, and the sum of those.
@@ -143,7 +146,7 @@ impl Mailbox {
     /// An empty mailbox holding at most `capacity` messages and `max_bytes`
     /// bytes of them (sender id plus encoded payload).
     pub fn with_bounds(capacity: usize, max_bytes: usize) -> Self {
-        Self { queue: Mutex::default(), capacity, max_bytes, arrived: Notify::new() }
+        Self { queue: Mutex::default(), capacity, max_bytes, arrived: Notify::new(), changed: AtomicBool::new(false) }
     }
 
     /// Queues a message; gives it back when the mailbox is full (by count or
@@ -158,13 +161,22 @@ impl Mailbox {
             queue.list.push_back((message, size));
             queue.bytes += size;
         }
+        self.changed.store(true, Ordering::Release);
         self.arrived.notify_one();
         Ok(())
     }
 
     /// Takes the oldest message, if any.
     pub fn try_recv(&self) -> Option<InboxMessage> {
-        lock(&self.queue).pop()
+        let message = lock(&self.queue).pop()?;
+        self.changed.store(true, Ordering::Release);
+        Some(message)
+    }
+
+    /// Whether messages arrived or were taken since the last call (the
+    /// stored copy needs writing).
+    pub fn take_changed(&self) -> bool {
+        self.changed.swap(false, Ordering::AcqRel)
     }
 
     /// Waits for the next message.
@@ -177,8 +189,14 @@ impl Mailbox {
         }
     }
 
+    /// A copy of the queued messages, oldest first (for the store).
+    pub fn snapshot(&self) -> Vec<InboxMessage> {
+        lock(&self.queue).list.iter().map(|(message, _)| message.clone()).collect()
+    }
+
     /// Takes every queued message.
     pub fn drain(&self) -> Vec<InboxMessage> {
+        self.changed.store(true, Ordering::Release);
         let mut queue = lock(&self.queue);
         queue.bytes = 0;
         queue.list.drain(..).map(|(message, _)| message).collect()

@@ -20,6 +20,17 @@ use crate::protocol::wire::*;
 #[rtype(result = "Result<SpawnResponse, HostError>")]
 pub(crate) struct Spawn(pub SpawnRequest);
 
+/// Spawn a child for a running task under an idempotency key: when the
+/// parent already has a child spawned with that key (the task was resumed
+/// after a restart and runs the same step again), that child is the
+/// answer, with `true`.
+#[derive(Message)]
+#[rtype(result = "Result<(SpawnResponse, bool), HostError>")]
+pub(crate) struct SpawnKeyed {
+    pub request: SpawnRequest,
+    pub key: Arc<str>,
+}
+
 /// Delegate a task. `deadline_cap` is the delegating task's own deadline when
 /// a subagent's task delegates to its child, so deadlines flow down the tree.
 #[derive(Message)]
@@ -104,6 +115,22 @@ pub(crate) struct RunTask {
     pub task: TaskDefinition,
     pub deadline_cap: Option<Instant>,
     pub reply: DelegateReply,
+    // Set when the task ran before the host restarted: it resumes.
+    pub resume: Option<Resume>,
+}
+
+/// Rebuild a fresh supervisor's tree from a stored session; answers how
+/// many tasks resume.
+#[derive(Message)]
+#[rtype(result = "Result<usize, HostError>")]
+pub(crate) struct Restore(pub Vec<crate::store::StoredSubagent>);
+
+/// Where a task that was running before a restart picks up.
+#[derive(Debug, Clone)]
+pub(crate) struct Resume {
+    pub task_no: u64,
+    pub attempt: u32,
+    pub checkpoint: Option<crate::store::Checkpoint>,
 }
 
 /// Answer `reply` when the current task ends (at once when there is none).

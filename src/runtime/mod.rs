@@ -29,6 +29,7 @@ use crate::error::HostError;
 use crate::event::EventSink;
 use crate::ids::{IdRegistry, SubagentId};
 use crate::protocol::wire::*;
+use crate::store::{SessionLog, StoreHandle, StoredSubagent};
 use merge::StrategyRegistry;
 use messages as msg;
 use supervisor::Supervisor;
@@ -126,12 +127,19 @@ impl Host {
         self.shared.ids.contains(id)
     }
 
-    /// Opens a session whose events go to `sink`.
+    /// Opens a session whose events go to `sink`; nothing of it is stored.
     pub fn open_tree(&self, sink: Arc<dyn EventSink>) -> Tree {
+        self.open_logged_tree(sink, SessionLog::new("", StoreHandle::memory()))
+    }
+
+    /// Opens a session whose events go to `sink` and whose state changes
+    /// are recorded on `log`.
+    pub fn open_logged_tree(&self, sink: Arc<dyn EventSink>, log: Arc<SessionLog>) -> Tree {
         let stats = Arc::new(TreeStats::default());
         let shared = self.shared.clone();
         let supervisor_stats = stats.clone();
-        let make = move |ctx: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats, ctx.address());
+        let make =
+            move |ctx: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats, ctx.address(), log);
         let addr = if self.workers.is_empty() {
             Supervisor::create(make)
         } else {
@@ -169,6 +177,12 @@ impl fmt::Debug for Tree {
 }
 
 impl Tree {
+    /// Rebuilds a stored session's subagents into this (new, empty) tree and
+    /// resumes the tasks that were running; answers how many resumed.
+    pub async fn restore(&self, subagents: Vec<StoredSubagent>) -> Result<usize, HostError> {
+        self.inner.addr.send(msg::Restore(subagents)).await?
+    }
+
     /// Live task and actor counts of this session.
     pub fn stats(&self) -> &TreeStats {
         &self.inner.stats

@@ -23,6 +23,25 @@ use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::store::{Change, SessionLog};
+
+/// Records the memory `id` uses (under its owner) and, when they changed,
+/// `id`'s undelivered messages.
+pub(crate) fn record_memory_and_mailbox(
+    log: &SessionLog,
+    id: SubagentId,
+    memory_owner: SubagentId,
+    memory: &Memory,
+    mailbox: &Mailbox,
+) {
+    if !log.is_recording() {
+        return;
+    }
+    log.record(|session| Change::Memory { session, owner: memory_owner, entries: memory.entries() });
+    if mailbox.take_changed() {
+        log.record(|session| Change::Mailbox { session, id, messages: mailbox.snapshot() });
+    }
+}
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
@@ -48,6 +67,14 @@ pub(crate) struct SubagentSeed {
     pub adapter: Arc<dyn AgentAdapter>,
     pub memory: Memory,
     pub gone: CancellationToken,
+    // Where its state changes are recorded.
+    pub log: Arc<SessionLog>,
+    // Whose memory `memory` is (itself, or a `shared` ancestor).
+    pub memory_owner: SubagentId,
+    // Tasks it ran before (a restored subagent): task numbers go on from here.
+    pub tasks_started: u64,
+    // Messages already in its mailbox (a restored subagent's undelivered ones).
+    pub inbox: Vec<InboxMessage>,
 }
 
 /// One subagent of a session's tree.
@@ -71,6 +98,8 @@ pub(crate) struct SubagentActor {
     awaiters: Vec<AwaitReply>,
     // Set when terminate starts; the actor takes no new work after it.
     terminating: bool,
+    log: Arc<SessionLog>,
+    memory_owner: SubagentId,
     _alive: AliveGuard,
 }
 
@@ -79,6 +108,11 @@ impl SubagentActor {
         seed.stats.live_actors.fetch_add(1, Ordering::AcqRel);
         let limits = &seed.host.limits;
         let mailbox = Arc::new(Mailbox::with_bounds(limits.mailbox_capacity, limits.mailbox_max_bytes));
+        for message in seed.inbox {
+            // Within the same bounds as when they were stored.
+            let _ = mailbox.push(message);
+        }
+        mailbox.take_changed();
         Self {
             id: seed.id,
             parent_id: seed.parent_id,
@@ -94,10 +128,30 @@ impl SubagentActor {
             result: None,
             error: None,
             task: None,
-            generation: 0,
+            generation: seed.tasks_started,
             awaiters: Vec::new(),
             terminating: false,
+            log: seed.log,
+            memory_owner: seed.memory_owner,
         }
+    }
+
+    /// Records how its task ended, with its memory and mailbox as they are
+    /// now, before anyone is told.
+    fn record_task_end(&self) {
+        self.log.record(|session| Change::TaskEnded {
+            session,
+            id: self.id,
+            status: self.status,
+            result: self.result.clone(),
+            error: self.error.clone(),
+        });
+        self.record_memory_and_mailbox();
+    }
+
+    /// Records its memory (when it owns one) and its undelivered messages.
+    fn record_memory_and_mailbox(&self) {
+        record_memory_and_mailbox(&self.log, self.id, self.memory_owner, &self.memory, &self.mailbox);
     }
 
     /// The status as it is now: a running task may be waiting (its flag is
@@ -143,6 +197,13 @@ impl SubagentActor {
     fn finish_terminated(&mut self) {
         self.status = SubagentStatus::Terminated;
         self.error = Some("terminated".into());
+        self.log.record(|session| Change::TaskEnded {
+            session,
+            id: self.id,
+            status: SubagentStatus::Terminated,
+            result: self.result.clone(),
+            error: self.error.clone(),
+        });
         self.answer_awaiters();
         self.report(EventKind::Terminated, EventDetail::None);
     }
@@ -182,7 +243,16 @@ impl Handler<RunTask> for SubagentActor {
         if self.task.is_some() {
             return msg.reply.send(DelegateResponse { accepted: false, status: self.current_status() });
         }
-        self.start_task(msg.task, msg.deadline_cap, ctx);
+        if msg.resume.is_some() && !self.adapter.resumes() {
+            // Its adapter cannot pick up where it was: fail it, retryably.
+            self.status = SubagentStatus::Failed;
+            self.result = None;
+            self.error = Some("host_restarted".into());
+            self.record_task_end();
+            self.report(EventKind::Failed, EventDetail::None);
+            return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Failed });
+        }
+        self.start_task(msg.task, msg.deadline_cap, msg.resume, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
     }
 }
@@ -219,6 +289,9 @@ impl Handler<Deliver> for SubagentActor {
                     "capacity": self.host.limits.mailbox_capacity,
                     "mailbox_max_bytes": self.host.limits.mailbox_max_bytes,
                 })));
+        }
+        if self.mailbox.take_changed() {
+            self.log.record(|session| Change::Mailbox { session, id: self.id, messages: self.mailbox.snapshot() });
         }
         self.report(EventKind::MessageReceived, detail);
         Ok(())

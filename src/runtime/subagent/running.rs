@@ -18,7 +18,9 @@ use crate::event::{EventDetail, EventKind};
 use crate::protocol::encode::approx_object_len;
 use crate::protocol::wire::*;
 use crate::runtime::task::TaskContext;
+use crate::runtime::messages::Resume;
 use crate::runtime::TreeStats;
+use crate::store::Change;
 
 /// Longest task timeout honoured; larger `timeout_seconds` are clamped so the
 /// deadline arithmetic cannot overflow.
@@ -84,9 +86,28 @@ impl Drop for LiveTask {
 }
 
 impl SubagentActor {
-    pub(super) fn start_task(&mut self, task: TaskDefinition, deadline_cap: Option<Instant>, ctx: &mut Context<Self>) {
-        self.generation += 1;
+    pub(super) fn start_task(
+        &mut self,
+        task: TaskDefinition,
+        deadline_cap: Option<Instant>,
+        resume: Option<Resume>,
+        ctx: &mut Context<Self>,
+    ) {
+        // A resumed task keeps its number (its children's spawn keys use it).
+        self.generation = match &resume {
+            Some(resume) => resume.task_no,
+            None => self.generation + 1,
+        };
         let generation = self.generation;
+        let attempt = resume.as_ref().map_or(1, |resume| resume.attempt);
+        let task = Arc::new(task);
+        self.log.record(|session| Change::TaskStarted {
+            session,
+            id: self.id,
+            task: task.clone(),
+            task_no: generation,
+            attempt,
+        });
         let timeout_seconds = self.config.timeout_seconds;
         let mut deadline = Instant::now() + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
         if let Some(cap) = deadline_cap {
@@ -98,14 +119,19 @@ impl SubagentActor {
             subagent_id: self.id,
             parent_id: self.parent_id,
             config: self.config.clone(),
-            task: Arc::new(task),
+            task,
             memory: self.memory.clone(),
             mailbox: self.mailbox.clone(),
             cancel: cancel.clone(),
             deadline,
             waiting: waiting.clone(),
-            steps: Cell::new(0),
+            steps: Cell::new(resume.as_ref().and_then(|r| r.checkpoint.as_ref()).map_or(0, |c| c.step)),
             supervisor: self.supervisor.clone(),
+            log: self.log.clone(),
+            memory_owner: self.memory_owner,
+            task_no: generation,
+            attempt,
+            resume_from: resume.and_then(|r| r.checkpoint),
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
@@ -141,7 +167,11 @@ impl SubagentActor {
         self.status = SubagentStatus::Running;
         self.result = None;
         self.error = None;
-        self.report(EventKind::Delegated, EventDetail::None);
+        if attempt > 1 {
+            self.report(EventKind::Resumed, EventDetail::Resumed { attempt });
+        } else {
+            self.report(EventKind::Delegated, EventDetail::None);
+        }
     }
 
     /// Records how task `generation` ended; ignores a stale one.
@@ -193,6 +223,7 @@ impl SubagentActor {
         self.status = status;
         self.result = result;
         self.error = error;
+        self.record_task_end();
         self.answer_awaiters();
         self.report(kind, EventDetail::None);
         task.fire_settled();

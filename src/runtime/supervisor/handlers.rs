@@ -19,7 +19,23 @@ impl Handler<Spawn> for Supervisor {
     type Result = Result<SpawnResponse, HostError>;
 
     fn handle(&mut self, msg: Spawn, _ctx: &mut Self::Context) -> Self::Result {
-        self.spawn(msg.0)
+        self.spawn(msg.0, None)
+    }
+}
+
+impl Handler<Restore> for Supervisor {
+    type Result = Result<usize, HostError>;
+
+    fn handle(&mut self, msg: Restore, _ctx: &mut Self::Context) -> Self::Result {
+        self.restore(msg.0)
+    }
+}
+
+impl Handler<SpawnKeyed> for Supervisor {
+    type Result = Result<(SpawnResponse, bool), HostError>;
+
+    fn handle(&mut self, msg: SpawnKeyed, _ctx: &mut Self::Context) -> Self::Result {
+        self.spawn_keyed(msg.request, msg.key)
     }
 }
 
@@ -33,7 +49,7 @@ impl Handler<Delegate> for Supervisor {
             Ok(None) => Forward::Answer(Ok(REFUSED)),
             Ok(Some(addr)) => Forward::To(
                 addr,
-                RunTask { task: msg.task, deadline_cap: msg.deadline_cap, reply: DelegateReply(None) },
+                RunTask { task: msg.task, deadline_cap: msg.deadline_cap, reply: DelegateReply(None), resume: None },
             ),
         }
     }
@@ -207,7 +223,7 @@ impl Handler<Report> for Supervisor {
         ) {
             entry.result = msg.result;
             entry.error = msg.error.clone();
-        } else if msg.kind == EventKind::Delegated {
+        } else if matches!(msg.kind, EventKind::Delegated | EventKind::Resumed) {
             entry.result = None;
             entry.error = None;
         }

@@ -17,6 +17,7 @@
 mod forward;
 mod handlers;
 mod record;
+mod restore;
 mod spawn;
 mod stop;
 
@@ -26,6 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use super::memory::InboxMessage;
 use super::messages::*;
 use super::subagent::{SubagentActor, SubagentSeed};
 use super::{HostContext, TreeStats};
@@ -33,6 +35,7 @@ use crate::error::HostError;
 use crate::event::{Event, EventDetail, EventKind, EventSink};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
+use crate::store::SessionLog;
 use record::{Entry, Interned, SharedAddr, Slot};
 
 /// Root actor of one session.
@@ -60,6 +63,11 @@ pub(crate) struct Supervisor {
     // The last list, shared by every list request until something changes:
     // a client asking for many lists holds one copy of the rows, not many.
     listed: Option<Arc<[SubagentInfo]>>,
+    // Where this session's state changes are recorded (the store).
+    log: Arc<SessionLog>,
+    // The next spawn's place in spawn order (stored, so a restored tree
+    // lists children as before).
+    next_ord: u64,
 }
 
 impl Supervisor {
@@ -68,6 +76,7 @@ impl Supervisor {
         sink: Arc<dyn EventSink>,
         stats: Arc<TreeStats>,
         own: Addr<Supervisor>,
+        log: Arc<SessionLog>,
     ) -> Self {
         Self {
             host,
@@ -82,7 +91,21 @@ impl Supervisor {
             strong_self: Arc::new(own),
             interned: Interned::default(),
             listed: None,
+            log,
+            next_ord: 0,
         }
+    }
+
+    /// The subagent whose memory `id` uses: itself, or for a `shared` child
+    /// the nearest ancestor that owns its memory.
+    fn memory_owner(&self, mut id: SubagentId) -> SubagentId {
+        while let Some(entry) = self.index.get(&id) {
+            match entry.parent {
+                Some(parent) if entry.config.memory_scope == MemoryScope::Shared => id = parent,
+                _ => break,
+            }
+        }
+        id
     }
 
     fn emit(&self, id: SubagentId, entry: &Entry, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
@@ -115,6 +138,13 @@ impl Supervisor {
 
     /// Starts the actor of a dormant subagent.
     fn start(&mut self, id: SubagentId) -> SharedAddr {
+        self.start_with_inbox(id, Vec::new())
+    }
+
+    /// Starts the actor of a dormant subagent with `inbox` in its mailbox
+    /// (the undelivered messages of a restored one).
+    fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
+        let memory_owner = self.memory_owner(id);
         let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
         let gone = CancellationToken::new();
         let seed = SubagentSeed {
@@ -127,6 +157,10 @@ impl Supervisor {
             config: entry.config.clone(),
             memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
             gone: gone.clone(),
+            log: self.log.clone(),
+            memory_owner,
+            tasks_started: entry.tasks_started,
+            inbox,
         };
         let addr = Arc::new(SubagentActor::new(seed).start());
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };

@@ -49,12 +49,35 @@ pub(super) struct Entry {
     // Set when the stop routine has asked its actor to stop: a second stop
     // only waits, and no child may be spawned under it.
     pub(super) stopping: bool,
+    // Its place in spawn order (stored).
+    pub(super) ord: u64,
+    // The idempotency key it was spawned under by its parent's task, if any.
+    pub(super) spawn_key: Option<Arc<str>>,
+    // Tasks delegated to it before its actor started (a restored subagent).
+    pub(super) tasks_started: u64,
 }
 
 impl Entry {
     /// The await answer this record gives.
     pub(super) fn record(&self, id: SubagentId) -> AwaitResponse {
         AwaitResponse { subagent_id: id, status: self.status, result: self.result.clone(), error: self.error.clone() }
+    }
+
+    /// Its stored row.
+    pub(super) fn row(&self) -> crate::store::SubagentRow {
+        crate::store::SubagentRow {
+            ord: self.ord,
+            parent: self.parent,
+            parent_agent_id: self.parent_agent_id.clone(),
+            root_agent_id: self.root_agent_id.clone(),
+            depth: self.depth,
+            spawn_key: self.spawn_key.clone(),
+            tasks_started: self.tasks_started,
+            config: self.config.clone(),
+            status: self.status,
+            result: self.result.clone(),
+            error: self.error.clone(),
+        }
     }
 
     /// Its row in a list.

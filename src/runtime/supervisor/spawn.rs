@@ -10,11 +10,33 @@ use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::store::Change;
 
 impl Supervisor {
+    /// Spawns a child for a running task under an idempotency key: the child
+    /// its parent already spawned under `key` (a resumed task repeating a
+    /// step), with `true`, or a new one.
+    pub(super) fn spawn_keyed(
+        &mut self,
+        request: SpawnRequest,
+        key: Arc<str>,
+    ) -> Result<(SpawnResponse, bool), HostError> {
+        let parent = request.parent_agent_id.as_deref().and_then(SubagentId::parse);
+        if let Some(parent) = parent.and_then(|id| self.index.get(&id)) {
+            let existing = parent.children.iter().copied().find(|child| {
+                self.index.get(child).is_some_and(|entry| entry.spawn_key.as_deref() == Some(&*key))
+            });
+            if let Some(child) = existing {
+                let status = self.index[&child].status;
+                return Ok((SpawnResponse { subagent_id: child, status }, true));
+            }
+        }
+        self.spawn(request, Some(key)).map(|spawned| (spawned, false))
+    }
+
     /// Spawns a subagent: a dormant record, `READY`, after the depth and
     /// quota checks.
-    pub(super) fn spawn(&mut self, request: SpawnRequest) -> Result<SpawnResponse, HostError> {
+    pub(super) fn spawn(&mut self, request: SpawnRequest, spawn_key: Option<Arc<str>>) -> Result<SpawnResponse, HostError> {
         if self.closing {
             return Err(HostError::new(ErrorCode::InvalidState, "the session is closing"));
         }
@@ -91,7 +113,12 @@ impl Supervisor {
             memory: Some(memory),
             children: Vec::new(),
             stopping: false,
+            ord: self.next_ord,
+            spawn_key,
+            tasks_started: 0,
         };
+        self.next_ord += 1;
+        self.log.record(|session| Change::Subagent { session, id, row: entry.row() });
         self.emit(id, &entry, EventKind::Spawned, None, EventDetail::None);
         self.index.insert(id, entry);
         self.listed = None;

@@ -17,6 +17,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::messages::{CancelTask, StopActor};
+use crate::store::Change;
 
 impl Supervisor {
     /// The subagents under `root`, itself first (parents before children).
@@ -102,6 +103,8 @@ impl Supervisor {
         let Some(entry) = self.index.get_mut(&id) else { return };
         entry.status = SubagentStatus::Terminated;
         entry.error = Some(Arc::from("terminated"));
+        let (result, error) = (entry.result.clone(), entry.error.clone());
+        self.log.record(|session| Change::TaskEnded { session, id, status: SubagentStatus::Terminated, result, error });
         self.record_terminated(id);
         let entry = &self.index[&id];
         self.emit(id, entry, EventKind::Terminated, entry.error.clone(), EventDetail::None);
@@ -129,6 +132,7 @@ impl Supervisor {
             let Some(old) = self.retained.pop_front() else { break };
             if let Some(entry) = self.index.remove(&old) {
                 self.listed = None;
+                self.log.record(|session| Change::SubagentForgotten { session, id: old });
                 match entry.parent.and_then(|p| self.index.get_mut(&p)) {
                     Some(parent) => parent.children.retain(|child| *child != old),
                     None => self.top_level.retain(|top| *top != old),

@@ -24,6 +24,8 @@ use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::runtime::subagent::record_memory_and_mailbox;
+use crate::store::{Change, Checkpoint, SessionLog};
 
 pub use router::AdapterRouter;
 
@@ -66,6 +68,13 @@ pub trait AgentAdapter: Send + Sync + 'static {
 
     /// Runs the task described by `ctx`.
     fn run(&self, ctx: TaskContext) -> TaskFuture;
+
+    /// Whether a task that was running when the host stopped may run again
+    /// after a restart (from [`TaskContext::resume_point`]). When not, it
+    /// ends `FAILED` with error `host_restarted`, which a client may retry.
+    fn resumes(&self) -> bool {
+        false
+    }
 }
 
 /// Everything a running task may use: its config and task, memory, mailbox,
@@ -92,6 +101,15 @@ pub struct TaskContext {
     pub(crate) waiting: Rc<Cell<bool>>,
     pub(crate) steps: Cell<u32>,
     pub(crate) supervisor: Arc<Addr<Supervisor>>,
+    // Where checkpoints are recorded.
+    pub(crate) log: Arc<SessionLog>,
+    // Whose memory `memory` is (for its stored copy).
+    pub(crate) memory_owner: SubagentId,
+    // This task's number on its subagent (from 1), and its run number.
+    pub(crate) task_no: u64,
+    pub(crate) attempt: u32,
+    // The checkpoint a resumed task picks up from.
+    pub(crate) resume_from: Option<Checkpoint>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -105,6 +123,44 @@ impl fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
+    /// The run number of this task: 1, or more when it was running when the
+    /// host stopped and now runs again.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The last checkpoint of a resumed task (see [`TaskContext::checkpoint`]);
+    /// `None` on a first run, or when it stopped before its first checkpoint.
+    pub fn resume_point(&self) -> Option<&Checkpoint> {
+        self.resume_from.as_ref()
+    }
+
+    /// Whether checkpoints are kept (the session is in a durable store): an
+    /// adapter can skip building checkpoint state when they are not.
+    pub fn is_durable(&self) -> bool {
+        self.log.is_recording()
+    }
+
+    /// Records that the task has completed `step` steps and, to resume
+    /// after them, needs `state`. Memory and undelivered messages are
+    /// recorded with it. It never waits: the checkpoint is committed before
+    /// any later reply or event of this session reaches the client.
+    pub fn checkpoint(&self, step: u32, state: Value) {
+        if !self.log.is_recording() {
+            return;
+        }
+        let checkpoint = Checkpoint { step, state };
+        self.log.record(|session| Change::Checkpoint { session, id: self.subagent_id, checkpoint });
+        record_memory_and_mailbox(&self.log, self.subagent_id, self.memory_owner, &self.memory, &self.mailbox);
+    }
+
+    /// A key naming one side effect of this task (`local`: a step number, a
+    /// tool call id) that stays the same when the task resumes, so that the
+    /// effect is not done twice.
+    pub fn idempotency_key(&self, local: &str) -> Arc<str> {
+        format!("{}:{local}", self.task_no).into()
+    }
+
     /// Counts one step toward `max_steps`; fails once the budget is spent.
     pub fn step(&self) -> Result<u32, TaskError> {
         let taken = self.steps.get() + 1;
@@ -169,8 +225,28 @@ impl TaskContext {
         agent: SubagentConfig,
         task: Option<TaskDefinition>,
     ) -> Result<SubagentId, HostError> {
+        self.spawn_child_once(agent, task, None).await
+    }
+
+    /// [`TaskContext::spawn_child`] under an idempotency key (see
+    /// [`TaskContext::idempotency_key`]): when this subagent already has a
+    /// child spawned under `key`, that child is returned, and it is given
+    /// `task` only if it has not had one yet.
+    pub async fn spawn_child_once(
+        &self,
+        agent: SubagentConfig,
+        task: Option<TaskDefinition>,
+        key: Option<Arc<str>>,
+    ) -> Result<SubagentId, HostError> {
         let request = SpawnRequest { agent, parent_agent_id: Some(self.subagent_id.to_string()), root_agent_id: None };
-        let spawned = self.supervisor.send(msg::Spawn(request)).await??;
+        let (spawned, existed) = match key {
+            Some(key) => self.supervisor.send(msg::SpawnKeyed { request, key }).await??,
+            None => (self.supervisor.send(msg::Spawn(request)).await??, false),
+        };
+        if existed && spawned.status != SubagentStatus::Ready {
+            // Spawned and delegated before the restart.
+            return Ok(spawned.subagent_id);
+        }
         if let Some(task) = task {
             let reply = self.delegate(spawned.subagent_id, task).await?;
             if !reply.accepted {

@@ -1,0 +1,104 @@
+//! Restoring a stored session into a fresh supervisor: the records come
+//! back as they were (dormant, or `TERMINATED` and retained), children in
+//! spawn order; memories are rebuilt and re-shared; subagents with
+//! undelivered messages get their actor back with them; and every task that
+//! was running resumes through its adapter (or fails `host_restarted`).
+
+use super::record::{Entry, Slot};
+use super::Supervisor;
+use crate::error::HostError;
+use crate::protocol::wire::*;
+use crate::runtime::messages::{DelegateReply, Resume, RunTask};
+use crate::store::StoredSubagent;
+
+impl Supervisor {
+    /// Rebuilds the tree from `stored` (in spawn order) and resumes its
+    /// running tasks. Fails, restoring nothing, when an id is in use by
+    /// another session of this host.
+    pub(super) fn restore(&mut self, stored: Vec<StoredSubagent>) -> Result<usize, HostError> {
+        let mut claimed = Vec::with_capacity(stored.len());
+        for subagent in &stored {
+            if !self.host.ids.claim(subagent.id) {
+                for id in claimed {
+                    self.host.ids.release(id);
+                }
+                return Err(HostError::runtime(format!(
+                    "subagent id {} of the stored session is in use by another session of this host",
+                    subagent.id
+                )));
+            }
+            claimed.push(subagent.id);
+        }
+        let mut resumes = Vec::new();
+        for subagent in stored {
+            let StoredSubagent { id, row, task, memory: entries, mailbox } = subagent;
+            let terminated = row.status == SubagentStatus::Terminated;
+            let parent = row.parent.filter(|parent| self.index.contains_key(parent));
+            let memory = if terminated {
+                None
+            } else {
+                let inherited = match (row.config.memory_scope, parent) {
+                    (MemoryScope::Shared, Some(parent)) => self.index[&parent].memory.clone(),
+                    _ => None,
+                };
+                Some(inherited.unwrap_or_else(|| {
+                    let memory = self.host.new_memory();
+                    for entry in entries.unwrap_or_default() {
+                        memory.push(entry);
+                    }
+                    memory
+                }))
+            };
+            let entry = Entry {
+                slot: if terminated { Slot::Gone } else { Slot::Dormant },
+                config: row.config,
+                parent_agent_id: row.parent_agent_id.map(|text| self.interned.intern(&text)),
+                root_agent_id: row.root_agent_id.map(|text| self.interned.intern(&text)),
+                parent,
+                depth: row.depth,
+                status: row.status,
+                result: row.result,
+                error: row.error,
+                memory,
+                children: Vec::new(),
+                stopping: false,
+                ord: row.ord,
+                spawn_key: row.spawn_key,
+                tasks_started: row.tasks_started,
+            };
+            match parent {
+                Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(id),
+                None => self.top_level.push(id),
+            }
+            self.next_ord = self.next_ord.max(row.ord + 1);
+            self.index.insert(id, entry);
+            if terminated {
+                self.retained.push_back(id);
+                continue;
+            }
+            self.live += 1;
+            if !mailbox.is_empty() || task.is_some() {
+                let addr = self.start_with_inbox(id, mailbox);
+                if let Some(task) = task {
+                    resumes.push((addr, task));
+                }
+            }
+        }
+        self.listed = None;
+        let resumed = resumes.len();
+        for (addr, stored) in resumes {
+            let resume = Resume {
+                task_no: stored.task_no,
+                attempt: stored.attempt.saturating_add(1),
+                checkpoint: stored.checkpoint,
+            };
+            addr.do_send(RunTask {
+                task: stored.task,
+                deadline_cap: None,
+                reply: DelegateReply(None),
+                resume: Some(resume),
+            });
+        }
+        Ok(resumed)
+    }
+}

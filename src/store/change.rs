@@ -1,0 +1,171 @@
+//! The state changes the runtime records, and the rows a session loads back
+//! as. Changes hold shared handles (`Arc`s) taken on the actor's thread;
+//! they are serialized on the writer's.
+
+use serde_json::Value;
+use std::sync::Arc;
+
+use super::writer::CommitGate;
+use crate::ids::SubagentId;
+use crate::protocol::wire::{JsonObject, SubagentConfig, SubagentStatus, TaskDefinition};
+use crate::runtime::memory::InboxMessage;
+
+/// A session's identity, as its first successful handshake set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    /// The session id.
+    pub id: Arc<str>,
+    /// The client's `agent_id`.
+    pub agent_id: String,
+    /// The capabilities the handshake granted.
+    pub capabilities: Vec<String>,
+    /// Which token opened it (a token *id*, never the token); `None` with no
+    /// auth configured.
+    pub principal: Option<String>,
+    /// `stdio`, `tcp` or `http`.
+    pub transport: String,
+}
+
+/// One subagent's record as stored.
+#[derive(Debug, Clone)]
+pub struct SubagentRow {
+    /// Spawn order within the session (children and top level are listed in it).
+    pub ord: u64,
+    /// The parent subagent, for a nested one.
+    pub parent: Option<SubagentId>,
+    /// `parent_agent_id` as reported.
+    pub parent_agent_id: Option<Arc<str>>,
+    /// `root_agent_id` as reported.
+    pub root_agent_id: Option<Arc<str>>,
+    /// Depth (0 = top level).
+    pub depth: u32,
+    /// Idempotency key of the spawn that made it (a script step, a tool call
+    /// id): a resumed parent that spawns again with the key gets this one.
+    pub spawn_key: Option<Arc<str>>,
+    /// Tasks delegated to it so far.
+    pub tasks_started: u64,
+    /// Its config.
+    pub config: Arc<SubagentConfig>,
+    /// Its status.
+    pub status: SubagentStatus,
+    /// Its last result.
+    pub result: Option<Arc<JsonObject>>,
+    /// Its last error.
+    pub error: Option<Arc<str>>,
+}
+
+/// Where a running task had got to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Steps completed.
+    pub step: u32,
+    /// The adapter's own state after them.
+    pub state: Value,
+}
+
+/// One state change of one session. (Fields are named for what they hold:
+/// `session` the session id, `id` the subagent.)
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub enum Change {
+    /// A session completed its first handshake (or a later one changed it).
+    SessionOpened(SessionRow),
+    /// A session ended for good (shutdown, EOF, idle expiry): all of it goes.
+    SessionEnded { session: Arc<str> },
+    /// A subagent's record, whole (spawn, and every status change but a task's).
+    Subagent { session: Arc<str>, id: SubagentId, row: SubagentRow },
+    /// A subagent's record was forgotten (retention): its rows go.
+    SubagentForgotten { session: Arc<str>, id: SubagentId },
+    /// A task started (or restarted after a restart, with `attempt` > 1).
+    TaskStarted {
+        session: Arc<str>,
+        id: SubagentId,
+        task: Arc<TaskDefinition>,
+        task_no: u64,
+        attempt: u32,
+    },
+    /// A running task completed steps.
+    Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint },
+    /// A task ended: the status, result and error are the subagent's now.
+    TaskEnded {
+        session: Arc<str>,
+        id: SubagentId,
+        status: SubagentStatus,
+        result: Option<Arc<JsonObject>>,
+        error: Option<Arc<str>>,
+    },
+    /// A memory's entries (keyed by the subagent that owns it).
+    Memory { session: Arc<str>, owner: SubagentId, entries: Vec<Value> },
+    /// A subagent's undelivered messages, all of them.
+    Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage> },
+    /// A line for the client, journaled with its sequence number; the gate
+    /// releases it once committed.
+    Line { session: Arc<str>, seq: u64, line: String, gate: Option<Arc<CommitGate>> },
+    /// A request frame a client handed over (HTTP `/send`), before it is served.
+    Inbound { session: Arc<str>, seq: u64, frame: String },
+    /// That request has been served (its reply is journaled).
+    InboundDone { session: Arc<str>, seq: u64 },
+}
+
+impl Change {
+    /// The session it belongs to.
+    pub fn session(&self) -> &Arc<str> {
+        match self {
+            Self::SessionOpened(row) => &row.id,
+            Self::SessionEnded { session }
+            | Self::Subagent { session, .. }
+            | Self::SubagentForgotten { session, .. }
+            | Self::TaskStarted { session, .. }
+            | Self::Checkpoint { session, .. }
+            | Self::TaskEnded { session, .. }
+            | Self::Memory { session, .. }
+            | Self::Mailbox { session, .. }
+            | Self::Line { session, .. }
+            | Self::Inbound { session, .. }
+            | Self::InboundDone { session, .. } => session,
+        }
+    }
+}
+
+/// A task that was running when the session was last stored.
+#[derive(Debug, Clone)]
+pub struct StoredTask {
+    /// The task.
+    pub task: TaskDefinition,
+    /// Its number among the subagent's tasks (from 1).
+    pub task_no: u64,
+    /// Runs so far (1 before any restart).
+    pub attempt: u32,
+    /// Its last checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// One stored subagent, with what it held.
+#[derive(Debug, Clone)]
+pub struct StoredSubagent {
+    /// Its id.
+    pub id: SubagentId,
+    /// Its record.
+    pub row: SubagentRow,
+    /// Its running task, if one was running.
+    pub task: Option<StoredTask>,
+    /// The entries of the memory it owns (none for a `shared` child).
+    pub memory: Option<Vec<Value>>,
+    /// Its undelivered messages.
+    pub mailbox: Vec<InboxMessage>,
+}
+
+/// A whole stored session.
+#[derive(Debug, Clone)]
+pub struct StoredSession {
+    /// Its identity.
+    pub row: SessionRow,
+    /// Its subagents in spawn order.
+    pub subagents: Vec<StoredSubagent>,
+    /// The next journal sequence number.
+    pub next_seq: u64,
+    /// The retained tail of its journal, oldest first.
+    pub journal: Vec<(u64, String)>,
+    /// Request frames handed over but not yet served, oldest first.
+    pub inbound: Vec<(u64, String)>,
+}

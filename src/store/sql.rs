@@ -1,0 +1,616 @@
+//! The SQL store, on SQLite (the embedded default) or PostgreSQL, with
+//! sqlx. Both run the same migrations (`migrations/`, embedded in the
+//! binary) and the same statements: plain `TEXT`/`BIGINT` columns and `$n`
+//! placeholders, which both engines take. Each change becomes statements
+//! ([`Op`]s) once; a batch runs them in one transaction.
+
+use serde_json::Value;
+use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::writer::{now_ms, WriterSettings};
+use super::{Change, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask, SubagentRow};
+use crate::ids::SubagentId;
+use crate::protocol::wire::SubagentStatus;
+use crate::runtime::memory::InboxMessage;
+use crate::protocol::wire::SubagentMessagePayload;
+
+/// The migrations this build knows, oldest first.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "initial", include_str!("../../migrations/0001_initial.sql"))];
+
+/// The embedded migrations, as sqlx's migrator takes them.
+#[derive(Debug)]
+struct Embedded;
+
+impl MigrationSource<'static> for Embedded {
+    fn resolve(self) -> futures_util::future::BoxFuture<'static, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
+        Box::pin(async {
+            Ok(MIGRATIONS
+                .iter()
+                .map(|(version, description, sql)| {
+                    Migration::new(*version, Cow::Borrowed(description), MigrationType::Simple, Cow::Borrowed(sql), false)
+                })
+                .collect())
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// The SQL store.
+#[derive(Debug, Clone)]
+pub(super) struct SqlStore {
+    pool: Pool,
+}
+
+/// One bound value.
+#[derive(Debug)]
+enum Arg {
+    Text(String),
+    OptText(Option<String>),
+    Int(i64),
+}
+
+/// One statement with its values.
+#[derive(Debug)]
+struct Op {
+    sql: &'static str,
+    args: Vec<Arg>,
+}
+
+/// One value read back.
+#[derive(Debug)]
+enum Cell {
+    Text(Option<String>),
+    Int(i64),
+}
+
+impl Cell {
+    fn text(&mut self) -> Option<String> {
+        match self {
+            Self::Text(text) => text.take(),
+            Self::Int(_) => None,
+        }
+    }
+
+    fn int(&self) -> i64 {
+        match self {
+            Self::Int(n) => *n,
+            Self::Text(_) => 0,
+        }
+    }
+}
+
+macro_rules! run_ops {
+    ($pool:expr, $ops:expr) => {{
+        let mut tx = $pool.begin().await?;
+        for op in $ops {
+            let mut query = sqlx::query(op.sql);
+            for arg in &op.args {
+                query = match arg {
+                    Arg::Text(text) => query.bind(text.as_str()),
+                    Arg::OptText(text) => query.bind(text.as_deref()),
+                    Arg::Int(n) => query.bind(*n),
+                };
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }};
+}
+
+macro_rules! fetch_rows {
+    ($pool:expr, $sql:expr, $key:expr, $shape:expr) => {{
+        let rows = sqlx::query($sql).bind($key).fetch_all($pool).await?;
+        rows.iter().map(|row| read_row(row, $shape)).collect::<Result<Vec<_>, StoreError>>()?
+    }};
+}
+
+// Reads the columns of `row` as `shape` says: `t` text (maybe null), `i` integer.
+fn read_row<R: Row>(row: &R, shape: &str) -> Result<Vec<Cell>, StoreError>
+where
+    usize: ColumnIndex<R>,
+    for<'r> Option<String>: Decode<'r, R::Database>,
+    String: Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    shape
+        .chars()
+        .enumerate()
+        .map(|(index, kind)| match kind {
+            'i' => row.try_get::<i64, _>(index).map(Cell::Int),
+            _ => row.try_get::<Option<String>, _>(index).map(Cell::Text),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(StoreError::from)
+}
+
+impl SqlStore {
+    /// Connects to the store `url` names and brings its schema up to date.
+    pub(super) async fn connect(url: &StoreUrl, settings: &WriterSettings) -> Result<Self, String> {
+        let pool = match url {
+            StoreUrl::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|err| format!("cannot create the data directory {}: {err}", dir.display()))?;
+                }
+                let options = SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    // Every commit reaches the disk before its lines are released.
+                    .synchronous(SqliteSynchronous::Full)
+                    .busy_timeout(Duration::from_secs(5));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options)
+                    .await
+                    .map_err(|err| format!("cannot open the SQLite store {}: {err}", path.display()))?;
+                Pool::Sqlite(pool)
+            }
+            StoreUrl::Postgres(text) => {
+                let options = PgConnectOptions::from_str(text)
+                    .map_err(|err| format!("bad PostgreSQL URL {}: {err}", url.describe()))?;
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.pool_size.max(1))
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(options)
+                    .await
+                    .map_err(|err| {
+                        format!(
+                            "cannot reach the PostgreSQL store {}: {err} (is the server running and the database created?)",
+                            url.describe()
+                        )
+                    })?;
+                Pool::Postgres(pool)
+            }
+            StoreUrl::Memory => return Err("the memory store has no SQL".into()),
+        };
+        let store = Self { pool };
+        store.migrate().await.map_err(|err| format!("store {}: {err}", url.describe()))?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), String> {
+        let migrator = Migrator::new(Embedded).await.map_err(|err| err.to_string())?;
+        let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+        let outcome = match &self.pool {
+            Pool::Sqlite(pool) => migrator.run(pool).await,
+            Pool::Postgres(pool) => migrator.run(pool).await,
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(MigrateError::VersionMissing(version)) => Err(format!(
+                "its schema is at version {version}, newer than this subagentd knows (up to {latest}); \
+                 run a newer subagentd, or point --store elsewhere"
+            )),
+            Err(err) => Err(format!("schema migration failed: {err}")),
+        }
+    }
+
+    pub(super) fn kind(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn run(&self, ops: &[Op]) -> Result<(), StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => run_ops!(pool, ops),
+            Pool::Postgres(pool) => run_ops!(pool, ops),
+        }
+        Ok(())
+    }
+
+    async fn fetch(&self, sql: &'static str, key: &str, shape: &str) -> Result<Vec<Vec<Cell>>, StoreError> {
+        Ok(match &self.pool {
+            Pool::Sqlite(pool) => fetch_rows!(pool, sql, key, shape),
+            Pool::Postgres(pool) => fetch_rows!(pool, sql, key, shape),
+        })
+    }
+
+    /// Commits `batch` in one transaction, and trims each session's journal
+    /// to its newest `retained` lines.
+    pub(super) async fn commit_with_retention(&self, batch: &[Change], retained: u64) -> Result<(), StoreError> {
+        let mut ops = Vec::with_capacity(batch.len() + 4);
+        // Per session: the highest journal seq of this batch.
+        let mut journaled: HashMap<&str, u64> = HashMap::new();
+        for change in batch {
+            to_ops(change, &mut ops);
+            if let Change::Line { session, seq, .. } = change {
+                let top = journaled.entry(session).or_default();
+                *top = (*top).max(*seq);
+            }
+        }
+        let now = now_ms();
+        for (session, top) in journaled {
+            ops.push(Op {
+                sql: "UPDATE sessions SET next_seq = $2, touched_ms = $3 WHERE id = $1",
+                args: vec![Arg::Text(session.to_owned()), int(top + 1), Arg::Int(now)],
+            });
+            if top > retained {
+                ops.push(Op {
+                    sql: "DELETE FROM journal WHERE session_id = $1 AND seq <= $2",
+                    args: vec![Arg::Text(session.to_owned()), int(top - retained)],
+                });
+            }
+        }
+        self.run(&ops).await
+    }
+
+    pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
+        let mut sessions =
+            self.fetch("SELECT agent_id, capabilities, principal, transport, next_seq FROM sessions WHERE id = $1", id, "tttti")
+                .await?;
+        let Some(mut session) = sessions.pop() else { return Ok(None) };
+        let capabilities: Vec<String> = parse_json(session[1].text())?;
+        let row = SessionRow {
+            id: id.into(),
+            agent_id: session[0].text().unwrap_or_default(),
+            capabilities,
+            principal: session[2].text(),
+            transport: session[3].text().unwrap_or_default(),
+        };
+        let mut next_seq = u64::try_from(session[4].int()).unwrap_or(1).max(1);
+
+        let mut tasks = HashMap::new();
+        for mut task in self
+            .fetch(
+                "SELECT subagent_id, task, task_no, attempt, step, checkpoint FROM tasks WHERE session_id = $1",
+                id,
+                "ttiiit",
+            )
+            .await?
+        {
+            let subagent = parse_id(task[0].text())?;
+            let checkpoint = match task[5].text() {
+                Some(state) => Some(Checkpoint { step: to_u32(task[4].int()), state: parse_json(Some(state))? }),
+                None => None,
+            };
+            tasks.insert(
+                subagent,
+                StoredTask {
+                    task: parse_json(task[1].text())?,
+                    task_no: u64::try_from(task[2].int()).unwrap_or(0),
+                    attempt: to_u32(task[3].int()),
+                    checkpoint,
+                },
+            );
+        }
+        let mut memories = HashMap::new();
+        for mut memory in self.fetch("SELECT owner_id, entries FROM memories WHERE session_id = $1", id, "tt").await? {
+            memories.insert(parse_id(memory[0].text())?, parse_json::<Vec<Value>>(memory[1].text())?);
+        }
+        let mut mailboxes = HashMap::new();
+        for mut mailbox in self.fetch("SELECT subagent_id, messages FROM mailboxes WHERE session_id = $1", id, "tt").await? {
+            let stored: Vec<StoredMessage> = parse_json(mailbox[1].text())?;
+            let messages = stored
+                .into_iter()
+                .map(|m| InboxMessage { from: m.from, payload: SubagentMessagePayload { kind: m.kind, content: m.content } })
+                .collect::<Vec<_>>();
+            mailboxes.insert(parse_id(mailbox[0].text())?, messages);
+        }
+        let mut subagents = Vec::new();
+        for mut sub in self
+            .fetch(
+                "SELECT id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
+                 config, status, result, error FROM subagents WHERE session_id = $1 ORDER BY ord",
+                id,
+                "titttititttt",
+            )
+            .await?
+        {
+            let subagent = parse_id(sub[0].text())?;
+            let parent = match sub[2].text() {
+                Some(text) => Some(parse_id(Some(text))?),
+                None => None,
+            };
+            let status: SubagentStatus = serde_json::from_value(Value::String(sub[9].text().unwrap_or_default()))
+                .map_err(|err| StoreError(format!("stored status: {err}")))?;
+            let result = match sub[10].text() {
+                Some(text) => Some(std::sync::Arc::new(parse_json(Some(text))?)),
+                None => None,
+            };
+            let row = SubagentRow {
+                ord: u64::try_from(sub[1].int()).unwrap_or(0),
+                parent,
+                parent_agent_id: sub[3].text().map(Into::into),
+                root_agent_id: sub[4].text().map(Into::into),
+                depth: to_u32(sub[5].int()),
+                spawn_key: sub[6].text().map(Into::into),
+                tasks_started: u64::try_from(sub[7].int()).unwrap_or(0),
+                config: std::sync::Arc::new(parse_json(sub[8].text())?),
+                status,
+                result,
+                error: sub[11].text().map(Into::into),
+            };
+            subagents.push(StoredSubagent {
+                id: subagent,
+                row,
+                task: tasks.remove(&subagent),
+                memory: memories.remove(&subagent),
+                mailbox: mailboxes.remove(&subagent).unwrap_or_default(),
+            });
+        }
+        let mut journal = Vec::new();
+        for mut line in self.fetch("SELECT seq, line FROM journal WHERE session_id = $1 ORDER BY seq", id, "it").await? {
+            let seq = u64::try_from(line[0].int()).unwrap_or(0);
+            next_seq = next_seq.max(seq + 1);
+            journal.push((seq, line[1].text().unwrap_or_default()));
+        }
+        let mut inbound = Vec::new();
+        for mut frame in self.fetch("SELECT seq, frame FROM inbound WHERE session_id = $1 ORDER BY seq", id, "it").await? {
+            inbound.push((u64::try_from(frame[0].int()).unwrap_or(0), frame[1].text().unwrap_or_default()));
+        }
+        Ok(Some(StoredSession { row, subagents, next_seq, journal, inbound }))
+    }
+
+    pub(super) async fn delete_expired(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let expired = self.fetch_before(before_ms).await?;
+        let mut ops = Vec::new();
+        for session in &expired {
+            end_session(session, &mut ops);
+        }
+        self.run(&ops).await?;
+        Ok(expired.len() as u64)
+    }
+
+    async fn fetch_before(&self, before_ms: i64) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT id FROM sessions WHERE touched_ms < $1";
+        let rows = match &self.pool {
+            Pool::Sqlite(pool) => fetch_rows!(pool, SQL, before_ms, "t"),
+            Pool::Postgres(pool) => fetch_rows!(pool, SQL, before_ms, "t"),
+        };
+        Ok(rows.into_iter().filter_map(|mut row| row[0].text()).collect())
+    }
+
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await?,
+            Pool::Postgres(pool) => {
+                sqlx::query("SELECT 1").execute(pool).await?;
+                return Ok(());
+            }
+        };
+        Ok(())
+    }
+}
+
+impl super::Store for SqlStore {
+    fn kind(&self) -> &'static str {
+        SqlStore::kind(self)
+    }
+
+    fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64) -> StoreFuture<'a, ()> {
+        Box::pin(self.commit_with_retention(batch, journal_retained))
+    }
+
+    fn load_session<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<StoredSession>> {
+        Box::pin(SqlStore::load_session(self, session_id))
+    }
+
+    fn delete_expired(&self, before_ms: i64) -> StoreFuture<'_, u64> {
+        Box::pin(SqlStore::delete_expired(self, before_ms))
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(SqlStore::ping(self))
+    }
+}
+
+/// A mailbox message as stored.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredMessage {
+    from: String,
+    kind: String,
+    content: Value,
+}
+
+fn int(n: u64) -> Arg {
+    Arg::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+fn to_u32(n: i64) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<T, StoreError> {
+    serde_json::from_str(text.as_deref().unwrap_or("null")).map_err(|err| StoreError(format!("stored JSON: {err}")))
+}
+
+fn parse_id(text: Option<String>) -> Result<SubagentId, StoreError> {
+    let text = text.unwrap_or_default();
+    SubagentId::parse(&text).ok_or_else(|| StoreError(format!("stored subagent id `{text}` is malformed")))
+}
+
+fn status_text(status: SubagentStatus) -> String {
+    match serde_json::to_value(status) {
+        Ok(Value::String(text)) => text,
+        _ => "FAILED".into(),
+    }
+}
+
+fn key(session: &str, id: SubagentId) -> Vec<Arg> {
+    vec![Arg::Text(session.to_owned()), Arg::Text(id.to_string())]
+}
+
+fn end_session(session: &str, ops: &mut Vec<Op>) {
+    const TABLES: [&str; 6] = [
+        "DELETE FROM subagents WHERE session_id = $1",
+        "DELETE FROM tasks WHERE session_id = $1",
+        "DELETE FROM memories WHERE session_id = $1",
+        "DELETE FROM mailboxes WHERE session_id = $1",
+        "DELETE FROM journal WHERE session_id = $1",
+        "DELETE FROM inbound WHERE session_id = $1",
+    ];
+    for sql in TABLES {
+        ops.push(Op { sql, args: vec![Arg::Text(session.to_owned())] });
+    }
+    ops.push(Op { sql: "DELETE FROM sessions WHERE id = $1", args: vec![Arg::Text(session.to_owned())] });
+}
+
+// The statements one change becomes.
+fn to_ops(change: &Change, ops: &mut Vec<Op>) {
+    match change {
+        Change::SessionOpened(row) => {
+            let now = now_ms();
+            ops.push(Op {
+                sql: "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms) \
+                      VALUES ($1, $2, $3, $4, $5, 1, $6, $6) \
+                      ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
+                      principal = excluded.principal, touched_ms = excluded.touched_ms",
+                args: vec![
+                    Arg::Text(row.id.to_string()),
+                    Arg::Text(row.agent_id.clone()),
+                    Arg::Text(json(&row.capabilities)),
+                    Arg::OptText(row.principal.clone()),
+                    Arg::Text(row.transport.clone()),
+                    Arg::Int(now),
+                ],
+            });
+        }
+        Change::SessionEnded { session } => end_session(session, ops),
+        Change::Subagent { session, id, row } => {
+            let mut args = key(session, *id);
+            args.extend([
+                int(row.ord),
+                Arg::OptText(row.parent.map(|p| p.to_string())),
+                Arg::OptText(row.parent_agent_id.as_deref().map(str::to_owned)),
+                Arg::OptText(row.root_agent_id.as_deref().map(str::to_owned)),
+                int(u64::from(row.depth)),
+                Arg::OptText(row.spawn_key.as_deref().map(str::to_owned)),
+                int(row.tasks_started),
+                Arg::Text(json(&*row.config)),
+                Arg::Text(status_text(row.status)),
+                Arg::OptText(row.result.as_deref().map(json)),
+                Arg::OptText(row.error.as_deref().map(str::to_owned)),
+            ]);
+            ops.push(Op {
+                sql: "INSERT INTO subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, \
+                      spawn_key, tasks_started, config, status, result, error) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                      ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, \
+                      error = excluded.error, tasks_started = excluded.tasks_started",
+                args,
+            });
+        }
+        Change::SubagentForgotten { session, id } => {
+            for sql in [
+                "DELETE FROM subagents WHERE session_id = $1 AND id = $2",
+                "DELETE FROM tasks WHERE session_id = $1 AND subagent_id = $2",
+                "DELETE FROM memories WHERE session_id = $1 AND owner_id = $2",
+                "DELETE FROM mailboxes WHERE session_id = $1 AND subagent_id = $2",
+            ] {
+                ops.push(Op { sql, args: key(session, *id) });
+            }
+        }
+        Change::TaskStarted { session, id, task, task_no, attempt } => {
+            let mut args = key(session, *id);
+            if *attempt > 1 {
+                // A resumed task keeps its checkpoint.
+                args.push(int(u64::from(*attempt)));
+                ops.push(Op {
+                    sql: "UPDATE tasks SET attempt = $3 WHERE session_id = $1 AND subagent_id = $2",
+                    args,
+                });
+            } else {
+                args.extend([Arg::Text(json(&**task)), int(*task_no)]);
+                ops.push(Op {
+                    sql: "INSERT INTO tasks (session_id, subagent_id, task, task_no, attempt, step, checkpoint) \
+                          VALUES ($1, $2, $3, $4, 1, 0, NULL) \
+                          ON CONFLICT (session_id, subagent_id) DO UPDATE SET task = excluded.task, \
+                          task_no = excluded.task_no, attempt = 1, step = 0, checkpoint = NULL",
+                    args,
+                });
+            }
+            let mut args = key(session, *id);
+            args.push(int(*task_no));
+            ops.push(Op {
+                sql: "UPDATE subagents SET status = 'RUNNING', result = NULL, error = NULL, tasks_started = $3 \
+                      WHERE session_id = $1 AND id = $2",
+                args,
+            });
+        }
+        Change::Checkpoint { session, id, checkpoint } => {
+            let mut args = key(session, *id);
+            args.extend([int(u64::from(checkpoint.step)), Arg::Text(json(&checkpoint.state))]);
+            ops.push(Op {
+                sql: "UPDATE tasks SET step = $3, checkpoint = $4 WHERE session_id = $1 AND subagent_id = $2",
+                args,
+            });
+        }
+        Change::TaskEnded { session, id, status, result, error } => {
+            ops.push(Op { sql: "DELETE FROM tasks WHERE session_id = $1 AND subagent_id = $2", args: key(session, *id) });
+            let mut args = key(session, *id);
+            args.extend([
+                Arg::Text(status_text(*status)),
+                Arg::OptText(result.as_deref().map(json)),
+                Arg::OptText(error.as_deref().map(str::to_owned)),
+            ]);
+            ops.push(Op {
+                sql: "UPDATE subagents SET status = $3, result = $4, error = $5 WHERE session_id = $1 AND id = $2",
+                args,
+            });
+        }
+        Change::Memory { session, owner, entries } => {
+            let mut args = key(session, *owner);
+            args.push(Arg::Text(json(entries)));
+            ops.push(Op {
+                sql: "INSERT INTO memories (session_id, owner_id, entries) VALUES ($1, $2, $3) \
+                      ON CONFLICT (session_id, owner_id) DO UPDATE SET entries = excluded.entries",
+                args,
+            });
+        }
+        Change::Mailbox { session, id, messages } => {
+            if messages.is_empty() {
+                ops.push(Op {
+                    sql: "DELETE FROM mailboxes WHERE session_id = $1 AND subagent_id = $2",
+                    args: key(session, *id),
+                });
+                return;
+            }
+            let stored: Vec<StoredMessage> = messages
+                .iter()
+                .map(|m| StoredMessage {
+                    from: m.from.clone(),
+                    kind: m.payload.kind.clone(),
+                    content: m.payload.content.clone(),
+                })
+                .collect();
+            let mut args = key(session, *id);
+            args.push(Arg::Text(json(&stored)));
+            ops.push(Op {
+                sql: "INSERT INTO mailboxes (session_id, subagent_id, messages) VALUES ($1, $2, $3) \
+                      ON CONFLICT (session_id, subagent_id) DO UPDATE SET messages = excluded.messages",
+                args,
+            });
+        }
+        Change::Line { session, seq, line, .. } => ops.push(Op {
+            sql: "INSERT INTO journal (session_id, seq, line) VALUES ($1, $2, $3) ON CONFLICT (session_id, seq) DO NOTHING",
+            args: vec![Arg::Text(session.to_string()), int(*seq), Arg::Text(line.clone())],
+        }),
+        Change::Inbound { session, seq, frame } => ops.push(Op {
+            sql: "INSERT INTO inbound (session_id, seq, frame) VALUES ($1, $2, $3) ON CONFLICT (session_id, seq) DO NOTHING",
+            args: vec![Arg::Text(session.to_string()), int(*seq), Arg::Text(frame.clone())],
+        }),
+        Change::InboundDone { session, seq } => ops.push(Op {
+            sql: "DELETE FROM inbound WHERE session_id = $1 AND seq = $2",
+            args: vec![Arg::Text(session.to_string()), int(*seq)],
+        }),
+    }
+}

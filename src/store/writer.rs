@@ -1,0 +1,406 @@
+//! The process's store writer: one thread with its own tokio runtime that
+//! owns the store, takes every session's changes from one channel, and
+//! commits them in batches (group commit: whatever queued while the last
+//! commit ran goes in the next, up to `batch_max` changes, after an
+//! optional `commit_delay`). Loads run on the same thread, between batches,
+//! so they see every change recorded before them.
+//!
+//! [`StoreHandle`] is the runtime's side: cheap to clone, and with the
+//! memory store it has no thread and recording costs nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::sql::SqlStore;
+use super::{Change, SessionRow, Store, StoreError, StoredSession, StoreUrl};
+
+/// How the writer batches and retains.
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    /// Most changes in one transaction.
+    pub batch_max: usize,
+    /// How long a batch waits for more changes once its first arrived.
+    pub commit_delay: Duration,
+    /// Sessions untouched this long are deleted from the store.
+    pub session_ttl: Duration,
+    /// Journal lines kept per session (for SSE replay).
+    pub journal_retained: u64,
+    /// Connections to PostgreSQL.
+    pub pool_size: u32,
+}
+
+impl Default for WriterSettings {
+    fn default() -> Self {
+        Self {
+            batch_max: 1024,
+            commit_delay: Duration::ZERO,
+            session_ttl: Duration::from_secs(24 * 3600),
+            journal_retained: 1024,
+            pool_size: 4,
+        }
+    }
+}
+
+/// Commit figures, for benches and `/health`.
+#[derive(Debug, Default)]
+pub struct CommitStats {
+    /// Transactions committed.
+    pub commits: AtomicU64,
+    /// Changes committed.
+    pub changes: AtomicU64,
+    /// Commits that failed (each retried).
+    pub failures: AtomicU64,
+    /// Set while the last commit failed: the store is unreachable.
+    pub failing: AtomicBool,
+}
+
+/// Releases a session's journaled lines once they are committed.
+#[derive(Debug, Default)]
+pub struct CommitGate {
+    committed: AtomicU64,
+    notify: Notify,
+    // For the stdio writer, a plain thread.
+    blocking: (Mutex<()>, Condvar),
+}
+
+impl CommitGate {
+    /// Everything up to `seq` is committed.
+    pub fn advance(&self, seq: u64) {
+        self.committed.fetch_max(seq, Ordering::AcqRel);
+        self.notify.notify_waiters();
+        let _guard = self.blocking.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.blocking.1.notify_all();
+    }
+
+    /// Whether `seq` is committed.
+    pub fn is_committed(&self, seq: u64) -> bool {
+        self.committed.load(Ordering::Acquire) >= seq
+    }
+
+    /// Waits until `seq` is committed.
+    pub async fn wait(&self, seq: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_committed(seq) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// [`CommitGate::wait`] for a plain thread.
+    pub fn wait_blocking(&self, seq: u64) {
+        let mut guard = self.blocking.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while !self.is_committed(seq) {
+            guard = self.blocking.1.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}
+
+enum Command {
+    Change(Change),
+    Load(Arc<str>, oneshot::Sender<Result<Option<StoredSession>, StoreError>>),
+    Flush(oneshot::Sender<()>),
+    Ping(oneshot::Sender<Result<(), StoreError>>),
+}
+
+#[derive(Debug)]
+struct HandleInner {
+    kind: &'static str,
+    // `None` for the memory store: nothing is recorded.
+    tx: Option<mpsc::UnboundedSender<Command>>,
+    // Set at shutdown: nothing more is recorded (sessions closing because
+    // the process stops must stay resumable).
+    frozen: AtomicBool,
+    stats: Arc<CommitStats>,
+}
+
+/// The runtime's handle on the store writer.
+#[derive(Debug, Clone)]
+pub struct StoreHandle {
+    inner: Arc<HandleInner>,
+}
+
+impl Default for StoreHandle {
+    fn default() -> Self {
+        Self::memory()
+    }
+}
+
+impl StoreHandle {
+    /// The memory store: records nothing, loads nothing.
+    pub fn memory() -> Self {
+        let inner = HandleInner {
+            kind: "memory",
+            tx: None,
+            frozen: AtomicBool::new(false),
+            stats: Arc::default(),
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// `memory`, `sqlite` or `postgres`.
+    pub fn kind(&self) -> &'static str {
+        self.inner.kind
+    }
+
+    /// Whether changes are kept (and lines wait for their commit).
+    pub fn is_durable(&self) -> bool {
+        self.inner.tx.is_some() && !self.inner.frozen.load(Ordering::Acquire)
+    }
+
+    /// Commit figures.
+    pub fn stats(&self) -> &CommitStats {
+        &self.inner.stats
+    }
+
+    /// Records a change (a channel send; never waits).
+    pub fn record(&self, change: Change) {
+        if let Some(tx) = &self.inner.tx {
+            if !self.inner.frozen.load(Ordering::Acquire) {
+                let _ = tx.send(Command::Change(change));
+            }
+        }
+    }
+
+    /// Loads a stored session; `None` when it is not stored (or the store
+    /// keeps nothing).
+    pub async fn load(&self, session_id: &str) -> Result<Option<StoredSession>, StoreError> {
+        let Some(tx) = &self.inner.tx else { return Ok(None) };
+        let (reply, answer) = oneshot::channel();
+        tx.send(Command::Load(session_id.into(), reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
+        answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
+    }
+
+    /// Waits until everything recorded so far is committed.
+    pub async fn flush(&self) {
+        let Some(tx) = &self.inner.tx else { return };
+        let (reply, done) = oneshot::channel();
+        if tx.send(Command::Flush(reply)).is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Whether the store answers now.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let Some(tx) = &self.inner.tx else { return Ok(()) };
+        if self.inner.stats.failing.load(Ordering::Acquire) {
+            return Err(StoreError("the last commit failed".into()));
+        }
+        let (reply, answer) = oneshot::channel();
+        tx.send(Command::Ping(reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
+        answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
+    }
+
+    /// The process is stopping: commits what was recorded, then records
+    /// nothing more, so that sessions closed by the stop stay stored.
+    pub async fn freeze(&self) {
+        self.inner.frozen.store(true, Ordering::Release);
+        self.flush().await;
+    }
+}
+
+/// A session's side of the store: records its changes under its id, and
+/// numbers its lines for the journal.
+#[derive(Debug)]
+pub struct SessionLog {
+    id: Arc<str>,
+    store: StoreHandle,
+    // Set once the session is stored (its first successful handshake);
+    // before that nothing of it is recorded.
+    stored: AtomicBool,
+    next_seq: AtomicU64,
+}
+
+impl SessionLog {
+    /// A fresh session's log; nothing is recorded until [`SessionLog::open`].
+    pub fn new(id: impl Into<Arc<str>>, store: StoreHandle) -> Arc<Self> {
+        Arc::new(Self { id: id.into(), store, stored: AtomicBool::new(false), next_seq: AtomicU64::new(1) })
+    }
+
+    /// A restored session's log: stored already, numbering from `next_seq`.
+    pub fn restored(id: impl Into<Arc<str>>, store: StoreHandle, next_seq: u64) -> Arc<Self> {
+        Arc::new(Self { id: id.into(), store, stored: AtomicBool::new(true), next_seq: AtomicU64::new(next_seq) })
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    /// The store.
+    pub fn store(&self) -> &StoreHandle {
+        &self.store
+    }
+
+    /// Stores the session (its handshake succeeded): from now on its changes
+    /// are recorded.
+    pub fn open(&self, row: SessionRow) {
+        if self.store.is_durable() {
+            self.store.record(Change::SessionOpened(row));
+            self.stored.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether this session's changes are kept.
+    pub fn is_recording(&self) -> bool {
+        self.stored.load(Ordering::Acquire) && self.store.is_durable()
+    }
+
+    /// Records the change `make` builds, when this session is kept.
+    pub fn record(&self, make: impl FnOnce(Arc<str>) -> Change) {
+        if self.is_recording() {
+            self.store.record(make(self.id.clone()));
+        }
+    }
+
+    /// The next line's sequence number.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// The session ended for good: its rows are deleted.
+    pub fn end(&self) {
+        self.record(|session| Change::SessionEnded { session });
+        self.stored.store(false, Ordering::Release);
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Opens the SQL store on a new writer thread; returns once it is connected
+/// and migrated, or with the reason it could not be.
+pub(super) fn start(url: StoreUrl, settings: WriterSettings) -> Result<StoreHandle, String> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let stats = Arc::new(CommitStats::default());
+    let writer_stats = stats.clone();
+    std::thread::Builder::new()
+        .name("store-writer".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = ready_tx.send(Err(format!("cannot start the store writer: {err}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let store = match SqlStore::connect(&url, &settings).await {
+                    Ok(store) => store,
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(store.kind()));
+                run(Arc::new(store), rx, settings, writer_stats).await;
+            });
+        })
+        .map_err(|err| format!("cannot start the store writer thread: {err}"))?;
+    let kind = ready_rx.recv().map_err(|_| "the store writer thread ended while starting".to_owned())??;
+    let inner = HandleInner { kind, tx: Some(tx), frozen: AtomicBool::new(false), stats };
+    Ok(StoreHandle { inner: Arc::new(inner) })
+}
+
+// The writer loop: batches, commits (retrying until it succeeds), releases.
+async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Command>, settings: WriterSettings, stats: Arc<CommitStats>) {
+    let mut batch: Vec<Change> = Vec::new();
+    let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut last_expiry = Instant::now();
+    let expiry_every = (settings.session_ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(600));
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        let deadline = tokio::time::Instant::now() + settings.commit_delay;
+        loop {
+            let command = match next.take() {
+                Some(command) => command,
+                None => match rx.try_recv() {
+                    Ok(command) => command,
+                    Err(_) if !settings.commit_delay.is_zero() && batch.len() < settings.batch_max => {
+                        match tokio::time::timeout_at(deadline, rx.recv()).await {
+                            Ok(Some(command)) => command,
+                            _ => break,
+                        }
+                    }
+                    Err(_) => break,
+                },
+            };
+            match command {
+                Command::Change(change) => batch.push(change),
+                Command::Flush(done) => waiting.push(done),
+                Command::Load(id, reply) => {
+                    // A load sees every change recorded before it.
+                    commit(&*store, &mut batch, &settings, &stats).await;
+                    let _ = reply.send(store.load_session(&id).await);
+                }
+                Command::Ping(reply) => {
+                    let _ = reply.send(store.ping().await);
+                }
+            }
+            if batch.len() >= settings.batch_max {
+                break;
+            }
+        }
+        commit(&*store, &mut batch, &settings, &stats).await;
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
+        if last_expiry.elapsed() >= expiry_every {
+            last_expiry = Instant::now();
+            let before = now_ms() - i64::try_from(settings.session_ttl.as_millis()).unwrap_or(i64::MAX);
+            match store.delete_expired(before).await {
+                Ok(0) => {}
+                Ok(n) => log::info!("store: deleted {n} expired sessions"),
+                Err(err) => log::warn!("store: deleting expired sessions failed: {err}"),
+            }
+        }
+    }
+    commit(&*store, &mut batch, &settings, &stats).await;
+}
+
+// Commits `batch` (retrying with backoff while the store fails: what a
+// client was told must not be lost), then releases the lines it journaled.
+async fn commit(store: &dyn Store, batch: &mut Vec<Change>, settings: &WriterSettings, stats: &CommitStats) {
+    if batch.is_empty() {
+        return;
+    }
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match store.commit(batch, settings.journal_retained).await {
+            Ok(()) => break,
+            Err(err) => {
+                stats.failures.fetch_add(1, Ordering::Relaxed);
+                if !stats.failing.swap(true, Ordering::AcqRel) {
+                    log::error!("store: commit of {} changes failed, retrying: {err}", batch.len());
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    if stats.failing.swap(false, Ordering::AcqRel) {
+        log::warn!("store: commits succeed again");
+    }
+    stats.commits.fetch_add(1, Ordering::Relaxed);
+    stats.changes.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let mut released: HashMap<*const CommitGate, (Arc<CommitGate>, u64)> = HashMap::new();
+    for change in batch.drain(..) {
+        if let Change::Line { seq, gate: Some(gate), .. } = change {
+            let key = Arc::as_ptr(&gate);
+            let entry = released.entry(key).or_insert((gate, 0));
+            entry.1 = entry.1.max(seq);
+        }
+    }
+    for (gate, seq) in released.into_values() {
+        gate.advance(seq);
+    }
+}
