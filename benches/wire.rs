@@ -352,7 +352,7 @@ fn start_service() -> Service {
     .expect("write config");
     let (tcp, http) = (free_addr(), free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
-        .args(["serve", "--tcp", &tcp.to_string(), "--http", &http.to_string(), "--config"])
+        .args(["serve", "--store", "memory", "--tcp", &tcp.to_string(), "--http", &http.to_string(), "--config"])
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

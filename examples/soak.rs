@@ -623,7 +623,7 @@ fn server_binary(explicit: Option<String>) -> String {
 /// stderr lines (kept draining so it never blocks).
 fn start_server(path: &str) -> Result<(Child, String, String, mpsc::Receiver<String>), String> {
     let mut child = Command::new(path)
-        .args(["serve", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["serve", "--store", "memory", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

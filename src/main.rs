@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use subagent_host::config::FileConfig;
 use subagent_host::server::{self, Listeners, Settings};
 use subagent_host::session::Auth;
+use subagent_host::store::{self, DataDirLock, StoreUrl, WriterSettings};
 
 // The allocator subagentd ships with: subagent churn is allocation heavy
 // and mimalloc takes a fifth off the cost of a spawn → delegate → await
@@ -58,6 +59,16 @@ struct ServeArgs {
     /// Allow binding a non-loopback address with no auth tokens configured.
     #[arg(long)]
     insecure: bool,
+    /// Where state is kept: `memory` (nothing survives a restart),
+    /// `sqlite:PATH`, or `postgres://…`. Default: `[store] url` (or
+    /// `url_env`) in --config; else SQLite under --data-dir, or memory with
+    /// --stdio.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// Directory of the default SQLite store (created on first use; one
+    /// subagentd per directory).
+    #[arg(long, value_name = "DIR", default_value = "./subagentd-data")]
+    data_dir: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -109,7 +120,32 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    let settings = Settings::from_file(&file)?;
+    let mut settings = Settings::from_file(&file)?;
+    let url = match &args.store {
+        Some(text) => StoreUrl::parse(text)?,
+        None => match file.store.configured_url()? {
+            Some(text) => StoreUrl::parse(&text)?,
+            None if args.stdio => StoreUrl::Memory,
+            None => StoreUrl::default_sqlite(&args.data_dir),
+        },
+    };
+    // One process per SQLite store: the lock names the holder's pid.
+    let _lock = match &url {
+        StoreUrl::Sqlite(path) => {
+            let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+            Some(DataDirLock::acquire(dir)?)
+        }
+        _ => None,
+    };
+    let writer = WriterSettings {
+        batch_max: file.store.batch_max.max(1),
+        commit_delay: std::time::Duration::from_millis(file.store.commit_delay_ms),
+        session_ttl: std::time::Duration::from_secs(file.store.session_ttl_seconds),
+        journal_retained: file.store.journal_retained,
+        pool_size: file.store.pool_size,
+    };
+    settings.store = store::open(&url, writer)?;
+    log::info!("store: {}", url.describe());
     actix_rt::System::new().block_on(async move {
         // Before any address is printed: a signal sent by whoever read it
         // must never meet the default (fatal) action.

@@ -14,6 +14,7 @@ use crate::config::{FileConfig, Limits};
 use crate::runtime::task::AdapterRouter;
 use crate::runtime::{Host, HostConfig};
 use crate::session::{Auth, Service};
+use crate::store::StoreHandle;
 use crate::transport::{http, stdio, tcp};
 
 /// Where sessions' actor trees live.
@@ -44,6 +45,10 @@ pub struct Settings {
     pub http_workers: usize,
     /// How long a closing TCP/stdio session may take to flush its last lines.
     pub final_flush: Duration,
+    /// Where sessions are kept (opened by the caller: see [`crate::store::open`]).
+    pub store: StoreHandle,
+    /// Lines kept per HTTP session for `Last-Event-ID` replay.
+    pub journal_retained: usize,
 }
 
 impl Settings {
@@ -61,6 +66,8 @@ impl Settings {
             workers,
             http_workers: file.server.http_workers,
             final_flush: Duration::from_millis(file.server.final_flush_ms),
+            store: StoreHandle::memory(),
+            journal_retained: usize::try_from(file.store.journal_retained).unwrap_or(usize::MAX),
         })
     }
 }
@@ -101,27 +108,39 @@ pub async fn run(
     };
     let handles = workers.iter().map(|worker| worker.handle()).collect();
     let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
-    let service = Service::new(Host::with_workers(config, handles), settings.auth);
+    let store = settings.store.clone();
+    let service = Service::with_store(Host::with_workers(config, handles), settings.auth, settings.store);
     let served = if listeners.stdio {
         let on_shutdown = service.clone();
         actix_rt::spawn(async move {
             shutdown.await;
-            on_shutdown.shutdown();
+            stop_sessions(&on_shutdown).await;
         });
         stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
     } else {
-        serve_network(service, listeners, settings.http_workers, settings.final_flush, shutdown).await
+        let http = (settings.http_workers, settings.journal_retained);
+        serve_network(service, listeners, http, settings.final_flush, shutdown).await
     };
     for worker in workers {
         worker.stop();
     }
+    // Everything recorded is committed before the process goes.
+    store.flush().await;
     served
+}
+
+// The host stops (a signal): what was recorded is committed, then nothing
+// more is, so the sessions closing now stay stored, resumable after a
+// restart with every completed step; then every session closes.
+async fn stop_sessions(service: &Service) {
+    service.store().freeze().await;
+    service.shutdown();
 }
 
 async fn serve_network(
     service: Arc<Service>,
     listeners: Listeners,
-    http_workers: usize,
+    (http_workers, journal_retained): (usize, usize),
     final_flush: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
@@ -135,7 +154,7 @@ async fn serve_network(
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
-        let sessions = http::HttpSessions::new(service.clone(), final_flush);
+        let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, journal_retained);
         let server =
             http::server(listener, sessions, threads(http_workers)).map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
@@ -143,7 +162,7 @@ async fn serve_network(
     }
     shutdown.await;
     log::info!("shutting down: closing every session");
-    service.shutdown();
+    stop_sessions(&service).await;
     service.wait_idle().await;
     if let Some(handle) = http_handle {
         handle.stop(false).await;

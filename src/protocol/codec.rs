@@ -10,6 +10,14 @@
 pub enum Frame {
     /// A complete line, without its `\n` (and without a trailing `\r`).
     Line(Vec<u8>),
+    /// A complete line that was journaled in the store first (HTTP `/send`
+    /// with a durable store) under `seq`: once served, its entry is removed.
+    Journaled {
+        /// Its inbound sequence number in the session.
+        seq: u64,
+        /// The line.
+        line: Vec<u8>,
+    },
     /// A line longer than the limit was skipped.
     TooLong {
         /// The limit in force, in bytes.

@@ -39,6 +39,10 @@ pub struct HandshakeRequest {
     /// Its auth token (checked when the host has tokens configured).
     #[serde(default)]
     pub auth_token: Option<String>,
+    /// A stored session to take over (host extension; see PROTOCOL.md,
+    /// "Resuming a session").
+    #[serde(default)]
+    pub resume_session_id: Option<String>,
 }
 
 /// `shutdown` body.

@@ -33,6 +33,18 @@ impl Auth {
         !self.tokens.is_empty()
     }
 
+    /// The id a session stores for the token that opened it: never the
+    /// token, but a short SHA-256 digest of it; `None` with no auth
+    /// configured (every client is the same principal).
+    pub fn principal(&self, token: Option<&str>) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        if !self.is_enabled() {
+            return None;
+        }
+        let digest = Sha256::digest(token.unwrap_or("").as_bytes());
+        Some(digest.iter().take(12).map(|byte| format!("{byte:02x}")).collect())
+    }
+
     /// Whether `token` is accepted. Compares against every configured token
     /// in constant time (only the length of a mismatch can leak).
     pub fn check(&self, token: Option<&str>) -> bool {

@@ -31,7 +31,8 @@ pub(super) fn too_long(limit: usize) -> HostError {
 fn refuse(outbox: &Outbox, frame: Frame) {
     let reply = match frame {
         Frame::TooLong { limit } => encode::error(&too_long(limit), ""),
-        Frame::Line(line) => match decode_line(&line) {
+        // (A journaled line stays journaled: a resumed session serves it.)
+        Frame::Line(line) | Frame::Journaled { line, .. } => match decode_line(&line) {
             Ok(None) => return,
             Ok(Some(incoming)) => {
                 let err = HostError::new(ErrorCode::InvalidState, SHUTTING_DOWN)

@@ -16,7 +16,7 @@ use crate::protocol::codec::Frame;
 /// Bytes a frame holds (a skipped over-long line holds none).
 fn size(frame: &Frame) -> usize {
     match frame {
-        Frame::Line(line) => line.len(),
+        Frame::Line(line) | Frame::Journaled { line, .. } => line.len(),
         Frame::TooLong { .. } => 0,
     }
 }

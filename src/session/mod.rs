@@ -27,6 +27,7 @@ mod drain;
 mod handshake;
 pub mod input;
 pub mod outbox;
+mod resume;
 pub mod service;
 
 use serde_json::json;
@@ -41,6 +42,7 @@ use crate::protocol::codec::Frame;
 use crate::protocol::encode;
 use crate::protocol::request::{decode_line, HandshakeRequest, Incoming, Request};
 use crate::runtime::Tree;
+use crate::store::{Change, SessionLog, SessionRow};
 pub use auth::Auth;
 pub use drain::SHUTTING_DOWN;
 use handshake::Grant;
@@ -55,6 +57,19 @@ pub use service::{OpenedConnection, PoolSlot, Service};
 // supervisor then checks is one of this session's.
 fn is_sender(from: &str, agent_id: &str) -> bool {
     (!agent_id.is_empty() && from == agent_id) || SubagentId::parse(from).is_some()
+}
+
+/// Marks a journaled request frame served when dropped: after its reply was
+/// pushed (and so journaled), so a restart replays exactly the frames whose
+/// reply was never committed.
+struct Served(Option<(Arc<SessionLog>, u64)>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some((log, seq)) = self.0.take() {
+            log.record(|session| Change::InboundDone { session, seq });
+        }
+    }
 }
 
 /// Longest `shutdown.timeout` honoured, in seconds.
@@ -107,6 +122,13 @@ pub struct Connection {
     peer: String,
     // The size of the last list answered, measured once per change.
     lists: Arc<dispatch::ListSize>,
+    // Where this session's state changes and lines are recorded.
+    log: Arc<SessionLog>,
+    // `stdio`, `tcp` or `http` (stored with the session).
+    transport: &'static str,
+    // For a session restored from the store (HTTP): what its stored
+    // handshake granted, so it goes on without a new one.
+    restored: Option<(Grant, String)>,
 }
 
 // What the handshakes granted so far.
@@ -122,6 +144,9 @@ struct State {
     failed_handshakes: u32,
     // A handshake has succeeded: the `handshake_timeout_ms` deadline is off.
     handshaken: bool,
+    // A handshake asking to resume a stored session, served by the run loop
+    // (it loads from the store): its request id and body.
+    resume: Option<(String, HandshakeRequest)>,
 }
 
 enum Ending {
@@ -141,6 +166,7 @@ impl Connection {
         stop: CancellationToken,
         input: InputReceiver,
         slot: PoolSlot,
+        log: Arc<SessionLog>,
     ) -> Self {
         Self {
             service,
@@ -153,7 +179,22 @@ impl Connection {
             slot,
             peer: "local".into(),
             lists: Arc::default(),
+            log,
+            transport: "tcp",
+            restored: None,
         }
+    }
+
+    // A session restored from the store goes on under its stored grant.
+    fn restored(mut self, grant: Grant, agent_id: String) -> Self {
+        self.restored = Some((grant, agent_id));
+        self
+    }
+
+    /// Names the transport the session is served over (stored with it).
+    pub fn with_transport(mut self, transport: &'static str) -> Self {
+        self.transport = transport;
+        self
     }
 
     /// Names the client in logs (its socket address, `stdio`).
@@ -193,6 +234,11 @@ impl Connection {
         let bound = self.service.limits().max_inflight_requests.clamp(1, u32::MAX as usize >> 3);
         let permits = Arc::new(Semaphore::new(bound));
         let mut state = State::default();
+        if let Some((grant, agent_id)) = self.restored.take() {
+            state.grant = Some(grant);
+            state.agent_id = agent_id;
+            state.handshaken = true;
+        }
         actix_rt::spawn(self.outbox.clone().watch_stall(self.service.limits().client_stall()));
         let overflowed = self.outbox.overflowed().clone();
         let stop = self.stop.clone();
@@ -234,6 +280,11 @@ impl Connection {
             if let Some(ending) = self.on_frame(frame, permit, &mut state) {
                 break ending;
             }
+            if let Some((req_id, req)) = state.resume.take() {
+                if let Some(ending) = self.resume(&req_id, &req, &mut state).await {
+                    break ending;
+                }
+            }
         };
         let end = match ending {
             Ending::End(end) => {
@@ -253,6 +304,12 @@ impl Connection {
                 end
             }
         };
+        // A session the host stops (a signal) stays stored to be resumed; one
+        // that ended for good (its client left or asked, or it expired) goes.
+        // (At a signal the store is frozen before sessions close: `end` is
+        // then a no-op.)
+        self.log.end();
+        self.service.release_session(&self.session_id);
         self.outbox.close();
         let (id, peer) = (&self.session_id, &self.peer);
         if self.outbox.overflowed().is_cancelled() && !self.outbox.client_gone() {
@@ -300,6 +357,10 @@ impl Connection {
     // Serves a handshake: on success the session takes its `max_sessions`
     // slot (the first time), which can fail when they are all taken.
     fn on_handshake(&self, id: &str, req: &HandshakeRequest, state: &mut State) -> Option<Ending> {
+        if req.resume_session_id.as_deref().is_some_and(|resumed| resumed != self.session_id) {
+            state.resume = Some((id.to_owned(), req.clone()));
+            return None;
+        }
         let (reply, grant) = handshake::answer(&self.service, &self.session_id, id, req);
         let Some(grant) = grant else {
             self.outbox.push(reply);
@@ -314,13 +375,28 @@ impl Connection {
         state.grant = Some(grant);
         state.handshaken = true;
         state.agent_id.clone_from(&req.agent_id);
+        self.store_session(req);
         self.outbox.push(reply);
         None
     }
 
+    // Stores the session as its handshake shaped it (from now on its changes
+    // are recorded), and marks it in use in this process.
+    fn store_session(&self, req: &HandshakeRequest) {
+        self.service.claim_session(&self.session_id);
+        self.log.open(SessionRow {
+            id: self.log.id().clone(),
+            agent_id: req.agent_id.clone(),
+            capabilities: req.agent_caps.clone(),
+            principal: self.service.auth().principal(req.auth_token.as_deref()),
+            transport: self.transport.to_owned(),
+        });
+    }
+
     fn on_frame(&self, frame: Frame, permit: OwnedSemaphorePermit, state: &mut State) -> Option<Ending> {
-        let line = match frame {
-            Frame::Line(line) => line,
+        let (line, served) = match frame {
+            Frame::Line(line) => (line, Served(None)),
+            Frame::Journaled { seq, line } => (line, Served(Some((self.log.clone(), seq)))),
             Frame::TooLong { limit } => {
                 self.outbox.push(encode::error(&drain::too_long(limit), ""));
                 return None;
@@ -389,6 +465,7 @@ impl Connection {
                         Some(reservation) => outbox.push_reserved(reply.line, reservation),
                         None => outbox.push(reply.line),
                     }
+                    drop(served);
                     drop(permit);
                 });
                 None

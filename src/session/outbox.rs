@@ -19,6 +19,12 @@
 //!   nothing for `limits.client_stall_ms`, is closed the same way: a client
 //!   is judged by time without progress, never by the size of one reply.
 //!
+//! Every line gets its session's next sequence number (SSE `id:`). When the
+//! session is kept in a durable store, each line is also journaled, and the
+//! receiver releases it to the transport only once that journal entry is
+//! committed ([`CommitGate`]): the changes the line reports were recorded
+//! before it, so they are committed too.
+//!
 //! Lines pushed after overflow are dropped; the transport closes the
 //! connection without waiting for the client. When the transport has stopped
 //! taking lines altogether (its writer ended: the client went away), the
@@ -27,13 +33,14 @@
 //! client. The session logs which it was.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
 use crate::protocol::encode;
+use crate::store::{Change, CommitGate, SessionLog};
 
 /// What the outbox and its receiver share.
 #[derive(Debug)]
@@ -50,6 +57,8 @@ struct Shared {
     receiver_gone: AtomicBool,
     // Reservations waiting for room now.
     waiting: AtomicUsize,
+    // Releases journaled lines once committed.
+    gate: Arc<CommitGate>,
 }
 
 impl Shared {
@@ -76,11 +85,28 @@ fn now_ms() -> u64 {
     u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// One queued line: its sequence number, and whether it waits for its
+/// journal entry's commit.
+#[derive(Debug)]
+struct Queued {
+    seq: u64,
+    gated: bool,
+    line: String,
+}
+
+/// What pushing takes the lock for: the channel, and the session log that
+/// numbers (and journals) the lines.
+#[derive(Debug)]
+struct Sending {
+    // `None` once the session has ended, so the receiver sees the end.
+    tx: Option<mpsc::Sender<Queued>>,
+    log: Option<Arc<SessionLog>>,
+}
+
 /// The sending side of a session's outbox.
 #[derive(Debug)]
 pub struct Outbox {
-    // `None` once the session has ended, so the receiver sees the end.
-    tx: Mutex<Option<mpsc::Sender<String>>>,
+    sending: Mutex<Sending>,
     shared: Arc<Shared>,
     // The byte bound (`limits.outbox_max_bytes`).
     max_bytes: usize,
@@ -111,8 +137,10 @@ impl Drop for Reservation {
 #[derive(Debug)]
 pub struct OutboxReceiver {
     // The lines, in order.
-    rx: mpsc::Receiver<String>,
+    rx: mpsc::Receiver<Queued>,
     shared: Arc<Shared>,
+    // A line taken from `rx` that waits for its commit.
+    pending: Option<Queued>,
 }
 
 impl Outbox {
@@ -126,15 +154,26 @@ impl Outbox {
             progress_ms: AtomicU64::new(now_ms()),
             receiver_gone: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
+            gate: Arc::default(),
         });
         let outbox = Self {
-            tx: Mutex::new(Some(tx)),
+            sending: Mutex::new(Sending { tx: Some(tx), log: None }),
             shared: shared.clone(),
             max_bytes: max_bytes.max(1),
             overflowed: CancellationToken::new(),
             ending: CancellationToken::new(),
         };
-        (Arc::new(outbox), OutboxReceiver { rx, shared })
+        (Arc::new(outbox), OutboxReceiver { rx, shared, pending: None })
+    }
+
+    /// Numbers the lines from now on with `log`'s sequence, and journals them
+    /// while it records (a resumed session swaps in its stored log).
+    pub fn attach_log(&self, log: Arc<SessionLog>) {
+        self.lock().log = Some(log);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Sending> {
+        self.sending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     // Takes `bytes` when they fit (or the outbox is empty).
@@ -196,11 +235,24 @@ impl Outbox {
     }
 
     fn queue(&self, line: String, mut reservation: Option<Reservation>) {
-        let guard = self.tx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(tx) = guard.as_ref() else { return };
+        let guard = self.lock();
+        let Some(tx) = guard.tx.as_ref() else { return };
         if self.overflowed.is_cancelled() {
             return;
         }
+        // Numbered (and journaled) under the lock: in the order sent.
+        let (seq, gated) = match &guard.log {
+            Some(log) => {
+                let seq = log.next_seq();
+                let gated = log.is_recording();
+                if gated {
+                    let gate = Some(self.shared.gate.clone());
+                    log.record(|session| Change::Line { session, seq, line: line.clone(), gate });
+                }
+                (seq, gated)
+            }
+            None => (0, false),
+        };
         let len = line.len();
         let before = self.shared.used.fetch_add(len, Ordering::AcqRel);
         // The reservation's bytes are the line's now.
@@ -213,7 +265,7 @@ impl Outbox {
             self.shared.mark_progress();
         }
         let within = reservation.is_some() || before == 0 || before.saturating_add(len) <= 2 * self.max_bytes;
-        if !within || tx.try_send(line).is_err() {
+        if !within || tx.try_send(Queued { seq, gated, line }).is_err() {
             // Past the bounds or the line capacity (a slow client), or the
             // client is gone (`client_gone` tells which): the session ends.
             self.shared.release(len);
@@ -274,7 +326,7 @@ impl Outbox {
     /// Ends the outbox: the receiver gets what is queued, then the end.
     pub fn close(&self) {
         self.ending.cancel();
-        self.tx.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        self.lock().tx.take();
     }
 }
 
@@ -287,20 +339,48 @@ impl OutboxReceiver {
 
     /// The next line; `None` once the session has ended and all was taken.
     pub async fn recv(&mut self) -> Option<String> {
-        let line = self.rx.recv().await?;
-        Some(self.taken(line))
+        self.recv_numbered().await.map(|(_, line)| line)
     }
 
-    /// The next line if one is queued now.
+    /// The next line with its sequence number (SSE `id:`). Cancel-safe: a
+    /// line waiting for its commit stays first in line.
+    pub async fn recv_numbered(&mut self) -> Option<(u64, String)> {
+        if self.pending.is_none() {
+            self.pending = Some(self.rx.recv().await?);
+        }
+        if let Some(queued) = self.pending.as_ref().filter(|queued| queued.gated) {
+            self.shared.gate.wait(queued.seq).await;
+        }
+        let queued = self.pending.take()?;
+        Some((queued.seq, self.taken(queued.line)))
+    }
+
+    /// The next line if one is queued (and committed) now.
     pub fn try_recv(&mut self) -> Result<String, mpsc::error::TryRecvError> {
-        let line = self.rx.try_recv()?;
-        Ok(self.taken(line))
+        self.try_recv_numbered().map(|(_, line)| line)
+    }
+
+    /// [`OutboxReceiver::try_recv`] with the sequence number.
+    pub fn try_recv_numbered(&mut self) -> Result<(u64, String), mpsc::error::TryRecvError> {
+        if self.pending.is_none() {
+            self.pending = Some(self.rx.try_recv()?);
+        }
+        match self.pending.take_if(|queued| !queued.gated || self.shared.gate.is_committed(queued.seq)) {
+            Some(queued) => Ok((queued.seq, self.taken(queued.line))),
+            None => Err(mpsc::error::TryRecvError::Empty),
+        }
     }
 
     /// [`OutboxReceiver::recv`] for a plain thread (stdio's writer).
     pub fn blocking_recv(&mut self) -> Option<String> {
-        let line = self.rx.blocking_recv()?;
-        Some(self.taken(line))
+        let queued = match self.pending.take() {
+            Some(queued) => queued,
+            None => self.rx.blocking_recv()?,
+        };
+        if queued.gated {
+            self.shared.gate.wait_blocking(queued.seq);
+        }
+        Some(self.taken(queued.line))
     }
 }
 

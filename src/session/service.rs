@@ -8,19 +8,23 @@
 //! succeeds, so clients without a token can never take an authorised
 //! client's slot. [`PoolSlot`] is a session's place in them.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
+use super::handshake::{Grant, CAPABILITY, CAPABILITY_ALIAS};
 use super::input::{self, InputSender};
 use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
 use super::Connection;
 use crate::config::Limits;
 use crate::error::HostError;
+use crate::protocol::codec::Frame;
 use crate::runtime::Host;
+use crate::store::{SessionLog, StoreHandle};
 
 /// Frames a session's input channel holds before the transport waits (TCP,
 /// stdio: they push back through the socket or pipe).
@@ -46,6 +50,11 @@ pub struct Service {
     idle: Notify,
     // Fires on SIGTERM/SIGINT: every session closes.
     shutdown: CancellationToken,
+    // Where sessions are kept.
+    store: StoreHandle,
+    // Ids of the stored sessions a connection of this process serves now:
+    // a second connection may not resume one of them.
+    in_use: Mutex<HashSet<String>>,
 }
 
 /// A freshly opened session and the transport's ends of it.
@@ -61,11 +70,21 @@ pub struct OpenedConnection {
     pub output: OutboxReceiver,
     /// Cancel it to close this one session (idle expiry).
     pub stop: CancellationToken,
+    /// Its log (HTTP journals request frames on it).
+    pub log: Arc<SessionLog>,
+    /// The retained tail of a restored session's journal (SSE replay).
+    pub journal: Vec<(u64, String)>,
 }
 
 impl Service {
-    /// A service over `host`, checking handshakes against `auth`.
+    /// A service over `host`, checking handshakes against `auth`; nothing is
+    /// stored.
     pub fn new(host: Host, auth: Auth) -> Arc<Self> {
+        Self::with_store(host, auth, StoreHandle::memory())
+    }
+
+    /// A service that keeps its sessions in `store`.
+    pub fn with_store(host: Host, auth: Auth, store: StoreHandle) -> Arc<Self> {
         Arc::new(Self {
             host,
             auth,
@@ -75,7 +94,65 @@ impl Service {
             unauthenticated: AtomicUsize::new(0),
             idle: Notify::new(),
             shutdown: CancellationToken::new(),
+            store,
+            in_use: Mutex::default(),
         })
+    }
+
+    /// Where sessions are kept.
+    pub fn store(&self) -> &StoreHandle {
+        &self.store
+    }
+
+    /// Marks a session served by a connection of this process; `false` when
+    /// one already serves it.
+    pub fn claim_session(&self, id: &str) -> bool {
+        self.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(id.to_owned())
+    }
+
+    /// The session is no longer served here.
+    pub fn release_session(&self, id: &str) {
+        self.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+    }
+
+    /// Opens a stored session (an HTTP client naming it after a restart):
+    /// its tree restored, its running tasks resumed, its handshake's grant in
+    /// force, and the request frames it had handed over but not had served
+    /// queued first. `Ok(None)` when the store does not have it.
+    pub async fn restore(self: &Arc<Self>, id: &str, input_queue: usize) -> Result<Option<OpenedConnection>, HostError> {
+        if self.shutdown.is_cancelled() {
+            return Err(HostError::runtime("the host is shutting down"));
+        }
+        let stored = match self.store.load(id).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return Ok(None),
+            Err(err) => return Err(HostError::runtime(format!("the store could not be read: {err}"))),
+        };
+        if !self.claim_session(id) {
+            return Err(HostError::runtime(format!("session {id} is being restored already; try again")));
+        }
+        self.take(&self.authenticated, "max_sessions", self.limits().max_sessions).inspect_err(|_| {
+            self.release_session(id);
+        })?;
+        let slot = PoolSlot::new(self.clone(), true);
+        let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
+        let log = SessionLog::restored(id, self.store.clone(), stored.next_seq);
+        outbox.attach_log(log.clone());
+        let tree = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
+        let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.release_session(id))?;
+        let (input, input_rx) = input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
+        for (seq, frame) in stored.inbound {
+            // Handed over before the restart and never answered: served first.
+            let _ = input.try_send(Frame::Journaled { seq, line: frame.into_bytes() });
+        }
+        log.resume_inbound_after(stored.last_inbound);
+        let stop = self.shutdown.child_token();
+        let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
+        let session = Connection::new(self.clone(), tree, id.to_owned(), outbox, stop.clone(), input_rx, slot, log.clone())
+            .with_transport("http")
+            .restored(Grant { multi_agent }, stored.row.agent_id);
+        log::info!("session {id} restored from the store ({resumed} tasks resumed)");
+        Ok(Some(OpenedConnection { session_id: id.to_owned(), session, input, output, stop, log, journal: stored.journal }))
     }
 
     /// The actor host.
@@ -153,12 +230,15 @@ impl Service {
             PoolSlot::new(self.clone(), false)
         };
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
-        let session = self.host.open_tree(Arc::new(OutboxSink(outbox.clone())));
+        let session_id = uuid::Uuid::new_v4().simple().to_string();
+        let log = SessionLog::new(session_id.as_str(), self.store.clone());
+        outbox.attach_log(log.clone());
+        let session = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
-        let session_id = uuid::Uuid::new_v4().simple().to_string();
-        let session = Connection::new(self.clone(), session, session_id.clone(), outbox, stop.clone(), input_rx, slot);
-        Ok(OpenedConnection { session_id, session, input, output, stop })
+        let session =
+            Connection::new(self.clone(), session, session_id.clone(), outbox, stop.clone(), input_rx, slot, log.clone());
+        Ok(OpenedConnection { session_id, session, input, output, stop, log, journal: Vec::new() })
     }
 
     // Takes one place in `pool` (bounded by `max`, the limit named `name`)

@@ -168,4 +168,6 @@ pub struct StoredSession {
     pub journal: Vec<(u64, String)>,
     /// Request frames handed over but not yet served, oldest first.
     pub inbound: Vec<(u64, String)>,
+    /// The highest inbound sequence number stored (0: none).
+    pub last_inbound: u64,
 }

@@ -353,7 +353,8 @@ impl SqlStore {
         for mut frame in self.fetch("SELECT seq, frame FROM inbound WHERE session_id = $1 ORDER BY seq", id, "it").await? {
             inbound.push((u64::try_from(frame[0].int()).unwrap_or(0), frame[1].text().unwrap_or_default()));
         }
-        Ok(Some(StoredSession { row, subagents, next_seq, journal, inbound }))
+        let last_inbound = inbound.last().map_or(0, |(seq, _)| *seq);
+        Ok(Some(StoredSession { row, subagents, next_seq, journal, inbound, last_inbound }))
     }
 
     pub(super) async fn delete_expired(&self, before_ms: i64) -> Result<u64, StoreError> {

@@ -215,17 +215,31 @@ pub struct SessionLog {
     // before that nothing of it is recorded.
     stored: AtomicBool,
     next_seq: AtomicU64,
+    // The next inbound request frame's number (HTTP `/send`).
+    next_inbound: AtomicU64,
 }
 
 impl SessionLog {
     /// A fresh session's log; nothing is recorded until [`SessionLog::open`].
     pub fn new(id: impl Into<Arc<str>>, store: StoreHandle) -> Arc<Self> {
-        Arc::new(Self { id: id.into(), store, stored: AtomicBool::new(false), next_seq: AtomicU64::new(1) })
+        Arc::new(Self {
+            id: id.into(),
+            store,
+            stored: AtomicBool::new(false),
+            next_seq: AtomicU64::new(1),
+            next_inbound: AtomicU64::new(1),
+        })
     }
 
     /// A restored session's log: stored already, numbering from `next_seq`.
     pub fn restored(id: impl Into<Arc<str>>, store: StoreHandle, next_seq: u64) -> Arc<Self> {
-        Arc::new(Self { id: id.into(), store, stored: AtomicBool::new(true), next_seq: AtomicU64::new(next_seq) })
+        Arc::new(Self {
+            id: id.into(),
+            store,
+            stored: AtomicBool::new(true),
+            next_seq: AtomicU64::new(next_seq),
+            next_inbound: AtomicU64::new(1),
+        })
     }
 
     /// The session id.
@@ -257,6 +271,24 @@ impl SessionLog {
         if self.is_recording() {
             self.store.record(make(self.id.clone()));
         }
+    }
+
+    /// Numbers inbound frames after `last` (a restored session's highest).
+    pub fn resume_inbound_after(&self, last: u64) {
+        self.next_inbound.fetch_max(last + 1, Ordering::AcqRel);
+    }
+
+    /// Journals a request frame handed over by the client, before it is
+    /// served; returns its number, or `None` when nothing is kept. The frame
+    /// is durable once [`StoreHandle::flush`] returns.
+    pub fn journal_inbound(&self, frame: &[u8]) -> Option<u64> {
+        if !self.is_recording() {
+            return None;
+        }
+        let seq = self.next_inbound.fetch_add(1, Ordering::AcqRel);
+        let frame = String::from_utf8_lossy(frame).into_owned();
+        self.store.record(Change::Inbound { session: self.id.clone(), seq, frame });
+        Some(seq)
     }
 
     /// The next line's sequence number.

@@ -33,6 +33,8 @@ impl InProcess {
             workers: Workers::InPlace,
             http_workers: 1,
             final_flush: Duration::from_secs(1),
+            store: subagent_host::store::StoreHandle::memory(),
+            journal_retained: 1024,
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

@@ -82,13 +82,25 @@ fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
 
-fn lookup(req: &HttpRequest, sessions: &HttpSessions) -> Result<(String, Arc<HttpEntry>), Box<HttpResponse>> {
+async fn lookup(req: &HttpRequest, sessions: &web::Data<HttpSessions>) -> Result<(String, Arc<HttpEntry>), Box<HttpResponse>> {
     let Some(id) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
-    match sessions.get(id) {
-        Some(session) => Ok((id.to_owned(), session)),
-        None => Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session"))),
+    if let Some(session) = sessions.get(id) {
+        return Ok((id.to_owned(), session));
+    }
+    // Not live here: a stored session (after a restart) comes back.
+    match sessions.clone().into_inner().restore(id).await {
+        Ok(Some(session)) => Ok((id.to_owned(), session)),
+        Ok(None) => Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session"))),
+        Err(err) => {
+            log::warn!("http session {id}: restoring it from the store failed: {}", err.message);
+            Err(Box::new(
+                HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+                    .insert_header((header::RETRY_AFTER, "1"))
+                    .json(json!({ "ok": false, "error": err.message })),
+            ))
+        }
     }
 }
 
@@ -187,8 +199,10 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
     };
     match opened {
         Ok(mut opened) => {
-            opened.session = opened.session.with_peer(peer(&req));
-            HttpResponse::Ok().json(json!({ "session_id": sessions.clone().into_inner().insert(opened) }))
+            opened.session = opened.session.with_peer(peer(&req)).with_transport("http");
+            let id = sessions.clone().into_inner().insert(opened);
+            // The id in a header too, for routers that hash on it (HAProxy).
+            HttpResponse::Ok().insert_header((SESSION_HEADER, id.as_str())).json(json!({ "session_id": id }))
         }
         Err(err) => {
             log::warn!("http POST /session from {} refused: {}", peer(&req), err.message);
@@ -200,6 +214,15 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
 // Hands one frame to the session without waiting: a full input queue (the
 // session is at its in-flight bound) is 429, an ended session 404.
 fn offer(session: &HttpEntry, frame: Frame, accepted: &mut usize) -> Result<(), Box<HttpResponse>> {
+    // With a durable store the frame is journaled first: once `/send` says
+    // 200, a restart replays whatever of it was not served.
+    let frame = match frame {
+        Frame::Line(line) => match session.log.journal_inbound(&line) {
+            Some(seq) => Frame::Journaled { seq, line },
+            None => Frame::Line(line),
+        },
+        other => other,
+    };
     match session.input.try_send(frame) {
         Ok(()) => {
             *accepted += 1;
@@ -230,9 +253,9 @@ async fn take_lines(
     req: &HttpRequest,
     body: &mut web::Payload,
     ended: &mut bool,
-    sessions: &HttpSessions,
+    sessions: &web::Data<HttpSessions>,
 ) -> HttpResponse {
-    let (_, session) = match lookup(req, sessions) {
+    let (_, session) = match lookup(req, sessions).await {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -267,6 +290,10 @@ async fn take_lines(
         }
     }
     session.touch();
+    if session.log.is_recording() {
+        // 200 only once the frames are committed.
+        session.log.store().flush().await;
+    }
     HttpResponse::Ok().json(json!({ "ok": true }))
 }
 
@@ -284,6 +311,8 @@ struct Attached {
     guard: Option<tokio::sync::OwnedMutexGuard<OutboxReceiver>>,
     // The last event (`closed`) was sent: the stream ends.
     closed: bool,
+    // Lines a reconnect with `Last-Event-ID` missed, sent first.
+    replay: Vec<(u64, Arc<str>)>,
 }
 
 impl Attached {
@@ -301,7 +330,7 @@ impl Attached {
         )
         .with_detail(json!({ "reason": "stream_replaced" }));
         let mut chunk = b"event: closed\n".to_vec();
-        push_event(&mut chunk, &encode::error(&err, ""));
+        push_event(&mut chunk, 0, &encode::error(&err, ""));
         Some((Ok(Bytes::from(chunk)), self))
     }
 }
@@ -325,21 +354,34 @@ async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>
             guard = output.lock_owned() => attached.guard = Some(guard),
         }
     }
+    if !attached.replay.is_empty() {
+        // (Once this stream holds the outbox: no other stream writes now.)
+        let mut chunk = Vec::new();
+        for (seq, line) in attached.replay.drain(..) {
+            push_event(&mut chunk, seq, &line);
+        }
+        return Some((Ok(Bytes::from(chunk)), attached));
+    }
     let guard = attached.guard.as_mut()?;
     let line = tokio::select! {
         biased;
         _ = attached.token.cancelled() => return attached.replaced(),
-        line = guard.recv() => line,
+        line = guard.recv_numbered() => line,
     };
     match line {
-        Some(line) => {
-            // Every line queued now goes out in one chunk (one write).
-            let mut chunk = Vec::with_capacity(line.len() + 8);
-            push_event(&mut chunk, &line);
+        Some((seq, line)) => {
+            // Every line queued now goes out in one chunk (one write), and
+            // is kept for a reconnect that missed it.
+            let mut chunk = Vec::with_capacity(line.len() + 16);
+            let mut recent = lock(&attached.session.recent);
+            push_event(&mut chunk, seq, &line);
+            recent.push(seq, line.into());
             while chunk.len() < WRITE_BATCH {
-                let Ok(line) = guard.try_recv() else { break };
-                push_event(&mut chunk, &line);
+                let Ok((seq, line)) = guard.try_recv_numbered() else { break };
+                push_event(&mut chunk, seq, &line);
+                recent.push(seq, line.into());
             }
+            drop(recent);
             Some((Ok(Bytes::from(chunk)), attached))
         }
         None => {
@@ -351,16 +393,30 @@ async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>
 }
 
 // One SSE event: `data: <json>\n\n` (a line never holds a newline).
-fn push_event(chunk: &mut Vec<u8>, line: &str) {
+fn push_event(chunk: &mut Vec<u8>, seq: u64, line: &str) {
+    if seq > 0 {
+        // The SSE id is the line's number in the session's journal: a
+        // reconnect sends it back as `Last-Event-ID`.
+        chunk.extend_from_slice(b"id: ");
+        chunk.extend_from_slice(seq.to_string().as_bytes());
+        chunk.push(b'\n');
+    }
     chunk.extend_from_slice(b"data: ");
     chunk.extend_from_slice(line.as_bytes());
     chunk.extend_from_slice(b"\n\n");
 }
 
 async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResponse {
-    let (id, session) = match lookup(&req, &sessions) {
+    let (id, session) = match lookup(&req, &sessions).await {
         Ok(found) => found,
         Err(response) => return *response,
+    };
+    // A reconnect names the last event it got: what came after it and is
+    // still kept is sent again first.
+    let last_event = req.headers().get("Last-Event-ID").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let replay = match last_event {
+        Some(seq) => lock(&session.recent).after(seq),
+        None => Vec::new(),
     };
     let token = CancellationToken::new();
     {
@@ -370,11 +426,21 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
     }
     session.streams.fetch_add(1, Ordering::AcqRel);
     session.touch();
-    let attached = Attached { id, session, sessions, token, guard: None, closed: false };
+    let attached = Attached { id, session, sessions, token, guard: None, closed: false, replay };
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .streaming(futures_util::stream::unfold(attached, next_event))
+}
+
+/// `GET /ready`: 200 while the node can serve (its store answers), else 503.
+async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
+    let store = sessions.service.store();
+    match store.ping().await {
+        Ok(()) => HttpResponse::Ok().json(json!({ "ready": true, "store": store.kind() })),
+        Err(err) => HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+            .json(json!({ "ready": false, "store": store.kind(), "error": err.to_string() })),
+    }
 }
 
 async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
@@ -400,6 +466,7 @@ pub fn server(listener: std::net::TcpListener, sessions: Arc<HttpSessions>, work
             .route("/send", web::post().to(send))
             .route("/stream", web::get().to(stream))
             .route("/health", web::get().to(health))
+            .route("/ready", web::get().to(ready))
     })
     .workers(workers)
     .max_connections(per_worker)

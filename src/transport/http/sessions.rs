@@ -16,14 +16,17 @@
 //! session closed for want of a handshake (`handshake_timeout_ms`,
 //! `max_failed_handshakes`) is removed at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::HostError;
+use crate::session::service::INPUT_QUEUE;
 use crate::session::InputSender;
+use crate::store::SessionLog;
 use crate::session::{Connection, ConnectionEnd, OpenedConnection, OutboxReceiver, PoolSlot, Service};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -39,6 +42,8 @@ pub struct HttpSessions {
     final_flush: Duration,
     // Live (and ended but undelivered) sessions by id.
     map: Mutex<HashMap<String, Arc<HttpEntry>>>,
+    // Lines kept per session for `Last-Event-ID` replay.
+    journal_retained: usize,
 }
 
 /// One HTTP session's transport state.
@@ -62,6 +67,46 @@ pub(super) struct HttpEntry {
     // The session's slot, given back when the entry is removed (and the
     // session has ended).
     slot: Mutex<Option<PoolSlot>>,
+    // Its log: `/send` journals request frames on it.
+    pub(super) log: Arc<SessionLog>,
+    // The last lines written to a stream, for a reconnect with
+    // `Last-Event-ID` (bounded by `[store] journal_retained` lines and
+    // `outbox_max_bytes` bytes).
+    pub(super) recent: Mutex<Recent>,
+}
+
+/// The lines last written to a stream, oldest first, with their numbers.
+#[derive(Debug, Default)]
+pub(super) struct Recent {
+    lines: VecDeque<(u64, Arc<str>)>,
+    bytes: usize,
+    max_lines: usize,
+    max_bytes: usize,
+}
+
+impl Recent {
+    fn new(max_lines: usize, max_bytes: usize, lines: Vec<(u64, String)>) -> Self {
+        let mut recent = Self { lines: VecDeque::new(), bytes: 0, max_lines, max_bytes };
+        for (seq, line) in lines {
+            recent.push(seq, line.into());
+        }
+        recent
+    }
+
+    /// Keeps a line written to a stream, forgetting the oldest past the bounds.
+    pub(super) fn push(&mut self, seq: u64, line: Arc<str>) {
+        self.bytes += line.len();
+        self.lines.push_back((seq, line));
+        while self.lines.len() > self.max_lines.max(1) || (self.bytes > self.max_bytes && self.lines.len() > 1) {
+            let Some((_, old)) = self.lines.pop_front() else { break };
+            self.bytes -= old.len();
+        }
+    }
+
+    /// The kept lines numbered after `seq`.
+    pub(super) fn after(&self, seq: u64) -> Vec<(u64, Arc<str>)> {
+        self.lines.iter().filter(|(n, _)| *n > seq).cloned().collect()
+    }
 }
 
 impl HttpEntry {
@@ -79,7 +124,13 @@ impl HttpSessions {
     /// The HTTP front of `service`; an ended session with no stream attached
     /// is kept `final_flush` for one to take its last lines.
     pub fn new(service: Arc<Service>, final_flush: Duration) -> Arc<Self> {
-        Arc::new(Self { service, final_flush, map: Mutex::new(HashMap::new()) })
+        Self::with_replay(service, final_flush, 1024)
+    }
+
+    /// [`HttpSessions::new`] keeping `journal_retained` lines per session
+    /// for `Last-Event-ID` replay.
+    pub fn with_replay(service: Arc<Service>, final_flush: Duration, journal_retained: usize) -> Arc<Self> {
+        Arc::new(Self { service, final_flush, map: Mutex::new(HashMap::new()), journal_retained })
     }
 
     pub(super) fn get(&self, id: &str) -> Option<Arc<HttpEntry>> {
@@ -99,9 +150,20 @@ impl HttpSessions {
         lock(&self.map).values().map(|session| session.streams()).sum()
     }
 
+    /// Restores a stored session into the registry (a request named it after
+    /// a restart); `Ok(None)` when the store does not have it either.
+    pub(super) async fn restore(self: &Arc<Self>, id: &str) -> Result<Option<Arc<HttpEntry>>, HostError> {
+        let queue = self.service.limits().max_inflight_requests.max(INPUT_QUEUE);
+        let Some(opened) = self.service.restore(id, queue).await? else { return Ok(None) };
+        self.insert(opened);
+        Ok(self.get(id))
+    }
+
     /// Registers a freshly opened session and starts its watcher; returns
     /// its id.
     pub(super) fn insert(self: &Arc<Self>, opened: OpenedConnection) -> String {
+        let limits = self.service.limits();
+        let recent = Recent::new(self.journal_retained, limits.outbox_max_bytes, opened.journal);
         let session = opened.session;
         let entry = Arc::new(HttpEntry {
             input: opened.input,
@@ -112,6 +174,8 @@ impl HttpSessions {
             last_active: Mutex::new(Instant::now()),
             stop: opened.stop,
             slot: Mutex::new(Some(session.slot())),
+            log: opened.log,
+            recent: Mutex::new(recent),
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());

@@ -50,7 +50,16 @@ pub mod tempfile_lite {
 pub fn command(args: &[&str], config: Option<&tempfile_lite::TempFile>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_subagentd"));
     cmd.arg("serve").args(args);
+    memory_unless_named(&mut cmd, args);
     finish_command(cmd, config)
+}
+
+// Tests that do not name a store run on the memory store: the default
+// (SQLite under ./subagentd-data) takes one process per directory.
+fn memory_unless_named(cmd: &mut Command, args: &[&str]) {
+    if !args.iter().any(|arg| *arg == "--store" || *arg == "--data-dir") {
+        cmd.args(["--store", "memory"]);
+    }
 }
 
 /// `subagentd serve ARGS` started by `bash -c "PRELUDE; exec subagentd …"`,
@@ -59,6 +68,7 @@ pub fn shell_command(prelude: &str, args: &[&str], config: Option<&tempfile_lite
     let mut cmd = Command::new("bash");
     cmd.arg("-c").arg(format!("{prelude}; exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_subagentd"));
     cmd.arg("serve").args(args);
+    memory_unless_named(&mut cmd, args);
     finish_command(cmd, config)
 }
 
@@ -273,15 +283,24 @@ pub struct SseStream {
     pub content_type: String,
     chunked: bool,
     buffer: String,
+    /// The `id:` of the last event read (0 before any).
+    pub last_id: u64,
 }
 
 impl SseStream {
     pub fn open(addr: &str, session: &str) -> Self {
+        Self::open_after(addr, session, None)
+    }
+
+    /// Opens a stream that resumes after event `last_event_id` (the
+    /// `Last-Event-ID` header) when given.
+    pub fn open_after(addr: &str, session: &str, last_event_id: Option<u64>) -> Self {
         let mut stream = TcpStream::connect(addr).expect("connect http");
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let resume = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
         write!(
             stream,
-            "GET /stream HTTP/1.1\r\nHost: {addr}\r\nX-Session-Id: {session}\r\nAccept: text/event-stream\r\n\r\n"
+            "GET /stream HTTP/1.1\r\nHost: {addr}\r\nX-Session-Id: {session}\r\n{resume}Accept: text/event-stream\r\n\r\n"
         )
         .unwrap();
         let mut reader = BufReader::new(stream);
@@ -305,7 +324,7 @@ impl SseStream {
                 }
             }
         }
-        Self { reader, status, content_type, chunked, buffer: String::new() }
+        Self { reader, status, content_type, chunked, buffer: String::new(), last_id: 0 }
     }
 
     fn fill(&mut self) -> bool {
@@ -349,6 +368,10 @@ impl SseStream {
                 for line in event.lines() {
                     if let Some(value) = line.strip_prefix("event: ") {
                         name = Some(value.to_owned());
+                    } else if let Some(value) = line.strip_prefix("id: ") {
+                        let id: u64 = value.parse().expect("an SSE id is a sequence number");
+                        assert!(id > self.last_id, "SSE ids increase: {id} after {}", self.last_id);
+                        self.last_id = id;
                     } else if let Some(value) = line.strip_prefix("data: ") {
                         data = Some(crate::contract::checked(value));
                     } else {

@@ -1,0 +1,106 @@
+//! `handshake/req` with `resume_session_id`: a connection takes over a
+//! stored session (after a restart, or from another node). Its tree is
+//! restored from the store and replaces the connection's fresh, unused one;
+//! replies go on under the stored session's id and sequence numbers.
+
+use serde_json::json;
+use std::sync::Arc;
+
+use super::handshake::{self, Grant};
+use super::outbox::OutboxSink;
+use super::{Connection, Ending, State};
+use crate::error::HostError;
+use crate::protocol::encode;
+use crate::protocol::request::HandshakeRequest;
+use crate::store::{SessionLog, SessionRow};
+
+impl Connection {
+    /// Serves a resuming handshake; `Some` when the session must end (too
+    /// many failed handshakes).
+    pub(super) async fn resume(&mut self, req_id: &str, req: &HandshakeRequest, state: &mut State) -> Option<Ending> {
+        let Some(wanted) = req.resume_session_id.as_deref() else { return None };
+        let service = self.service.clone();
+        if !service.auth().check(req.auth_token.as_deref()) {
+            self.outbox.push(handshake::refuse(&service, &self.session_id, req_id, "auth_failed"));
+            return self.handshake_failed(state, "auth_failed");
+        }
+        let refuse = |this: &Self, reason: &str| {
+            this.outbox.push(handshake::refuse(&service, &this.session_id, req_id, reason));
+        };
+        // This connection's own tree must be unused: it is replaced.
+        match self.session.list().await {
+            Ok(list) if list.subagents.is_empty() => {}
+            _ => {
+                refuse(self, "session_in_use");
+                return None;
+            }
+        }
+        if !service.claim_session(wanted) {
+            // Another connection of this process serves it now.
+            refuse(self, "session_in_use");
+            return None;
+        }
+        let stored = match service.store().load(wanted).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                service.release_session(wanted);
+                refuse(self, "unknown_session");
+                return self.handshake_failed(state, "unknown_session");
+            }
+            Err(err) => {
+                service.release_session(wanted);
+                log::warn!("session {}: loading {wanted} from the store failed: {err}", self.session_id);
+                let err = HostError::runtime(format!("the store could not be read: {err}"))
+                    .with_detail(json!({ "resume_session_id": wanted }));
+                self.outbox.push(encode::error(&err, req_id));
+                return None;
+            }
+        };
+        if stored.row.principal != service.auth().principal(req.auth_token.as_deref()) {
+            service.release_session(wanted);
+            refuse(self, "auth_failed");
+            return self.handshake_failed(state, "auth_failed (another principal's session)");
+        }
+        if let Err(err) = self.slot.authenticate() {
+            service.release_session(wanted);
+            self.outbox.push(encode::error(&err, req_id));
+            return None;
+        }
+        let log = SessionLog::restored(wanted, service.store().clone(), stored.next_seq);
+        let tree = service.host().open_logged_tree(Arc::new(OutboxSink(self.outbox.clone())), log.clone());
+        let resumed = match tree.restore(stored.subagents).await {
+            Ok(resumed) => resumed,
+            Err(err) => {
+                service.release_session(wanted);
+                self.outbox.push(encode::error(&err, req_id));
+                return None;
+            }
+        };
+        log::info!(
+            "session {} from {} resumed stored session {wanted} ({resumed} tasks resumed)",
+            self.session_id,
+            self.peer
+        );
+        // The fresh session gives way: its (empty) tree closes, its id is free.
+        let fresh = std::mem::replace(&mut self.session, tree);
+        fresh.close().await;
+        service.release_session(&self.session_id);
+        self.session_id = wanted.to_owned();
+        self.outbox.attach_log(log.clone());
+        self.log = log;
+        self.log.open(SessionRow {
+            id: self.log.id().clone(),
+            agent_id: req.agent_id.clone(),
+            capabilities: req.agent_caps.clone(),
+            principal: stored.row.principal,
+            transport: self.transport.to_owned(),
+        });
+        let (reply, grant) = handshake::answer(&service, &self.session_id, req_id, req);
+        let grant: Option<Grant> = grant;
+        state.grant = grant;
+        state.handshaken = true;
+        state.agent_id.clone_from(&req.agent_id);
+        self.outbox.push(reply);
+        None
+    }
+}
