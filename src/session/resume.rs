@@ -67,11 +67,14 @@ impl Connection {
             return None;
         }
         let log = SessionLog::restored(wanted, service.store().clone(), stored.next_seq);
+        // Lines from here on (the resumed tasks' events) are the stored session's.
+        self.outbox.attach_log(log.clone());
         let tree = service.host().open_logged_tree(Arc::new(OutboxSink(self.outbox.clone())), log.clone());
         let resumed = match tree.restore(stored.subagents).await {
             Ok(resumed) => resumed,
             Err(err) => {
                 service.release_session(wanted);
+                self.outbox.attach_log(self.log.clone());
                 self.outbox.push(encode::error(&err, req_id));
                 return None;
             }
@@ -86,7 +89,6 @@ impl Connection {
         fresh.close().await;
         service.release_session(&self.session_id);
         self.session_id = wanted.to_owned();
-        self.outbox.attach_log(log.clone());
         self.log = log;
         self.log.open(SessionRow {
             id: self.log.id().clone(),

@@ -156,10 +156,10 @@ fn redact(url: &str) -> String {
     let authority_end = rest.find('/').unwrap_or(rest.len());
     let (authority, path) = rest.split_at(authority_end);
     match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}{path}")
-        }
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
         None => url.to_owned(),
     }
 }

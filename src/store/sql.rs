@@ -8,7 +8,7 @@ use serde_json::Value;
 use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ColumnIndex, Decode, Row, Type};
+use sqlx::{ColumnIndex, Connection, Decode, Row, Type};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -161,17 +161,21 @@ impl SqlStore {
             StoreUrl::Postgres(text) => {
                 let options = PgConnectOptions::from_str(text)
                     .map_err(|err| format!("bad PostgreSQL URL {}: {err}", url.describe()))?;
+                // One connection first, for the server's own error (a pool
+                // only says it timed out).
+                let unreachable = |err: sqlx::Error| {
+                    format!(
+                        "cannot reach the PostgreSQL store {}: {err} (is the server running and the database created?)",
+                        url.describe()
+                    )
+                };
+                sqlx::PgConnection::connect_with(&options).await.map_err(unreachable)?.close().await.ok();
                 let pool = PgPoolOptions::new()
                     .max_connections(settings.pool_size.max(1))
                     .acquire_timeout(Duration::from_secs(10))
                     .connect_with(options)
                     .await
-                    .map_err(|err| {
-                        format!(
-                            "cannot reach the PostgreSQL store {}: {err} (is the server running and the database created?)",
-                            url.describe()
-                        )
-                    })?;
+                    .map_err(unreachable)?;
                 Pool::Postgres(pool)
             }
             StoreUrl::Memory => return Err("the memory store has no SQL".into()),
