@@ -158,20 +158,20 @@ enum Ending {
 }
 
 impl Connection {
+    // The session's id is its log's.
     fn new(
         service: Arc<Service>,
         session: Tree,
-        session_id: String,
+        log: Arc<SessionLog>,
         outbox: Arc<Outbox>,
         stop: CancellationToken,
         input: InputReceiver,
         slot: PoolSlot,
-        log: Arc<SessionLog>,
     ) -> Self {
         Self {
             service,
             session,
-            session_id,
+            session_id: log.id().to_string(),
             outbox,
             stop,
             input,

@@ -18,7 +18,7 @@ impl Connection {
     /// Serves a resuming handshake; `Some` when the session must end (too
     /// many failed handshakes).
     pub(super) async fn resume(&mut self, req_id: &str, req: &HandshakeRequest, state: &mut State) -> Option<Ending> {
-        let Some(wanted) = req.resume_session_id.as_deref() else { return None };
+        let wanted = req.resume_session_id.as_deref()?;
         let service = self.service.clone();
         if !service.auth().check(req.auth_token.as_deref()) {
             self.outbox.push(handshake::refuse(&service, &self.session_id, req_id, "auth_failed"));

@@ -119,7 +119,11 @@ impl Service {
     /// its tree restored, its running tasks resumed, its handshake's grant in
     /// force, and the request frames it had handed over but not had served
     /// queued first. `Ok(None)` when the store does not have it.
-    pub async fn restore(self: &Arc<Self>, id: &str, input_queue: usize) -> Result<Option<OpenedConnection>, HostError> {
+    pub async fn restore(
+        self: &Arc<Self>,
+        id: &str,
+        input_queue: usize,
+    ) -> Result<Option<OpenedConnection>, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
@@ -140,7 +144,8 @@ impl Service {
         outbox.attach_log(log.clone());
         let tree = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
         let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.release_session(id))?;
-        let (input, input_rx) = input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
+        let (input, input_rx) =
+            input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
         for (seq, frame) in stored.inbound {
             // Handed over before the restart and never answered: served first.
             let _ = input.try_send(Frame::Journaled { seq, line: frame.into_bytes() });
@@ -148,11 +153,19 @@ impl Service {
         log.resume_inbound_after(stored.last_inbound);
         let stop = self.shutdown.child_token();
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
-        let session = Connection::new(self.clone(), tree, id.to_owned(), outbox, stop.clone(), input_rx, slot, log.clone())
+        let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
             .restored(Grant { multi_agent }, stored.row.agent_id);
         log::info!("session {id} restored from the store ({resumed} tasks resumed)");
-        Ok(Some(OpenedConnection { session_id: id.to_owned(), session, input, output, stop, log, journal: stored.journal }))
+        Ok(Some(OpenedConnection {
+            session_id: id.to_owned(),
+            session,
+            input,
+            output,
+            stop,
+            log,
+            journal: stored.journal,
+        }))
     }
 
     /// The actor host.
@@ -236,8 +249,7 @@ impl Service {
         let session = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
-        let session =
-            Connection::new(self.clone(), session, session_id.clone(), outbox, stop.clone(), input_rx, slot, log.clone());
+        let session = Connection::new(self.clone(), session, log.clone(), outbox, stop.clone(), input_rx, slot);
         Ok(OpenedConnection { session_id, session, input, output, stop, log, journal: Vec::new() })
     }
 

@@ -77,13 +77,7 @@ pub enum Change {
     /// A subagent's record was forgotten (retention): its rows go.
     SubagentForgotten { session: Arc<str>, id: SubagentId },
     /// A task started (or restarted after a restart, with `attempt` > 1).
-    TaskStarted {
-        session: Arc<str>,
-        id: SubagentId,
-        task: Arc<TaskDefinition>,
-        task_no: u64,
-        attempt: u32,
-    },
+    TaskStarted { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, task_no: u64, attempt: u32 },
     /// A running task completed steps.
     Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint },
     /// A task ended: the status, result and error are the subagent's now.

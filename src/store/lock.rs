@@ -40,9 +40,10 @@ impl DataDirLock {
                 dir.display()
             ));
         }
-        file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id())).map_err(
-            |err| format!("cannot write {}: {err}", path.display()),
-        )?;
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{}", std::process::id()))
+            .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
         Ok(Self { _file: file, path })
     }
 

@@ -15,11 +15,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::writer::{now_ms, WriterSettings};
-use super::{Change, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask, SubagentRow};
+use super::{
+    Change, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask,
+    SubagentRow,
+};
 use crate::ids::SubagentId;
+use crate::protocol::wire::SubagentMessagePayload;
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::memory::InboxMessage;
-use crate::protocol::wire::SubagentMessagePayload;
 
 /// The migrations this build knows, oldest first.
 const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "initial", include_str!("../../migrations/0001_initial.sql"))];
@@ -34,7 +37,13 @@ impl MigrationSource<'static> for Embedded {
             Ok(MIGRATIONS
                 .iter()
                 .map(|(version, description, sql)| {
-                    Migration::new(*version, Cow::Borrowed(description), MigrationType::Simple, Cow::Borrowed(sql), false)
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(description),
+                        MigrationType::Simple,
+                        Cow::Borrowed(sql),
+                        false,
+                    )
                 })
                 .collect())
         })
@@ -254,9 +263,13 @@ impl SqlStore {
     }
 
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
-        let mut sessions =
-            self.fetch("SELECT agent_id, capabilities, principal, transport, next_seq FROM sessions WHERE id = $1", id, "tttti")
-                .await?;
+        let mut sessions = self
+            .fetch(
+                "SELECT agent_id, capabilities, principal, transport, next_seq FROM sessions WHERE id = $1",
+                id,
+                "tttti",
+            )
+            .await?;
         let Some(mut session) = sessions.pop() else { return Ok(None) };
         let capabilities: Vec<String> = parse_json(session[1].text())?;
         let row = SessionRow {
@@ -297,11 +310,16 @@ impl SqlStore {
             memories.insert(parse_id(memory[0].text())?, parse_json::<Vec<Value>>(memory[1].text())?);
         }
         let mut mailboxes = HashMap::new();
-        for mut mailbox in self.fetch("SELECT subagent_id, messages FROM mailboxes WHERE session_id = $1", id, "tt").await? {
+        for mut mailbox in
+            self.fetch("SELECT subagent_id, messages FROM mailboxes WHERE session_id = $1", id, "tt").await?
+        {
             let stored: Vec<StoredMessage> = parse_json(mailbox[1].text())?;
             let messages = stored
                 .into_iter()
-                .map(|m| InboxMessage { from: m.from, payload: SubagentMessagePayload { kind: m.kind, content: m.content } })
+                .map(|m| InboxMessage {
+                    from: m.from,
+                    payload: SubagentMessagePayload { kind: m.kind, content: m.content },
+                })
                 .collect::<Vec<_>>();
             mailboxes.insert(parse_id(mailbox[0].text())?, messages);
         }
@@ -348,13 +366,16 @@ impl SqlStore {
             });
         }
         let mut journal = Vec::new();
-        for mut line in self.fetch("SELECT seq, line FROM journal WHERE session_id = $1 ORDER BY seq", id, "it").await? {
+        for mut line in self.fetch("SELECT seq, line FROM journal WHERE session_id = $1 ORDER BY seq", id, "it").await?
+        {
             let seq = u64::try_from(line[0].int()).unwrap_or(0);
             next_seq = next_seq.max(seq + 1);
             journal.push((seq, line[1].text().unwrap_or_default()));
         }
         let mut inbound = Vec::new();
-        for mut frame in self.fetch("SELECT seq, frame FROM inbound WHERE session_id = $1 ORDER BY seq", id, "it").await? {
+        for mut frame in
+            self.fetch("SELECT seq, frame FROM inbound WHERE session_id = $1 ORDER BY seq", id, "it").await?
+        {
             inbound.push((u64::try_from(frame[0].int()).unwrap_or(0), frame[1].text().unwrap_or_default()));
         }
         let last_inbound = inbound.last().map_or(0, |(seq, _)| *seq);

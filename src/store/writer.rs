@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::sql::SqlStore;
-use super::{Change, SessionRow, Store, StoreError, StoredSession, StoreUrl};
+use super::{Change, SessionRow, Store, StoreError, StoreUrl, StoredSession};
 
 /// How the writer batches and retains.
 #[derive(Debug, Clone)]
@@ -135,12 +135,7 @@ impl Default for StoreHandle {
 impl StoreHandle {
     /// The memory store: records nothing, loads nothing.
     pub fn memory() -> Self {
-        let inner = HandleInner {
-            kind: "memory",
-            tx: None,
-            frozen: AtomicBool::new(false),
-            stats: Arc::default(),
-        };
+        let inner = HandleInner { kind: "memory", tx: None, frozen: AtomicBool::new(false), stats: Arc::default() };
         Self { inner: Arc::new(inner) }
     }
 
@@ -344,7 +339,12 @@ pub(super) fn start(url: StoreUrl, settings: WriterSettings) -> Result<StoreHand
 }
 
 // The writer loop: batches, commits (retrying until it succeeds), releases.
-async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Command>, settings: WriterSettings, stats: Arc<CommitStats>) {
+async fn run(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    settings: WriterSettings,
+    stats: Arc<CommitStats>,
+) {
     let mut batch: Vec<Change> = Vec::new();
     let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
     let mut last_expiry = Instant::now();

@@ -22,7 +22,8 @@ const GUARD: Duration = Duration::from_secs(30);
 const SLEEPER: &str = r#"sleep 600 & echo "pids $$ $!" >&2; wait"#;
 
 fn sh(script: &str) -> Arc<CommandAdapter> {
-    let config = CommandConfig { program: "sh".into(), args: vec!["-c".into(), script.into()], rerun_on_restart: false };
+    let config =
+        CommandConfig { program: "sh".into(), args: vec!["-c".into(), script.into()], rerun_on_restart: false };
     Arc::new(CommandAdapter::new(config).expect("adapter"))
 }
 
@@ -128,8 +129,12 @@ async fn the_task_goes_in_on_stdin_the_result_comes_out_on_stdout_and_stderr_is_
 #[actix_rt::test]
 async fn bad_exits_and_bad_output_fail_the_task_with_a_clear_error() {
     let missing = Arc::new(
-        CommandAdapter::new(CommandConfig { program: "/nonexistent/agent-program".into(), args: vec![], rerun_on_restart: false })
-            .expect("adapter"),
+        CommandAdapter::new(CommandConfig {
+            program: "/nonexistent/agent-program".into(),
+            args: vec![],
+            rerun_on_restart: false,
+        })
+        .expect("adapter"),
     );
     let routes = vec![
         ("cmd-exit", sh("echo 'boom: disk on fire' >&2; exit 3")),
@@ -262,7 +267,8 @@ async fn a_childs_deadline_is_capped_by_its_parents() {
 async fn terminate_with_an_empty_path_inner() {
     assert_eq!(std::env::var("PATH").as_deref(), Ok(""), "run me through the outer test");
     let script = r#"/bin/sleep 600 & echo "pids $$ $!" >&2; wait"#;
-    let config = CommandConfig { program: "/bin/sh".into(), args: vec!["-c".into(), script.into()], rerun_on_restart: false };
+    let config =
+        CommandConfig { program: "/bin/sh".into(), args: vec!["-c".into(), script.into()], rerun_on_restart: false };
     let host = host(vec![("cmd-*", Arc::new(CommandAdapter::new(config).expect("adapter")))], Limits::default());
     let (sink, mut events) = mpsc::unbounded_channel();
     let session = host.open_tree(Arc::new(sink));

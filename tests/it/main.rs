@@ -37,5 +37,6 @@ mod golden;
 mod model;
 pub(crate) mod protocol;
 mod server;
+mod store_resume;
 mod stress;
 mod wire_types;

@@ -60,7 +60,7 @@ pub(crate) struct ToolCall {
 }
 
 /// Token counts of one call (zero where the server does not report them).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,

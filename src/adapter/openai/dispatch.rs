@@ -109,7 +109,13 @@ async fn dispatch(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Resul
             // The child never gets a tool this agent lacks, whatever its scope.
             child.metadata.insert(ALLOWED_TOOLS_KEY.into(), json!(allowed));
             let task = TaskDefinition::new(args.name, args.instruction);
-            let id = ctx.spawn_child(child, Some(task)).await.map_err(|err| failure(format!("spawn failed: {err}")))?;
+            // Keyed by the call: a task resumed after a restart that carries
+            // out this call again gets the child it already spawned.
+            let key = ctx.idempotency_key(&format!("call:{}", call.id));
+            let id = ctx
+                .spawn_child_once(child, Some(task), Some(key))
+                .await
+                .map_err(|err| failure(format!("spawn failed: {err}")))?;
             Ok(json!({ "subagent_id": id, "status": "RUNNING" }))
         }
         DELEGATE_TASK => {

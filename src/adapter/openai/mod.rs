@@ -18,6 +18,13 @@
 //!   [`ToolPolicy`] and the `tool_scope` filter.
 //! - `dispatch`: carrying out one tool call against the runtime.
 //!
+//! After every model reply and every tool answer the task checkpoints its
+//! conversation (when the session is stored). A task resumed after a
+//! restart goes on from there: the tool calls of the reply in flight that
+//! were not answered are carried out (a `spawn_subagent` keyed by its call
+//! id, so no child is spawned twice), and only then is the model called
+//! again.
+//!
 //! Cancellation races every call: a cancel stops the task at once, and
 //! dropping the task's future (terminate, timeout) drops the in-flight
 //! request, which closes its connection. Without the `tls` cargo feature only
@@ -105,6 +112,10 @@ impl AgentAdapter for OpenAiAdapter {
         "openai"
     }
 
+    fn resumes(&self) -> bool {
+        true
+    }
+
     fn run(&self, ctx: TaskContext) -> TaskFuture {
         let config = self.config.clone();
         Box::pin(async move {
@@ -132,15 +143,30 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
     let tool_definitions = Value::Array(schemas::definitions(&allowed));
     let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());
 
-    let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
-    messages.extend(history(&ctx.memory.entries()));
     let say = |message: Value, messages: &mut Vec<Value>| {
         ctx.memory.push(message.clone());
         messages.push(message);
     };
-    say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
-
-    let mut usage = Usage::default();
+    let (mut messages, mut usage) = match ctx.resume_point() {
+        // Its memory was stored with the checkpoint: nothing is said twice.
+        Some(checkpoint) => {
+            let saved: Saved = serde_json::from_value(checkpoint.state.clone())
+                .map_err(|err| TaskError(format!("the checkpoint cannot be read: {err}")))?;
+            (saved.messages, saved.usage)
+        }
+        None => {
+            let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
+            messages.extend(history(&ctx.memory.entries()));
+            say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
+            (messages, Usage::default())
+        }
+    };
+    // The tool calls of a reply that was in flight when the host stopped.
+    for call in unanswered_calls(&messages) {
+        let output = dispatch::call(ctx, &allowed, &call).await;
+        say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+        save(ctx, &messages, usage);
+    }
     loop {
         for message in ctx.mailbox.drain() {
             say(json!({ "role": "user", "content": inbox_text(&message) }), &mut messages);
@@ -153,6 +179,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         let completion = client.complete(&body, |note| ctx.progress(note)).await?;
         usage.add(completion.usage);
         say(completion.assistant_message(), &mut messages);
+        save(ctx, &messages, usage);
         if completion.tool_calls.is_empty() {
             let mut result = JsonObject::new();
             result.insert("summary".into(), json!(completion.content.unwrap_or_default()));
@@ -164,8 +191,50 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
             ctx.progress(format!("step {step}: tool {}", call.name));
             let output = dispatch::call(ctx, &allowed, call).await;
             say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+            save(ctx, &messages, usage);
         }
     }
+}
+
+/// A conversation's checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Saved {
+    messages: Vec<Value>,
+    usage: Usage,
+}
+
+/// Checkpoints the conversation so far (when the session is stored).
+fn save(ctx: &TaskContext, messages: &[Value], usage: Usage) {
+    if ctx.is_durable() {
+        let state = json!({ "messages": messages, "usage": usage });
+        ctx.checkpoint(ctx.steps_taken(), state);
+    }
+}
+
+/// The tool calls of the last assistant reply that no tool message answers.
+fn unanswered_calls(messages: &[Value]) -> Vec<client::ToolCall> {
+    let Some(last) = messages.iter().rposition(|m| m.get("role").and_then(Value::as_str) == Some("assistant")) else {
+        return Vec::new();
+    };
+    let answered: HashSet<&str> = messages[last + 1..]
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
+        .collect();
+    let calls = messages[last].get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
+    calls
+        .iter()
+        .filter_map(|call| {
+            let id = call.get("id")?.as_str()?;
+            let function = call.get("function")?;
+            Some(client::ToolCall {
+                id: id.to_owned(),
+                name: function.get("name")?.as_str()?.to_owned(),
+                arguments: function.get("arguments").and_then(Value::as_str).unwrap_or("{}").to_owned(),
+            })
+        })
+        .filter(|call| !answered.contains(call.id.as_str()))
+        .collect()
 }
 
 /// The system prompt: the configured one (or a default), the role, the

@@ -17,8 +17,8 @@ use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::protocol::encode::approx_object_len;
 use crate::protocol::wire::*;
-use crate::runtime::task::TaskContext;
 use crate::runtime::messages::Resume;
+use crate::runtime::task::TaskContext;
 use crate::runtime::TreeStats;
 use crate::store::Change;
 

@@ -23,9 +23,11 @@ impl Supervisor {
     ) -> Result<(SpawnResponse, bool), HostError> {
         let parent = request.parent_agent_id.as_deref().and_then(SubagentId::parse);
         if let Some(parent) = parent.and_then(|id| self.index.get(&id)) {
-            let existing = parent.children.iter().copied().find(|child| {
-                self.index.get(child).is_some_and(|entry| entry.spawn_key.as_deref() == Some(&*key))
-            });
+            let existing = parent
+                .children
+                .iter()
+                .copied()
+                .find(|child| self.index.get(child).is_some_and(|entry| entry.spawn_key.as_deref() == Some(&*key)));
             if let Some(child) = existing {
                 let status = self.index[&child].status;
                 return Ok((SpawnResponse { subagent_id: child, status }, true));
@@ -36,7 +38,11 @@ impl Supervisor {
 
     /// Spawns a subagent: a dormant record, `READY`, after the depth and
     /// quota checks.
-    pub(super) fn spawn(&mut self, request: SpawnRequest, spawn_key: Option<Arc<str>>) -> Result<SpawnResponse, HostError> {
+    pub(super) fn spawn(
+        &mut self,
+        request: SpawnRequest,
+        spawn_key: Option<Arc<str>>,
+    ) -> Result<SpawnResponse, HostError> {
         if self.closing {
             return Err(HostError::new(ErrorCode::InvalidState, "the session is closing"));
         }

@@ -161,6 +161,11 @@ impl TaskContext {
         format!("{}:{local}", self.task_no).into()
     }
 
+    /// Steps taken so far (a resumed task counts those before its checkpoint).
+    pub fn steps_taken(&self) -> u32 {
+        self.steps.get()
+    }
+
     /// Counts one step toward `max_steps`; fails once the budget is spent.
     pub fn step(&self) -> Result<u32, TaskError> {
         let taken = self.steps.get() + 1;

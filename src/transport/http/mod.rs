@@ -82,7 +82,10 @@ fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
 
-async fn lookup(req: &HttpRequest, sessions: &web::Data<HttpSessions>) -> Result<(String, Arc<HttpEntry>), Box<HttpResponse>> {
+async fn lookup(
+    req: &HttpRequest,
+    sessions: &web::Data<HttpSessions>,
+) -> Result<(String, Arc<HttpEntry>), Box<HttpResponse>> {
     let Some(id) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
@@ -413,7 +416,8 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
     };
     // A reconnect names the last event it got: what came after it and is
     // still kept is sent again first.
-    let last_event = req.headers().get("Last-Event-ID").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let last_event =
+        req.headers().get("Last-Event-ID").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
     let replay = match last_event {
         Some(seq) => lock(&session.recent).after(seq),
         None => Vec::new(),

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::HostError;
 use crate::session::service::INPUT_QUEUE;
 use crate::session::InputSender;
-use crate::store::SessionLog;
 use crate::session::{Connection, ConnectionEnd, OpenedConnection, OutboxReceiver, PoolSlot, Service};
+use crate::store::SessionLog;
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

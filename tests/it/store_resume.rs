@@ -1,0 +1,338 @@
+//! The store and resume, in-process: a session recorded in SQLite (and in
+//! PostgreSQL), "crashed" by freezing its store mid-task, loads back and its
+//! tree resumes; a resumed openai task carries out the tool calls of the
+//! reply that was in flight without spawning a child twice.
+
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use subagent_host::event::{Event, EventKind, NullSink};
+use subagent_host::protocol::wire::*;
+use subagent_host::runtime::task::AdapterRouter;
+use subagent_host::store::{
+    self, Checkpoint, SessionLog, SessionRow, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask,
+    SubagentRow, WriterSettings,
+};
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
+use tokio::sync::mpsc;
+
+use crate::fake_openai::*;
+
+const GUARD: Duration = Duration::from_secs(30);
+
+/// A temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let path = std::env::temp_dir().join(format!("subagentd-store-{}-{}", std::process::id(), fastrand::u64(..)));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A PostgreSQL database of its own for one test, dropped afterwards.
+pub(crate) struct TestDatabase {
+    admin: String,
+    name: String,
+    /// The URL of the test's database.
+    pub url: String,
+}
+
+impl TestDatabase {
+    /// Creates a fresh database on the server `DATABASE_URL` names; panics
+    /// (the test fails) when it is unset or unreachable.
+    pub(crate) fn create() -> Self {
+        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+            panic!(
+                "DATABASE_URL is not set: the PostgreSQL tests need a server, e.g. \
+                 `export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test` with PostgreSQL running \
+                 (Debian: `apt-get install postgresql && service postgresql start`)"
+            )
+        });
+        let name = format!("subagentd_test_{}_{}", std::process::id(), fastrand::u32(..));
+        psql(&admin, &format!("CREATE DATABASE {name}"));
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
+        let url = format!("{base}/{name}");
+        Self { admin, name, url }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        psql(&self.admin, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
+}
+
+// Runs one statement on its own thread and runtime (callers may be inside one).
+fn psql(url: &str, sql: &str) {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    let ran = std::thread::spawn(move || run_sql(&url, &sql)).join();
+    if let Err(panic) = ran {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn run_sql(url: &str, sql: &str) {
+    use sqlx::{Connection, Executor};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap_or_else(|err| {
+            panic!(
+                "cannot reach PostgreSQL at DATABASE_URL ({err}): start it (Debian: `service postgresql start`) \
+                 or point DATABASE_URL at a running server"
+            )
+        });
+        conn.execute(sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
+    });
+}
+
+fn open(url: &StoreUrl) -> StoreHandle {
+    store::open(url, WriterSettings::default()).expect("open the store")
+}
+
+fn session_row(id: &str) -> SessionRow {
+    SessionRow {
+        id: id.into(),
+        agent_id: "client".into(),
+        capabilities: vec!["multi_agent".into()],
+        principal: None,
+        transport: "tcp".into(),
+    }
+}
+
+fn top_level(name: &str) -> SpawnRequest {
+    SpawnRequest { agent: SubagentConfig::new(name, "scripted"), parent_agent_id: None, root_agent_id: None }
+}
+
+fn task(script: Value) -> TaskDefinition {
+    let mut task = TaskDefinition::new("t", "do it");
+    task.metadata.insert("script".into(), script);
+    task
+}
+
+async fn wait_for(tree: &Tree, what: &str, check: impl Fn(&ListResponse) -> bool) {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let list = tree.list().await.expect("list");
+        if check(&list) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs a parent script that spawns a child, "crashes" (the store frozen,
+/// the tree closed) once the child exists, and resumes from what the
+/// store holds: the parent goes on after its last step, and the child is
+/// not spawned again.
+async fn crash_and_resume(url: StoreUrl) {
+    let session_id = format!("sess{}", fastrand::u32(..));
+    let first = open(&url);
+    let log = SessionLog::new(session_id.as_str(), first.clone());
+    log.open(session_row(&session_id));
+    let host = Host::new(HostConfig::default());
+    let tree = host.open_logged_tree(Arc::new(NullSink), log);
+    let done = tree.spawn(top_level("done")).await.expect("spawn").subagent_id;
+    tree.delegate(done, task(json!([{"return": {"kept": true}}]))).await.expect("delegate");
+    tree.await_result(done).await.expect("await");
+    let parent = tree.spawn(top_level("parent")).await.expect("spawn").subagent_id;
+    let script = json!([
+        {"progress": "one"},
+        {"spawn": {"agent": {"name": "kid", "model": "scripted"},
+                   "task": {"name": "kid", "instruction": "k", "metadata": {"script": [{"sleep_ms": 150}, {"return": {"kid": 1}}]}}}},
+        {"sleep_ms": 5000},
+        {"await_children": {}},
+        {"return": {"parent": "finished"}}
+    ]);
+    tree.delegate(parent, task(script)).await.expect("delegate");
+    wait_for(&tree, "the child", |list| list.subagents.len() == 3).await;
+    // The crash: what was recorded is committed, nothing after it is.
+    first.freeze().await;
+    tree.close().await;
+
+    let second = open(&url);
+    let stored: StoredSession = second.load(&session_id).await.expect("load").expect("the session is stored");
+    assert_eq!(stored.subagents.len(), 3, "done, parent, kid");
+    let parent_row = stored.subagents.iter().find(|s| s.id == parent).expect("parent stored");
+    let checkpoint = parent_row.task.as_ref().and_then(|t| t.checkpoint.clone()).expect("a checkpoint");
+    assert_eq!(checkpoint.step, 2, "progress and spawn were done");
+    let kept = stored.subagents.iter().find(|s| s.id == done).expect("done stored");
+    assert_eq!(kept.row.status, SubagentStatus::Completed);
+    assert_eq!(kept.row.result.as_deref().map(|r| r["kept"].clone()), Some(json!(true)));
+
+    let (events, mut seen) = mpsc::unbounded_channel::<Event>();
+    let log = SessionLog::restored(session_id.as_str(), second.clone(), stored.next_seq);
+    let host = Host::new(HostConfig::default());
+    let tree = host.open_logged_tree(Arc::new(events), log);
+    let resumed = tree.restore(stored.subagents).await.expect("restore");
+    assert_eq!(resumed, 2, "parent and kid were running");
+    let answer = tokio::time::timeout(GUARD, tree.await_result(parent)).await.expect("parent ends").expect("await");
+    assert_eq!(answer.status, SubagentStatus::Completed, "{:?}", answer.error);
+    let result = answer.result.expect("result");
+    assert_eq!(result["parent"], "finished");
+    let children = result["children"].as_object().expect("children");
+    assert_eq!(children.len(), 1, "one child: the spawn step was not repeated");
+    let list = tree.list().await.expect("list").subagents;
+    assert_eq!(list.len(), 3);
+    assert_eq!(tree.await_result(done).await.expect("await").result.expect("kept")["kept"], true);
+    let mut resumed_events = Vec::new();
+    while let Ok(event) = seen.try_recv() {
+        if event.kind == EventKind::Resumed {
+            resumed_events.push(event.subagent_id);
+        }
+    }
+    resumed_events.sort();
+    let kid = children.keys().next().and_then(|key| SubagentId::parse(key)).expect("the kid's id");
+    let mut expected = vec![parent, kid];
+    expected.sort();
+    assert_eq!(resumed_events, expected, "both running tasks resumed");
+    tree.close().await;
+    second.flush().await;
+}
+
+#[actix_rt::test]
+async fn a_sqlite_session_crashed_mid_task_resumes_from_its_last_step() {
+    let dir = TempDir::new();
+    crash_and_resume(StoreUrl::Sqlite(dir.0.join("state.sqlite3"))).await;
+}
+
+#[actix_rt::test]
+async fn a_postgres_session_crashed_mid_task_resumes_from_its_last_step() {
+    let db = TestDatabase::create();
+    crash_and_resume(StoreUrl::Postgres(db.url.clone())).await;
+}
+
+#[actix_rt::test]
+async fn an_ended_session_is_deleted_from_the_store() {
+    let dir = TempDir::new();
+    let url = StoreUrl::Sqlite(dir.0.join("state.sqlite3"));
+    let handle = open(&url);
+    let log = SessionLog::new("ending", handle.clone());
+    log.open(session_row("ending"));
+    let tree = Host::new(HostConfig::default()).open_logged_tree(Arc::new(NullSink), log.clone());
+    tree.spawn(top_level("a")).await.expect("spawn");
+    handle.flush().await;
+    assert!(handle.load("ending").await.expect("load").is_some());
+    log.end();
+    handle.flush().await;
+    assert!(handle.load("ending").await.expect("load").is_none(), "ended for good: deleted");
+    tree.close().await;
+}
+
+#[actix_rt::test]
+async fn a_store_at_a_newer_schema_is_refused_with_a_clear_message() {
+    let dir = TempDir::new();
+    let url = StoreUrl::Sqlite(dir.0.join("state.sqlite3"));
+    drop(open(&url));
+    // A later subagentd applied migration 99.
+    let runtime_url = format!("sqlite:{}", dir.0.join("state.sqlite3").display());
+    {
+        use sqlx::{Connection, Executor};
+        let mut conn = sqlx::SqliteConnection::connect(&runtime_url).await.expect("connect");
+        conn.execute(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (99, 'future', 1, x'00', 0)",
+        )
+        .await
+        .expect("insert");
+    }
+    let err = store::open(&url, WriterSettings::default()).expect_err("a newer schema is refused");
+    assert!(err.contains("version 99") && err.contains("newer"), "{err}");
+}
+
+/// The boss's first reply asked for a child (`call_1`) and the host stopped
+/// before the call was answered; the child had been spawned. Resumed, the
+/// boss answers the call with that child (none spawned again) and only then
+/// asks the model again.
+#[actix_rt::test]
+async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child() {
+    let server = FakeServer::start(|body, _| {
+        let system = system_prompt(body);
+        if system.starts_with("AGENT:boss") {
+            let outputs = tool_outputs(body);
+            answer(&format!("boss saw {}", outputs.first().map_or("nothing".into(), |o| o["subagent_id"].to_string())))
+        } else {
+            answer("kid done")
+        }
+    });
+    let mut config = subagent_host::adapter::openai::OpenAiConfig::new(server.base_url.clone());
+    config.retry.max_retries = 0;
+    let adapter = Arc::new(subagent_host::adapter::openai::OpenAiAdapter::new(config).expect("adapter"));
+    let router = AdapterRouter::default().route("fake-*", adapter).expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+
+    let boss_id = SubagentId::parse("sub_0000b055").expect("id");
+    let kid_id = SubagentId::parse("sub_00000c1d").expect("id");
+    let mut boss = SubagentConfig::new("boss", "fake-model");
+    boss.system_prompt = Some("AGENT:boss".into());
+    boss.capabilities = vec!["multi_agent".into()];
+    let mut kid = SubagentConfig::new("kid", "fake-model");
+    kid.system_prompt = Some("AGENT:kid".into());
+    let in_flight = json!({
+        "messages": [
+            {"role": "system", "content": "AGENT:boss"},
+            {"role": "user", "content": "split the work"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+              "function": {"name": "spawn_subagent", "arguments": "{\"name\":\"kid\",\"instruction\":\"k\",\"system_prompt\":\"AGENT:kid\"}"}}]}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    });
+    let row = |config: SubagentConfig, parent: Option<SubagentId>, key: Option<&str>, ord: u64| SubagentRow {
+        ord,
+        parent,
+        parent_agent_id: parent.map(|p| p.to_string().into()),
+        root_agent_id: parent.map(|p| p.to_string().into()),
+        depth: u32::from(parent.is_some()),
+        spawn_key: key.map(Into::into),
+        tasks_started: 1,
+        config: Arc::new(config),
+        status: SubagentStatus::Running,
+        result: None,
+        error: None,
+    };
+    let stored = vec![
+        StoredSubagent {
+            id: boss_id,
+            row: row(boss, None, None, 0),
+            task: Some(StoredTask {
+                task: TaskDefinition::new("task", "split the work"),
+                task_no: 1,
+                attempt: 1,
+                checkpoint: Some(Checkpoint { step: 1, state: in_flight }),
+            }),
+            memory: None,
+            mailbox: Vec::new(),
+        },
+        StoredSubagent {
+            id: kid_id,
+            row: row(kid, Some(boss_id), Some("1:call:call_1"), 1),
+            task: Some(StoredTask { task: TaskDefinition::new("kid", "k"), task_no: 1, attempt: 1, checkpoint: None }),
+            memory: None,
+            mailbox: Vec::new(),
+        },
+    ];
+    let tree = host.open_tree(Arc::new(NullSink));
+    assert_eq!(tree.restore(stored).await.expect("restore"), 2);
+    let done = tokio::time::timeout(GUARD, tree.await_result(boss_id)).await.expect("boss ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let result = done.result.expect("result");
+    assert_eq!(result["summary"], format!("boss saw \"{kid_id}\""), "the call was answered with the stored child");
+    assert_eq!(result["steps"], 2, "one step before the restart, one after");
+    assert_eq!(result["usage"]["total_tokens"], 30, "usage carried over from the checkpoint");
+    assert_eq!(tree.list().await.expect("list").subagents.len(), 2, "no second child");
+    let boss_calls =
+        server.requests().iter().filter(|seen| system_prompt(&seen.body).starts_with("AGENT:boss")).count();
+    assert_eq!(boss_calls, 1, "the model is called again only for the step after the one in flight");
+    let kid = tokio::time::timeout(GUARD, tree.await_result(kid_id)).await.expect("kid ends").expect("await");
+    assert_eq!(kid.status, SubagentStatus::Completed);
+    tree.close().await;
+}
