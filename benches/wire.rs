@@ -18,6 +18,16 @@
 //! cycle) are read and skipped. Each criterion sample runs on a fresh session;
 //! the host, the client and criterion share the machine's cores.
 //!
+//! The durable stores (issue 11), one service per store in the same run:
+//!
+//! | bench | one element is |
+//! |---|---|
+//! | `wire_store/{memory,sqlite,postgres}_1_session` | one cycle over TCP, 1 connection, `WINDOW` in flight, on `--store memory`, an SQLite file, a PostgreSQL database; after each, the commits per second and mean batch size (from `/health`) are printed |
+//! | `restart/sqlite_10k_subagents` | one restart: `subagentd` started on an SQLite store holding a session of 10 000 subagents (killed with SIGKILL before), until a client resumed that session and listed all 10 000 |
+//!
+//! The PostgreSQL bench needs `DATABASE_URL` (a server it may create a
+//! database on, dropped afterwards).
+//!
 //! Run: `cargo bench --bench wire` (the bench builds `subagentd` itself).
 
 use actix_web::web::Bytes;
@@ -339,7 +349,13 @@ impl Drop for TempDir {
 }
 
 fn start_service() -> Service {
-    let dir = std::env::temp_dir().join(format!("subagentd-wire-bench-{}", std::process::id()));
+    start_service_on("memory", "main")
+}
+
+/// `subagentd` on `store` (`memory`, `sqlite` for a file in its temp dir,
+/// or a `postgres://` URL), its temp dir named by `tag`.
+fn start_service_on(store: &str, tag: &str) -> Service {
+    let dir = std::env::temp_dir().join(format!("subagentd-wire-bench-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("bench.toml");
     let mut file = std::fs::File::create(&config).expect("config");
@@ -350,9 +366,13 @@ fn start_service() -> Service {
         "[limits]\nmax_subagents_per_session = 1000000\nmax_retained_records = 1000000\nmax_sessions = 1024"
     )
     .expect("write config");
+    let store = match store {
+        "sqlite" => format!("sqlite:{}", dir.join("state.sqlite3").display()),
+        other => other.to_owned(),
+    };
     let (tcp, http) = (free_addr(), free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
-        .args(["serve", "--store", "memory", "--tcp", &tcp.to_string(), "--http", &http.to_string(), "--config"])
+        .args(["serve", "--store", &store, "--tcp", &tcp.to_string(), "--http", &http.to_string(), "--config"])
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -489,5 +509,185 @@ fn wire(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, wire);
+// ---- durable stores -----------------------------------------------------------
+
+/// A PostgreSQL database of the bench's own, dropped on drop.
+struct BenchDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl BenchDatabase {
+    fn create() -> Self {
+        let admin = std::env::var("DATABASE_URL")
+            .expect("DATABASE_URL: the PostgreSQL bench needs a server (e.g. postgres://postgres@127.0.0.1:5432/test)");
+        let name = format!("subagentd_bench_{}", std::process::id());
+        run_sql(&admin, &format!("CREATE DATABASE {name}"));
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
+        let url = format!("{base}/{name}");
+        Self { admin, name, url }
+    }
+}
+
+impl Drop for BenchDatabase {
+    fn drop(&mut self) {
+        run_sql(&self.admin, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
+}
+
+fn run_sql(url: &str, sql: &str) {
+    use sqlx::{Connection, Executor};
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect to DATABASE_URL");
+            conn.execute(sql.as_str()).await.expect("sql");
+        });
+    })
+    .join()
+    .expect("sql thread");
+}
+
+/// `(commits, changes)` from the service's `/health`.
+fn store_stats(http: SocketAddr) -> (u64, u64) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(http).expect("connect http");
+    write!(stream, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    let body = &text[text.find("\r\n\r\n").expect("body") + 4..];
+    let health: serde_json::Value = serde_json::from_str(body).expect("health json");
+    (health["store"]["commits"].as_u64().unwrap_or(0), health["store"]["changes"].as_u64().unwrap_or(0))
+}
+
+fn stores(c: &mut Criterion) {
+    let system = actix_rt::System::new();
+    let database = BenchDatabase::create();
+    let mut group = c.benchmark_group("wire_store");
+    group.throughput(Throughput::Elements(1));
+    for (name, store) in [("memory", "memory"), ("sqlite", "sqlite"), ("postgres", database.url.as_str())] {
+        let service = start_service_on(store, name);
+        let before = store_stats(service.http);
+        let measured = Cell::new(Duration::ZERO);
+        group.bench_function(format!("{name}_1_session"), |b| {
+            b.iter_custom(|iters| {
+                let took = system.block_on(timed(iters, 1, || tcp_client(service.tcp)));
+                measured.set(measured.get() + took);
+                took
+            })
+        });
+        let after = store_stats(service.http);
+        let (commits, changes) = (after.0 - before.0, after.1 - before.1);
+        if commits > 0 {
+            eprintln!(
+                "wire_store/{name}: {commits} commits, {:.0} commits/s of measured time, mean batch {:.1} changes",
+                commits as f64 / measured.get().as_secs_f64(),
+                changes as f64 / commits as f64
+            );
+        }
+    }
+    group.finish();
+}
+
+/// Spawns `n` subagents in one TCP session (pipelined), and returns the
+/// session id with the connection still open.
+fn fill_session(addr: SocketAddr, n: usize) -> (String, std::net::TcpStream) {
+    use std::io::BufRead;
+    let stream = std::net::TcpStream::connect(addr).expect("connect");
+    let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+    let mut writer = std::io::BufWriter::new(stream.try_clone().expect("clone"));
+    writeln!(writer, "{HANDSHAKE}").expect("write");
+    writer.flush().expect("flush");
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("handshake reply");
+    let hello: serde_json::Value = serde_json::from_str(&line).expect("json");
+    let session = hello["session_id"].as_str().expect("session id").to_owned();
+    for i in 0..n {
+        writeln!(writer, r#"{{"type":"SUBAGENT_SPAWN_REQ","id":"s{i}","a2e":"1.0","agent":{{"name":"n{i}","model":"m"}}}}"#)
+            .expect("write");
+    }
+    writer.flush().expect("flush");
+    let mut replies = 0;
+    while replies < n {
+        line.clear();
+        reader.read_line(&mut line).expect("read");
+        if line.contains("SUBAGENT_SPAWN_RESP") {
+            replies += 1;
+        }
+    }
+    (session, stream)
+}
+
+/// Resumes `session` and lists it; returns how many subagents it has, and
+/// the connection (closing it would end the session for good).
+fn resume_and_list(addr: SocketAddr, session: &str) -> (usize, std::net::TcpStream) {
+    use std::io::BufRead;
+    let stream = std::net::TcpStream::connect(addr).expect("connect");
+    let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+    let mut writer = stream.try_clone().expect("clone");
+    writeln!(
+        writer,
+        r#"{{"type":"handshake/req","id":"h","a2e":"1.0","agent_id":"bench","agent_caps":["multi_agent"],"resume_session_id":"{session}"}}"#
+    )
+    .expect("write");
+    writeln!(writer, r#"{{"type":"SUBAGENT_LIST_REQ","id":"l","a2e":"1.0"}}"#).expect("write");
+    let mut line = String::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("read");
+        let reply: serde_json::Value = serde_json::from_str(&line).expect("json");
+        if reply["type"] == "handshake/resp" {
+            assert_eq!(reply["ok"], true, "resume refused: {line}");
+        }
+        if reply["req_id"] == "l" {
+            return (reply["subagents"].as_array().map_or(0, Vec::len), stream);
+        }
+    }
+}
+
+fn restart(c: &mut Criterion) {
+    const SUBAGENTS: usize = 10_000;
+    let mut service = start_service_on("sqlite", "restart");
+    let (session, connection) = fill_session(service.tcp, SUBAGENTS);
+    // The session's connection is held until its server is killed.
+    let mut held = Some(connection);
+    let mut group = c.benchmark_group("restart");
+    group.sample_size(10);
+    group.bench_function("sqlite_10k_subagents", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                // A crash: the session stays stored.
+                let _ = service.child.kill();
+                let _ = service.child.wait();
+                held = None;
+                let start = Instant::now();
+                let child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
+                    .args(["serve", "--store"])
+                    .arg(format!("sqlite:{}", service._dir.0.join("state.sqlite3").display()))
+                    .args(["--tcp", &service.tcp.to_string(), "--http", &service.http.to_string(), "--config"])
+                    .arg(service._dir.0.join("bench.toml"))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("restart subagentd");
+                service.child = child;
+                while std::net::TcpStream::connect(service.tcp).is_err() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let (listed, connection) = resume_and_list(service.tcp, &session);
+                total += start.elapsed();
+                assert_eq!(listed, SUBAGENTS);
+                held = Some(connection);
+            }
+            total
+        })
+    });
+    group.finish();
+    drop(held);
+}
+
+criterion_group!(benches, wire, stores, restart);
 criterion_main!(benches);

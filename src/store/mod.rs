@@ -17,9 +17,11 @@
 //!
 //! - `change`: the changes and the rows loaded back.
 //! - `sql`: the SQLite and PostgreSQL store, its migrations and queries.
+//! - `batch`: a batch of changes folded per row into a few multi-row statements.
 //! - `writer`: the writer thread, [`StoreHandle`], [`SessionLog`], [`CommitGate`].
 //! - `lock`: the data directory's lock file.
 
+mod batch;
 mod change;
 mod lock;
 mod sql;

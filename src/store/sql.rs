@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::writer::{now_ms, WriterSettings};
+use super::batch::{self, Arg, Op};
+use super::writer::WriterSettings;
 use super::{
     Change, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask,
     SubagentRow,
@@ -62,21 +63,6 @@ pub(super) struct SqlStore {
     pool: Pool,
 }
 
-/// One bound value.
-#[derive(Debug)]
-enum Arg {
-    Text(String),
-    OptText(Option<String>),
-    Int(i64),
-}
-
-/// One statement with its values.
-#[derive(Debug)]
-struct Op {
-    sql: &'static str,
-    args: Vec<Arg>,
-}
-
 /// One value read back.
 #[derive(Debug)]
 enum Cell {
@@ -104,12 +90,13 @@ macro_rules! run_ops {
     ($pool:expr, $ops:expr) => {{
         let mut tx = $pool.begin().await?;
         for op in $ops {
-            let mut query = sqlx::query(op.sql);
+            let mut query = sqlx::query(&op.sql);
             for arg in &op.args {
                 query = match arg {
                     Arg::Text(text) => query.bind(text.as_str()),
                     Arg::OptText(text) => query.bind(text.as_deref()),
                     Arg::Int(n) => query.bind(*n),
+                    Arg::OptInt(n) => query.bind(*n),
                 };
             }
             query.execute(&mut *tx).await?;
@@ -236,30 +223,7 @@ impl SqlStore {
     /// Commits `batch` in one transaction, and trims each session's journal
     /// to its newest `retained` lines.
     pub(super) async fn commit_with_retention(&self, batch: &[Change], retained: u64) -> Result<(), StoreError> {
-        let mut ops = Vec::with_capacity(batch.len() + 4);
-        // Per session: the highest journal seq of this batch.
-        let mut journaled: HashMap<&str, u64> = HashMap::new();
-        for change in batch {
-            to_ops(change, &mut ops);
-            if let Change::Line { session, seq, .. } = change {
-                let top = journaled.entry(session).or_default();
-                *top = (*top).max(*seq);
-            }
-        }
-        let now = now_ms();
-        for (session, top) in journaled {
-            ops.push(Op {
-                sql: "UPDATE sessions SET next_seq = $2, touched_ms = $3 WHERE id = $1",
-                args: vec![Arg::Text(session.to_owned()), int(top + 1), Arg::Int(now)],
-            });
-            if top > retained {
-                ops.push(Op {
-                    sql: "DELETE FROM journal WHERE session_id = $1 AND seq <= $2",
-                    args: vec![Arg::Text(session.to_owned()), int(top - retained)],
-                });
-            }
-        }
-        self.run(&ops).await
+        self.run(&batch::compile(batch, retained)).await
     }
 
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
@@ -313,7 +277,7 @@ impl SqlStore {
         for mut mailbox in
             self.fetch("SELECT subagent_id, messages FROM mailboxes WHERE session_id = $1", id, "tt").await?
         {
-            let stored: Vec<StoredMessage> = parse_json(mailbox[1].text())?;
+            let stored: Vec<batch::StoredMessage> = parse_json(mailbox[1].text())?;
             let messages = stored
                 .into_iter()
                 .map(|m| InboxMessage {
@@ -386,7 +350,7 @@ impl SqlStore {
         let expired = self.fetch_before(before_ms).await?;
         let mut ops = Vec::new();
         for session in &expired {
-            end_session(session, &mut ops);
+            batch::end_session(session, &mut ops);
         }
         self.run(&ops).await?;
         Ok(expired.len() as u64)
@@ -435,24 +399,8 @@ impl super::Store for SqlStore {
     }
 }
 
-/// A mailbox message as stored.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct StoredMessage {
-    from: String,
-    kind: String,
-    content: Value,
-}
-
-fn int(n: u64) -> Arg {
-    Arg::Int(i64::try_from(n).unwrap_or(i64::MAX))
-}
-
 fn to_u32(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(0)
-}
-
-fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<T, StoreError> {
@@ -462,181 +410,4 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<T,
 fn parse_id(text: Option<String>) -> Result<SubagentId, StoreError> {
     let text = text.unwrap_or_default();
     SubagentId::parse(&text).ok_or_else(|| StoreError(format!("stored subagent id `{text}` is malformed")))
-}
-
-fn status_text(status: SubagentStatus) -> String {
-    match serde_json::to_value(status) {
-        Ok(Value::String(text)) => text,
-        _ => "FAILED".into(),
-    }
-}
-
-fn key(session: &str, id: SubagentId) -> Vec<Arg> {
-    vec![Arg::Text(session.to_owned()), Arg::Text(id.to_string())]
-}
-
-fn end_session(session: &str, ops: &mut Vec<Op>) {
-    const TABLES: [&str; 6] = [
-        "DELETE FROM subagents WHERE session_id = $1",
-        "DELETE FROM tasks WHERE session_id = $1",
-        "DELETE FROM memories WHERE session_id = $1",
-        "DELETE FROM mailboxes WHERE session_id = $1",
-        "DELETE FROM journal WHERE session_id = $1",
-        "DELETE FROM inbound WHERE session_id = $1",
-    ];
-    for sql in TABLES {
-        ops.push(Op { sql, args: vec![Arg::Text(session.to_owned())] });
-    }
-    ops.push(Op { sql: "DELETE FROM sessions WHERE id = $1", args: vec![Arg::Text(session.to_owned())] });
-}
-
-// The statements one change becomes.
-fn to_ops(change: &Change, ops: &mut Vec<Op>) {
-    match change {
-        Change::SessionOpened(row) => {
-            let now = now_ms();
-            ops.push(Op {
-                sql: "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms) \
-                      VALUES ($1, $2, $3, $4, $5, 1, $6, $6) \
-                      ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
-                      principal = excluded.principal, touched_ms = excluded.touched_ms",
-                args: vec![
-                    Arg::Text(row.id.to_string()),
-                    Arg::Text(row.agent_id.clone()),
-                    Arg::Text(json(&row.capabilities)),
-                    Arg::OptText(row.principal.clone()),
-                    Arg::Text(row.transport.clone()),
-                    Arg::Int(now),
-                ],
-            });
-        }
-        Change::SessionEnded { session } => end_session(session, ops),
-        Change::Subagent { session, id, row } => {
-            let mut args = key(session, *id);
-            args.extend([
-                int(row.ord),
-                Arg::OptText(row.parent.map(|p| p.to_string())),
-                Arg::OptText(row.parent_agent_id.as_deref().map(str::to_owned)),
-                Arg::OptText(row.root_agent_id.as_deref().map(str::to_owned)),
-                int(u64::from(row.depth)),
-                Arg::OptText(row.spawn_key.as_deref().map(str::to_owned)),
-                int(row.tasks_started),
-                Arg::Text(json(&*row.config)),
-                Arg::Text(status_text(row.status)),
-                Arg::OptText(row.result.as_deref().map(json)),
-                Arg::OptText(row.error.as_deref().map(str::to_owned)),
-            ]);
-            ops.push(Op {
-                sql: "INSERT INTO subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, \
-                      spawn_key, tasks_started, config, status, result, error) \
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-                      ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, \
-                      error = excluded.error, tasks_started = excluded.tasks_started",
-                args,
-            });
-        }
-        Change::SubagentForgotten { session, id } => {
-            for sql in [
-                "DELETE FROM subagents WHERE session_id = $1 AND id = $2",
-                "DELETE FROM tasks WHERE session_id = $1 AND subagent_id = $2",
-                "DELETE FROM memories WHERE session_id = $1 AND owner_id = $2",
-                "DELETE FROM mailboxes WHERE session_id = $1 AND subagent_id = $2",
-            ] {
-                ops.push(Op { sql, args: key(session, *id) });
-            }
-        }
-        Change::TaskStarted { session, id, task, task_no, attempt } => {
-            let mut args = key(session, *id);
-            if *attempt > 1 {
-                // A resumed task keeps its checkpoint.
-                args.push(int(u64::from(*attempt)));
-                ops.push(Op {
-                    sql: "UPDATE tasks SET attempt = $3 WHERE session_id = $1 AND subagent_id = $2",
-                    args,
-                });
-            } else {
-                args.extend([Arg::Text(json(&**task)), int(*task_no)]);
-                ops.push(Op {
-                    sql: "INSERT INTO tasks (session_id, subagent_id, task, task_no, attempt, step, checkpoint) \
-                          VALUES ($1, $2, $3, $4, 1, 0, NULL) \
-                          ON CONFLICT (session_id, subagent_id) DO UPDATE SET task = excluded.task, \
-                          task_no = excluded.task_no, attempt = 1, step = 0, checkpoint = NULL",
-                    args,
-                });
-            }
-            let mut args = key(session, *id);
-            args.push(int(*task_no));
-            ops.push(Op {
-                sql: "UPDATE subagents SET status = 'RUNNING', result = NULL, error = NULL, tasks_started = $3 \
-                      WHERE session_id = $1 AND id = $2",
-                args,
-            });
-        }
-        Change::Checkpoint { session, id, checkpoint } => {
-            let mut args = key(session, *id);
-            args.extend([int(u64::from(checkpoint.step)), Arg::Text(json(&checkpoint.state))]);
-            ops.push(Op {
-                sql: "UPDATE tasks SET step = $3, checkpoint = $4 WHERE session_id = $1 AND subagent_id = $2",
-                args,
-            });
-        }
-        Change::TaskEnded { session, id, status, result, error } => {
-            ops.push(Op { sql: "DELETE FROM tasks WHERE session_id = $1 AND subagent_id = $2", args: key(session, *id) });
-            let mut args = key(session, *id);
-            args.extend([
-                Arg::Text(status_text(*status)),
-                Arg::OptText(result.as_deref().map(json)),
-                Arg::OptText(error.as_deref().map(str::to_owned)),
-            ]);
-            ops.push(Op {
-                sql: "UPDATE subagents SET status = $3, result = $4, error = $5 WHERE session_id = $1 AND id = $2",
-                args,
-            });
-        }
-        Change::Memory { session, owner, entries } => {
-            let mut args = key(session, *owner);
-            args.push(Arg::Text(json(entries)));
-            ops.push(Op {
-                sql: "INSERT INTO memories (session_id, owner_id, entries) VALUES ($1, $2, $3) \
-                      ON CONFLICT (session_id, owner_id) DO UPDATE SET entries = excluded.entries",
-                args,
-            });
-        }
-        Change::Mailbox { session, id, messages } => {
-            if messages.is_empty() {
-                ops.push(Op {
-                    sql: "DELETE FROM mailboxes WHERE session_id = $1 AND subagent_id = $2",
-                    args: key(session, *id),
-                });
-                return;
-            }
-            let stored: Vec<StoredMessage> = messages
-                .iter()
-                .map(|m| StoredMessage {
-                    from: m.from.clone(),
-                    kind: m.payload.kind.clone(),
-                    content: m.payload.content.clone(),
-                })
-                .collect();
-            let mut args = key(session, *id);
-            args.push(Arg::Text(json(&stored)));
-            ops.push(Op {
-                sql: "INSERT INTO mailboxes (session_id, subagent_id, messages) VALUES ($1, $2, $3) \
-                      ON CONFLICT (session_id, subagent_id) DO UPDATE SET messages = excluded.messages",
-                args,
-            });
-        }
-        Change::Line { session, seq, line, .. } => ops.push(Op {
-            sql: "INSERT INTO journal (session_id, seq, line) VALUES ($1, $2, $3) ON CONFLICT (session_id, seq) DO NOTHING",
-            args: vec![Arg::Text(session.to_string()), int(*seq), Arg::Text(line.clone())],
-        }),
-        Change::Inbound { session, seq, frame } => ops.push(Op {
-            sql: "INSERT INTO inbound (session_id, seq, frame) VALUES ($1, $2, $3) ON CONFLICT (session_id, seq) DO NOTHING",
-            args: vec![Arg::Text(session.to_string()), int(*seq), Arg::Text(frame.clone())],
-        }),
-        Change::InboundDone { session, seq } => ops.push(Op {
-            sql: "DELETE FROM inbound WHERE session_id = $1 AND seq = $2",
-            args: vec![Arg::Text(session.to_string()), int(*seq)],
-        }),
-    }
 }

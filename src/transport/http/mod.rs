@@ -448,10 +448,18 @@ async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
 }
 
 async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
+    let store = sessions.service.store();
+    let stats = store.stats();
     HttpResponse::Ok().json(json!({
         "status": "ok",
         "sessions": sessions.service.sessions(),
         "streams": sessions.streams(),
+        "store": {
+            "kind": store.kind(),
+            "commits": stats.commits.load(Ordering::Relaxed),
+            "changes": stats.changes.load(Ordering::Relaxed),
+            "failures": stats.failures.load(Ordering::Relaxed),
+        },
     }))
 }
 
