@@ -605,8 +605,11 @@ fn fill_session(addr: SocketAddr, n: usize) -> (String, std::net::TcpStream) {
     let hello: serde_json::Value = serde_json::from_str(&line).expect("json");
     let session = hello["session_id"].as_str().expect("session id").to_owned();
     for i in 0..n {
-        writeln!(writer, r#"{{"type":"SUBAGENT_SPAWN_REQ","id":"s{i}","a2e":"1.0","agent":{{"name":"n{i}","model":"m"}}}}"#)
-            .expect("write");
+        writeln!(
+            writer,
+            r#"{{"type":"SUBAGENT_SPAWN_REQ","id":"s{i}","a2e":"1.0","agent":{{"name":"n{i}","model":"m"}}}}"#
+        )
+        .expect("write");
     }
     writer.flush().expect("flush");
     let mut replies = 0;

@@ -36,8 +36,24 @@ pub(super) struct Op {
     pub(super) args: Vec<Arg>,
 }
 
-/// Rows per multi-row statement: well under SQLite's 32 766 parameters.
-const CHUNK: usize = 200;
+/// Most rows per multi-row statement: well under SQLite's 32 766 parameters.
+const CHUNK: usize = 256;
+
+/// Splits `rows` into chunks whose sizes are powers of two (at most
+/// [`CHUNK`]): a statement's text then takes one of a few shapes, so both
+/// engines find it in their prepared-statement cache instead of parsing a
+/// new one for every batch size.
+fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let size = if rows.len() >= CHUNK { CHUNK } else { 1 << rows.len().ilog2() };
+        let (chunk, rest) = rows.split_at(size);
+        rows = rest;
+        Some(chunk)
+    })
+}
 
 /// Journal lines are trimmed to `retained` once per this many lines.
 const TRIM_EVERY: u64 = 128;
@@ -158,14 +174,16 @@ impl<'a> Folded<'a> {
                     Some(TaskOp::Update { checkpoint: c, .. }) => *c = Some((checkpoint.step, &checkpoint.state)),
                     Some(TaskOp::Delete) => {}
                     None => {
-                        let update = TaskOp::Update { attempt: None, checkpoint: Some((checkpoint.step, &checkpoint.state)) };
+                        let update =
+                            TaskOp::Update { attempt: None, checkpoint: Some((checkpoint.step, &checkpoint.state)) };
                         self.tasks.insert(key, update);
                     }
                 }
             }
             Change::TaskEnded { session, id, status, result, error } => {
                 let key = (session.clone(), *id);
-                let patch = Patch { status: *status, result: result.clone(), error: error.clone(), tasks_started: None };
+                let patch =
+                    Patch { status: *status, result: result.clone(), error: error.clone(), tasks_started: None };
                 self.status(key.clone(), patch);
                 self.tasks.insert(key, TaskOp::Delete);
             }
@@ -196,7 +214,7 @@ impl<'a> Folded<'a> {
 
 /// The statements `batch` comes to, keeping the newest `retained` journal
 /// lines of each session it writes to.
-pub(super) fn compile(batch: &[Change], retained: u64) -> Vec<Op> {
+pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op> {
     let mut folded = Folded::default();
     for change in batch {
         folded.add(change);
@@ -205,10 +223,10 @@ pub(super) fn compile(batch: &[Change], retained: u64) -> Vec<Op> {
     for session in &folded.ended {
         end_session(session, &mut ops);
     }
-    deletes(&mut ops, "subagents", "id", &folded.forgotten);
-    deletes(&mut ops, "tasks", "subagent_id", &folded.forgotten);
-    deletes(&mut ops, "memories", "owner_id", &folded.forgotten);
-    deletes(&mut ops, "mailboxes", "subagent_id", &folded.forgotten);
+    deletes(dialect, &mut ops, "subagents", "id", &folded.forgotten);
+    deletes(dialect, &mut ops, "tasks", "subagent_id", &folded.forgotten);
+    deletes(dialect, &mut ops, "memories", "owner_id", &folded.forgotten);
+    deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
     for row in &folded.sessions {
         ops.push(Op {
@@ -227,33 +245,55 @@ pub(super) fn compile(batch: &[Change], retained: u64) -> Vec<Op> {
             ],
         });
     }
-    subagent_rows(&mut ops, &folded.subagents);
-    subagent_patches(&mut ops, &folded.patches);
-    task_ops(&mut ops, &folded.tasks);
+    subagent_rows(dialect, &mut ops, &folded.subagents);
+    subagent_patches(dialect, &mut ops, &folded.patches);
+    task_ops(dialect, &mut ops, &folded.tasks);
     let memories: Vec<Vec<Arg>> = folded
         .memories
         .iter()
         .map(|((session, owner), entries)| key_args(session, *owner, [Arg::Text(json(entries))]))
         .collect();
-    insert(&mut ops, "memories (session_id, owner_id, entries)", &memories, "(session_id, owner_id) DO UPDATE SET entries = excluded.entries");
+    insert(
+        dialect,
+        &mut ops,
+        "memories (session_id, owner_id, entries)",
+        &memories,
+        "(session_id, owner_id) DO UPDATE SET entries = excluded.entries",
+    );
     let (empty, full): (Vec<_>, Vec<_>) = folded.mailboxes.iter().partition(|(_, messages)| messages.is_empty());
     let emptied: Vec<Key> = empty.into_iter().map(|(key, _)| key.clone()).collect();
-    deletes(&mut ops, "mailboxes", "subagent_id", &emptied);
-    let mailboxes: Vec<Vec<Arg>> =
-        full.into_iter().map(|((session, id), messages)| key_args(session, *id, [Arg::Text(mailbox_json(messages))])).collect();
-    insert(&mut ops, "mailboxes (session_id, subagent_id, messages)", &mailboxes, "(session_id, subagent_id) DO UPDATE SET messages = excluded.messages");
+    deletes(dialect, &mut ops, "mailboxes", "subagent_id", &emptied);
+    let mailboxes: Vec<Vec<Arg>> = full
+        .into_iter()
+        .map(|((session, id), messages)| key_args(session, *id, [Arg::Text(mailbox_json(messages))]))
+        .collect();
+    insert(
+        dialect,
+        &mut ops,
+        "mailboxes (session_id, subagent_id, messages)",
+        &mailboxes,
+        "(session_id, subagent_id) DO UPDATE SET messages = excluded.messages",
+    );
     let lines: Vec<Vec<Arg>> = folded
         .journal
         .iter()
         .map(|(session, seq, line)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*line).clone())])
         .collect();
-    insert(&mut ops, "journal (session_id, seq, line)", &lines, "(session_id, seq) DO NOTHING");
+    insert(dialect, &mut ops, "journal (session_id, seq, line)", &lines, "(session_id, seq) DO NOTHING");
     let tops: Vec<Vec<Arg>> = folded
         .journaled
         .iter()
         .map(|(session, (_, top))| vec![Arg::Text(session.to_string()), int(top + 1), Arg::Int(now)])
         .collect();
-    update_from(&mut ops, "sessions", "next_seq = v.column2, touched_ms = v.column3", "sessions.id = v.column1", 3, &tops);
+    update_from(
+        dialect,
+        &mut ops,
+        "sessions",
+        "next_seq = v.column2, touched_ms = v.column3",
+        "sessions.id = v.column1",
+        3,
+        &tops,
+    );
     for (session, (low, top)) in &folded.journaled {
         // Trimmed now and then, not at every batch.
         if *top > retained && top / TRIM_EVERY != low.saturating_sub(1) / TRIM_EVERY {
@@ -268,17 +308,21 @@ pub(super) fn compile(batch: &[Change], retained: u64) -> Vec<Op> {
         .iter()
         .map(|((session, seq), frame)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*frame).clone())])
         .collect();
-    insert(&mut ops, "inbound (session_id, seq, frame)", &inbound, "(session_id, seq) DO NOTHING");
+    insert(dialect, &mut ops, "inbound (session_id, seq, frame)", &inbound, "(session_id, seq) DO NOTHING");
     let mut served: HashMap<&Arc<str>, Vec<u64>> = HashMap::new();
     for (session, seq) in &folded.served {
         served.entry(session).or_default().push(*seq);
     }
     for (session, seqs) in served {
-        for chunk in seqs.chunks(CHUNK) {
+        for chunk in chunks(&seqs) {
             let mut args = vec![Arg::Text(session.to_string())];
             args.extend(chunk.iter().map(|seq| int(*seq)));
             ops.push(Op {
-                sql: format!("DELETE FROM inbound WHERE session_id = $1 AND seq IN ({})", placeholders(2, chunk.len())),
+                sql: format!(
+                    "DELETE FROM inbound WHERE session_id = {} AND seq IN ({})",
+                    first(dialect),
+                    placeholders(dialect, 2, chunk.len())
+                ),
                 args,
             });
         }
@@ -286,7 +330,7 @@ pub(super) fn compile(batch: &[Change], retained: u64) -> Vec<Op> {
     ops
 }
 
-fn subagent_rows(ops: &mut Vec<Op>, rows: &HashMap<Key, SubagentRow>) {
+fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<Key, SubagentRow>) {
     let rows: Vec<Vec<Arg>> = rows
         .iter()
         .map(|((session, id), row)| {
@@ -310,6 +354,7 @@ fn subagent_rows(ops: &mut Vec<Op>, rows: &HashMap<Key, SubagentRow>) {
         })
         .collect();
     insert(
+        dialect,
         ops,
         "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
          config, status, result, error)",
@@ -319,7 +364,7 @@ fn subagent_rows(ops: &mut Vec<Op>, rows: &HashMap<Key, SubagentRow>) {
     );
 }
 
-fn subagent_patches(ops: &mut Vec<Op>, patches: &HashMap<Key, Patch>) {
+fn subagent_patches(dialect: Dialect, ops: &mut Vec<Op>, patches: &HashMap<Key, Patch>) {
     let rows: Vec<Vec<Arg>> = patches
         .iter()
         .map(|((session, id), patch)| {
@@ -336,6 +381,7 @@ fn subagent_patches(ops: &mut Vec<Op>, patches: &HashMap<Key, Patch>) {
         })
         .collect();
     update_from(
+        dialect,
         ops,
         "subagents",
         "status = v.column3, result = v.column4, error = v.column5, \
@@ -346,7 +392,7 @@ fn subagent_patches(ops: &mut Vec<Op>, patches: &HashMap<Key, Patch>) {
     );
 }
 
-fn task_ops(ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>>) {
+fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>>) {
     let mut deleted = Vec::new();
     let mut inserted = Vec::new();
     let mut updated = Vec::new();
@@ -375,8 +421,9 @@ fn task_ops(ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>>) {
             )),
         }
     }
-    deletes(ops, "tasks", "subagent_id", &deleted);
+    deletes(dialect, ops, "tasks", "subagent_id", &deleted);
     insert(
+        dialect,
         ops,
         "tasks (session_id, subagent_id, task, task_no, attempt, step, checkpoint)",
         &inserted,
@@ -384,6 +431,7 @@ fn task_ops(ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>>) {
          attempt = excluded.attempt, step = excluded.step, checkpoint = excluded.checkpoint",
     );
     update_from(
+        dialect,
         ops,
         "tasks",
         "attempt = COALESCE(v.column3, tasks.attempt), step = COALESCE(v.column4, tasks.step), \
@@ -394,55 +442,93 @@ fn task_ops(ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>>) {
     );
 }
 
-/// `$first, $first+1, …` (`count` of them).
-fn placeholders(first: usize, count: usize) -> String {
-    (first..first + count).map(|n| format!("${n}")).collect::<Vec<_>>().join(", ")
+/// How a statement numbers its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    /// `?`: SQLite looks a numbered or named parameter up by a linear scan,
+    /// at parse and at bind, so a statement of N of them costs N²; plain
+    /// `?` costs nothing of the kind.
+    Sqlite,
+    /// `$1, $2, …`.
+    Postgres,
+}
+
+/// Parameters `first ..` (`count` of them) in the dialect's spelling.
+fn placeholders(dialect: Dialect, first: usize, count: usize) -> String {
+    let each = |n: usize| match dialect {
+        Dialect::Sqlite => "?".to_owned(),
+        Dialect::Postgres => format!("${n}"),
+    };
+    (first..first + count).map(each).collect::<Vec<_>>().join(", ")
 }
 
 /// `($1, $2), ($3, $4), …` for `rows` rows of `width` values.
-fn values(rows: usize, width: usize) -> String {
-    (0..rows).map(|row| format!("({})", placeholders(1 + row * width, width))).collect::<Vec<_>>().join(", ")
+fn values(dialect: Dialect, rows: usize, width: usize) -> String {
+    (0..rows).map(|row| format!("({})", placeholders(dialect, 1 + row * width, width))).collect::<Vec<_>>().join(", ")
 }
 
 // Multi-row `INSERT INTO table (cols) VALUES … ON CONFLICT on_conflict`.
-fn insert(ops: &mut Vec<Op>, table: &str, rows: &[Vec<Arg>], on_conflict: &str) {
-    for chunk in rows.chunks(CHUNK) {
+fn insert(dialect: Dialect, ops: &mut Vec<Op>, table: &str, rows: &[Vec<Arg>], on_conflict: &str) {
+    for chunk in chunks(rows) {
         let width = chunk[0].len();
         ops.push(Op {
-            sql: format!("INSERT INTO {table} VALUES {} ON CONFLICT {on_conflict}", values(chunk.len(), width)),
+            sql: format!(
+                "INSERT INTO {table} VALUES {} ON CONFLICT {on_conflict}",
+                values(dialect, chunk.len(), width)
+            ),
             args: chunk.iter().flatten().cloned().collect(),
         });
     }
 }
 
 // Multi-row `UPDATE table SET set FROM (VALUES …) AS v WHERE matches`.
-fn update_from(ops: &mut Vec<Op>, table: &str, set: &str, matches: &str, width: usize, rows: &[Vec<Arg>]) {
-    for chunk in rows.chunks(CHUNK) {
+fn update_from(
+    dialect: Dialect,
+    ops: &mut Vec<Op>,
+    table: &str,
+    set: &str,
+    matches: &str,
+    width: usize,
+    rows: &[Vec<Arg>],
+) {
+    for chunk in chunks(rows) {
         ops.push(Op {
-            sql: format!("UPDATE {table} SET {set} FROM (VALUES {}) AS v WHERE {matches}", values(chunk.len(), width)),
+            sql: format!(
+                "UPDATE {table} SET {set} FROM (VALUES {}) AS v WHERE {matches}",
+                values(dialect, chunk.len(), width)
+            ),
             args: chunk.iter().flatten().cloned().collect(),
         });
     }
 }
 
 // `DELETE FROM table WHERE session_id = $1 AND id_column IN (…)`, per session.
-fn deletes(ops: &mut Vec<Op>, table: &str, id_column: &str, keys: &[Key]) {
+fn deletes(dialect: Dialect, ops: &mut Vec<Op>, table: &str, id_column: &str, keys: &[Key]) {
     let mut by_session: HashMap<&Arc<str>, Vec<SubagentId>> = HashMap::new();
     for (session, id) in keys {
         by_session.entry(session).or_default().push(*id);
     }
     for (session, ids) in by_session {
-        for chunk in ids.chunks(CHUNK) {
+        for chunk in chunks(&ids) {
             let mut args = vec![Arg::Text(session.to_string())];
             args.extend(chunk.iter().map(|id| Arg::Text(id.to_string())));
             ops.push(Op {
                 sql: format!(
-                    "DELETE FROM {table} WHERE session_id = $1 AND {id_column} IN ({})",
-                    placeholders(2, chunk.len())
+                    "DELETE FROM {table} WHERE session_id = {} AND {id_column} IN ({})",
+                    first(dialect),
+                    placeholders(dialect, 2, chunk.len())
                 ),
                 args,
             });
         }
+    }
+}
+
+/// The first parameter's spelling.
+fn first(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "?",
+        Dialect::Postgres => "$1",
     }
 }
 
@@ -488,7 +574,11 @@ pub(super) struct StoredMessage {
 fn mailbox_json(messages: &[InboxMessage]) -> String {
     let stored: Vec<StoredMessage> = messages
         .iter()
-        .map(|m| StoredMessage { from: m.from.clone(), kind: m.payload.kind.clone(), content: m.payload.content.clone() })
+        .map(|m| StoredMessage {
+            from: m.from.clone(),
+            kind: m.payload.kind.clone(),
+            content: m.payload.content.clone(),
+        })
         .collect();
     json(&stored)
 }
@@ -532,7 +622,7 @@ mod tests {
                 error: None,
             },
         ];
-        let ops = compile(&batch, 1024);
+        let ops = compile(&batch, 1024, Dialect::Postgres);
         assert_eq!(ops.len(), 2, "{ops:#?}");
         assert!(ops[0].sql.starts_with("INSERT INTO subagents"));
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
@@ -549,7 +639,7 @@ mod tests {
             Change::Line { session: session.clone(), seq: 1, line: "x".into(), gate: None },
             Change::SessionEnded { session: session.clone() },
         ];
-        let ops = compile(&batch, 1024);
+        let ops = compile(&batch, 1024, Dialect::Postgres);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
         assert_eq!(ops.len(), 7);
     }
@@ -562,7 +652,7 @@ mod tests {
             Change::InboundDone { session: session.clone(), seq: 4 },
             Change::InboundDone { session: session.clone(), seq: 3 },
         ];
-        let ops = compile(&batch, 1024);
+        let ops = compile(&batch, 1024, Dialect::Postgres);
         assert_eq!(ops.len(), 1);
         assert_eq!(ops[0].args, vec![Arg::Text("s".into()), Arg::Int(3)]);
     }
@@ -573,8 +663,11 @@ mod tests {
         let batch: Vec<Change> = (1..=150)
             .map(|seq| Change::Line { session: session.clone(), seq, line: format!("line {seq}"), gate: None })
             .collect();
-        let ops = compile(&batch, 1024);
-        assert_eq!(ops.len(), 2, "one insert of 150 lines and one sessions update");
-        assert_eq!(ops[0].args.len(), 450);
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        // 150 = 128 + 16 + 4 + 2: four statement shapes, each cached.
+        let sizes: Vec<usize> =
+            ops.iter().filter(|op| op.sql.starts_with("INSERT")).map(|op| op.args.len() / 3).collect();
+        assert_eq!(sizes, [128, 16, 4, 2]);
+        assert_eq!(ops.len(), 5, "four inserts and one sessions update");
     }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ColumnIndex, Connection, Decode, Row, Type};
+use sqlx::{ColumnIndex, ConnectOptions, Connection, Decode, Row, Type};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -146,7 +146,10 @@ impl SqlStore {
                     .journal_mode(SqliteJournalMode::Wal)
                     // Every commit reaches the disk before its lines are released.
                     .synchronous(SqliteSynchronous::Full)
-                    .busy_timeout(Duration::from_secs(5));
+                    .busy_timeout(Duration::from_secs(5))
+                    // Batches are large: sqlx's per-statement log would format each one.
+                    .log_statements(log::LevelFilter::Off)
+                    .log_slow_statements(log::LevelFilter::Off, Duration::ZERO);
                 let pool = SqlitePoolOptions::new()
                     .max_connections(1)
                     .connect_with(options)
@@ -223,7 +226,11 @@ impl SqlStore {
     /// Commits `batch` in one transaction, and trims each session's journal
     /// to its newest `retained` lines.
     pub(super) async fn commit_with_retention(&self, batch: &[Change], retained: u64) -> Result<(), StoreError> {
-        self.run(&batch::compile(batch, retained)).await
+        let dialect = match self.pool {
+            Pool::Sqlite(_) => batch::Dialect::Sqlite,
+            Pool::Postgres(_) => batch::Dialect::Postgres,
+        };
+        self.run(&batch::compile(batch, retained, dialect)).await
     }
 
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
