@@ -92,7 +92,11 @@ async fn lookup(
     if let Some(session) = sessions.get(id) {
         return Ok((id.to_owned(), session));
     }
-    // Not live here: a stored session (after a restart) comes back.
+    // Not live here: a stored session (after a restart) comes back. Only an
+    // id of the host's own form is looked up, so made-up ids cost no read.
+    if !is_session_id(id) {
+        return Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session")));
+    }
     match sessions.clone().into_inner().restore(id).await {
         Ok(Some(session)) => Ok((id.to_owned(), session)),
         Ok(None) => Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session"))),
@@ -105,6 +109,12 @@ async fn lookup(
             ))
         }
     }
+}
+
+/// Whether `id` has the form of the ids this host makes (32 lowercase hex
+/// digits).
+fn is_session_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn peer(req: &HttpRequest) -> String {
