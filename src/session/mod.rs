@@ -246,6 +246,10 @@ impl Connection {
         let overflow = overflowed.cancelled();
         let stopped = stop.cancelled();
         let handshake_deadline = tokio::time::sleep(self.service.limits().handshake_timeout());
+        // A stored session that is open is touched now and then, so the
+        // store never expires it as abandoned however quiet it is.
+        let mut touch = tokio::time::interval(self.service.store().touch_every());
+        touch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(overflow, stopped, handshake_deadline);
         let ending = loop {
             // A permit first, then a frame: at the in-flight bound the
@@ -264,6 +268,10 @@ impl Connection {
                 _ = &mut stopped => break Ending::End(ConnectionEnd::Stopped),
                 _ = &mut handshake_deadline, if !state.handshaken => {
                     break Ending::End(self.handshake_timed_out());
+                }
+                _ = touch.tick() => {
+                    self.log.record(|session| Change::Touched { session });
+                    continue;
                 }
                 next = next => match next {
                     Some(next) => next,

@@ -93,6 +93,7 @@ struct Folded<'a> {
     journaled: HashMap<Arc<str>, (u64, u64)>,
     inbound: HashMap<(Arc<str>, u64), &'a String>,
     served: Vec<(Arc<str>, u64)>,
+    touched: Vec<Arc<str>>,
 }
 
 impl<'a> Folded<'a> {
@@ -124,6 +125,7 @@ impl<'a> Folded<'a> {
         self.journaled.remove(session);
         self.inbound.retain(|(s, _), _| s != session);
         self.served.retain(|(s, _)| s != session);
+        self.touched.retain(|s| s != session);
         self.ended.push(session.clone());
     }
 
@@ -131,6 +133,7 @@ impl<'a> Folded<'a> {
         match change {
             Change::SessionOpened(row) => self.sessions.push(row),
             Change::SessionEnded { session } => self.end(session),
+            Change::Touched { session } => self.touched.push(session.clone()),
             Change::Subagent { session, id, row } => {
                 let key = (session.clone(), *id);
                 self.patches.remove(&key);

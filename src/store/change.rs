@@ -70,6 +70,8 @@ pub struct Checkpoint {
 pub enum Change {
     /// A session completed its first handshake (or a later one changed it).
     SessionOpened(SessionRow),
+    /// A session is still open (it is not expired however quiet it is).
+    Touched { session: Arc<str> },
     /// A session ended for good (shutdown, EOF, idle expiry): all of it goes.
     SessionEnded { session: Arc<str> },
     /// A subagent's record, whole (spawn, and every status change but a task's).
@@ -107,6 +109,7 @@ impl Change {
         match self {
             Self::SessionOpened(row) => &row.id,
             Self::SessionEnded { session }
+            | Self::Touched { session }
             | Self::Subagent { session, .. }
             | Self::SubagentForgotten { session, .. }
             | Self::TaskStarted { session, .. }

@@ -118,6 +118,8 @@ struct HandleInner {
     // the process stops must stay resumable).
     frozen: AtomicBool,
     stats: Arc<CommitStats>,
+    // How often an open session is touched (a tenth of the expiry time).
+    touch_every: Duration,
 }
 
 /// The runtime's handle on the store writer.
@@ -135,8 +137,19 @@ impl Default for StoreHandle {
 impl StoreHandle {
     /// The memory store: records nothing, loads nothing.
     pub fn memory() -> Self {
-        let inner = HandleInner { kind: "memory", tx: None, frozen: AtomicBool::new(false), stats: Arc::default() };
+        let inner = HandleInner {
+            kind: "memory",
+            tx: None,
+            frozen: AtomicBool::new(false),
+            stats: Arc::default(),
+            touch_every: Duration::from_secs(3600),
+        };
         Self { inner: Arc::new(inner) }
+    }
+
+    /// How often an open session should say it is still open.
+    pub fn touch_every(&self) -> Duration {
+        self.inner.touch_every
     }
 
     /// `memory`, `sqlite` or `postgres`.
@@ -310,6 +323,7 @@ pub(super) fn start(url: StoreUrl, settings: WriterSettings) -> Result<StoreHand
     let (tx, rx) = mpsc::unbounded_channel();
     let stats = Arc::new(CommitStats::default());
     let writer_stats = stats.clone();
+    let touch_every = (settings.session_ttl / 10).max(Duration::from_secs(1));
     std::thread::Builder::new()
         .name("store-writer".into())
         .spawn(move || {
@@ -334,7 +348,7 @@ pub(super) fn start(url: StoreUrl, settings: WriterSettings) -> Result<StoreHand
         })
         .map_err(|err| format!("cannot start the store writer thread: {err}"))?;
     let kind = ready_rx.recv().map_err(|_| "the store writer thread ended while starting".to_owned())??;
-    let inner = HandleInner { kind, tx: Some(tx), frozen: AtomicBool::new(false), stats };
+    let inner = HandleInner { kind, tx: Some(tx), frozen: AtomicBool::new(false), stats, touch_every };
     Ok(StoreHandle { inner: Arc::new(inner) })
 }
 
