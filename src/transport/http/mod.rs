@@ -325,7 +325,7 @@ struct Attached {
     // The last event (`closed`) was sent: the stream ends.
     closed: bool,
     // Lines a reconnect with `Last-Event-ID` missed, sent first.
-    replay: Vec<(u64, Arc<str>)>,
+    replay: Vec<(u64, String)>,
 }
 
 impl Attached {
@@ -388,11 +388,11 @@ async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>
             let mut chunk = Vec::with_capacity(line.len() + 16);
             let mut recent = lock(&attached.session.recent);
             push_event(&mut chunk, seq, &line);
-            recent.push(seq, line.into());
+            recent.push(seq, line);
             while chunk.len() < WRITE_BATCH {
                 let Ok((seq, line)) = guard.try_recv_numbered() else { break };
                 push_event(&mut chunk, seq, &line);
-                recent.push(seq, line.into());
+                recent.push(seq, line);
             }
             drop(recent);
             Some((Ok(Bytes::from(chunk)), attached))

@@ -78,7 +78,7 @@ pub(super) struct HttpEntry {
 /// The lines last written to a stream, oldest first, with their numbers.
 #[derive(Debug, Default)]
 pub(super) struct Recent {
-    lines: VecDeque<(u64, Arc<str>)>,
+    lines: VecDeque<(u64, String)>,
     bytes: usize,
     max_lines: usize,
     max_bytes: usize,
@@ -88,13 +88,13 @@ impl Recent {
     fn new(max_lines: usize, max_bytes: usize, lines: Vec<(u64, String)>) -> Self {
         let mut recent = Self { lines: VecDeque::new(), bytes: 0, max_lines, max_bytes };
         for (seq, line) in lines {
-            recent.push(seq, line.into());
+            recent.push(seq, line);
         }
         recent
     }
 
     /// Keeps a line written to a stream, forgetting the oldest past the bounds.
-    pub(super) fn push(&mut self, seq: u64, line: Arc<str>) {
+    pub(super) fn push(&mut self, seq: u64, line: String) {
         self.bytes += line.len();
         self.lines.push_back((seq, line));
         while self.lines.len() > self.max_lines.max(1) || (self.bytes > self.max_bytes && self.lines.len() > 1) {
@@ -104,7 +104,7 @@ impl Recent {
     }
 
     /// The kept lines numbered after `seq`.
-    pub(super) fn after(&self, seq: u64) -> Vec<(u64, Arc<str>)> {
+    pub(super) fn after(&self, seq: u64) -> Vec<(u64, String)> {
         self.lines.iter().filter(|(n, _)| *n > seq).cloned().collect()
     }
 }
