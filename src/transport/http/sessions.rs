@@ -231,3 +231,25 @@ impl HttpSessions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Recent;
+
+    #[test]
+    fn recent_lines_are_bounded_by_count_and_bytes_and_replayed_after_an_id() {
+        let mut recent = Recent::new(3, 1000, vec![(1, "a".into()), (2, "b".into())]);
+        recent.push(3, "c".into());
+        recent.push(4, "d".into());
+        assert_eq!(recent.after(0).iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [2, 3, 4], "three lines kept");
+        assert_eq!(recent.after(3), [(4, "d".to_owned())]);
+        assert!(recent.after(4).is_empty());
+
+        let mut small = Recent::new(100, 10, Vec::new());
+        small.push(1, "123456".into());
+        small.push(2, "7890ab".into());
+        assert_eq!(small.after(0), [(2, "7890ab".to_owned())], "12 bytes do not fit in 10: the oldest goes");
+        small.push(3, "a line longer than the byte bound".into());
+        assert_eq!(small.after(0).len(), 1, "the newest line is kept even alone past the bound");
+    }
+}
