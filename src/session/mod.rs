@@ -59,10 +59,17 @@ fn is_sender(from: &str, agent_id: &str) -> bool {
     (!agent_id.is_empty() && from == agent_id) || SubagentId::parse(from).is_some()
 }
 
-/// Marks a journaled request frame served when dropped: after its reply was
-/// pushed (and so journaled), so a restart replays exactly the frames whose
-/// reply was never committed.
+/// Marks a journaled request frame served when dropped, after its reply was
+/// pushed: a restart replays the frames whose reply was never committed.
+/// (A subagent request's reply names its frame itself: [`Served::take`].)
 struct Served(Option<(Arc<SessionLog>, u64)>);
+
+impl Served {
+    // The frame's number, for its reply to carry; nothing is left to do on drop.
+    fn take(mut self) -> Option<u64> {
+        self.0.take().map(|(_, seq)| seq)
+    }
+}
 
 impl Drop for Served {
     fn drop(&mut self) {
@@ -469,11 +476,8 @@ impl Connection {
                 let lists = self.lists.clone();
                 actix_rt::spawn(async move {
                     let reply = dispatch::serve(session, &outbox, &lists, id, request).await;
-                    match reply.reservation {
-                        Some(reservation) => outbox.push_reserved(reply.line, reservation),
-                        None => outbox.push(reply.line),
-                    }
-                    drop(served);
+                    // The frame is served in the commit that journals its reply.
+                    outbox.push_reply(reply.line, reply.reservation, served.take());
                     drop(permit);
                 });
                 None

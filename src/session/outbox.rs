@@ -225,16 +225,24 @@ impl Outbox {
     /// Queues a line built under `reservation`: the line's length replaces
     /// the bytes reserved for it.
     pub fn push_reserved(&self, line: String, reservation: Reservation) {
-        self.queue(line, Some(reservation));
+        self.queue(line, Some(reservation), None);
+    }
+
+    /// Queues the reply to the journaled request frame `answers` (when it
+    /// was one): the frame is marked served in the same commit as the reply,
+    /// so a restart replays exactly the frames whose reply was never
+    /// committed.
+    pub fn push_reply(&self, line: String, reservation: Option<Reservation>, answers: Option<u64>) {
+        self.queue(line, reservation, answers);
     }
 
     /// Queues one line at once; past the hard bounds (twice the byte bound,
     /// or the line capacity) marks the session overflowed and drops it.
     pub fn push(&self, line: String) {
-        self.queue(line, None);
+        self.queue(line, None, None);
     }
 
-    fn queue(&self, line: String, mut reservation: Option<Reservation>) {
+    fn queue(&self, line: String, mut reservation: Option<Reservation>, answers: Option<u64>) {
         let guard = self.lock();
         let Some(tx) = guard.tx.as_ref() else { return };
         if self.overflowed.is_cancelled() {
@@ -247,7 +255,7 @@ impl Outbox {
                 let gated = log.is_recording();
                 if gated {
                     let gate = Some(self.shared.gate.clone());
-                    log.record(|session| Change::Line { session, seq, line: line.clone(), gate });
+                    log.record(|session| Change::Line { session, seq, line: line.clone(), gate, answers });
                 }
                 (seq, gated)
             }

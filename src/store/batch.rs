@@ -111,6 +111,14 @@ impl<'a> Folded<'a> {
         self.patches.insert(key, Patch { tasks_started, ..patch });
     }
 
+    // A request frame was served.
+    fn served(&mut self, session: &Arc<str>, seq: u64) {
+        // Handed over and served within one batch: never written.
+        if self.inbound.remove(&(session.clone(), seq)).is_none() {
+            self.served.push((session.clone(), seq));
+        }
+    }
+
     // A session that ended: nothing of it recorded before matters.
     fn end(&mut self, session: &Arc<str>) {
         let mine = |key: &Key| key.0 != *session;
@@ -196,7 +204,10 @@ impl<'a> Folded<'a> {
             Change::Mailbox { session, id, messages } => {
                 self.mailboxes.insert((session.clone(), *id), messages);
             }
-            Change::Line { session, seq, line, .. } => {
+            Change::Line { session, seq, line, answers, .. } => {
+                if let Some(frame) = answers {
+                    self.served(session, *frame);
+                }
                 self.journal.push((session, *seq, line));
                 let span = self.journaled.entry(session.clone()).or_insert((*seq, *seq));
                 span.0 = span.0.min(*seq);
@@ -205,12 +216,7 @@ impl<'a> Folded<'a> {
             Change::Inbound { session, seq, frame } => {
                 self.inbound.insert((session.clone(), *seq), frame);
             }
-            Change::InboundDone { session, seq } => {
-                // Handed over and served within one batch: never written.
-                if self.inbound.remove(&(session.clone(), *seq)).is_none() {
-                    self.served.push((session.clone(), *seq));
-                }
-            }
+            Change::InboundDone { session, seq } => self.served(session, *seq),
         }
     }
 }
@@ -639,7 +645,7 @@ mod tests {
         let id = SubagentId::parse("sub_00000001").unwrap();
         let batch = vec![
             Change::Subagent { session: session.clone(), id, row: row() },
-            Change::Line { session: session.clone(), seq: 1, line: "x".into(), gate: None },
+            Change::Line { session: session.clone(), seq: 1, line: "x".into(), gate: None, answers: None },
             Change::SessionEnded { session: session.clone() },
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
@@ -658,13 +664,31 @@ mod tests {
         let ops = compile(&batch, 1024, Dialect::Postgres);
         assert_eq!(ops.len(), 1);
         assert_eq!(ops[0].args, vec![Arg::Text("s".into()), Arg::Int(3)]);
+
+        // A reply names the frame it answers: served in the reply's commit.
+        let batch = vec![
+            Change::Inbound { session: session.clone(), seq: 5, frame: "{}".into() },
+            Change::Line { session: session.clone(), seq: 9, line: "reply".into(), gate: None, answers: Some(5) },
+            Change::Line { session: session.clone(), seq: 10, line: "reply".into(), gate: None, answers: Some(2) },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert!(!ops.iter().any(|op| op.sql.starts_with("INSERT INTO inbound")), "{ops:#?}");
+        let served: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("DELETE FROM inbound")).collect();
+        assert_eq!(served.len(), 1);
+        assert_eq!(served[0].args, vec![Arg::Text("s".into()), Arg::Int(2)]);
     }
 
     #[test]
     fn many_rows_share_one_statement_per_table() {
         let session: Arc<str> = "s".into();
         let batch: Vec<Change> = (1..=150)
-            .map(|seq| Change::Line { session: session.clone(), seq, line: format!("line {seq}"), gate: None })
+            .map(|seq| Change::Line {
+                session: session.clone(),
+                seq,
+                line: format!("line {seq}"),
+                gate: None,
+                answers: None,
+            })
             .collect();
         let ops = compile(&batch, 1024, Dialect::Postgres);
         // 150 = 128 + 16 + 4 + 2: four statement shapes, each cached.

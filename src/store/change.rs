@@ -95,8 +95,9 @@ pub enum Change {
     /// A subagent's undelivered messages, all of them.
     Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage> },
     /// A line for the client, journaled with its sequence number; the gate
-    /// releases it once committed.
-    Line { session: Arc<str>, seq: u64, line: String, gate: Option<Arc<CommitGate>> },
+    /// releases it once committed. A reply names the journaled request frame
+    /// it answers, which is served from then on.
+    Line { session: Arc<str>, seq: u64, line: String, gate: Option<Arc<CommitGate>>, answers: Option<u64> },
     /// A request frame a client handed over (HTTP `/send`), before it is served.
     Inbound { session: Arc<str>, seq: u64, frame: String },
     /// That request has been served (its reply is journaled).
