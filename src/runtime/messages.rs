@@ -29,6 +29,9 @@ pub(crate) struct Spawn(pub SpawnRequest);
 pub(crate) struct SpawnKeyed {
     pub request: SpawnRequest,
     pub key: Arc<str>,
+    // Look for the key among all the session's subagents, not only the
+    // parent's children (a client's request replayed after a restart).
+    pub anywhere: bool,
 }
 
 /// Delegate a task. `deadline_cap` is the delegating task's own deadline when

@@ -193,6 +193,19 @@ impl Tree {
         self.inner.addr.send(msg::Spawn(request)).await?
     }
 
+    /// `SUBAGENT_SPAWN_REQ` for a request journaled under `key`: when
+    /// `replayed` (served again after a restart) and a subagent was already
+    /// spawned for it, that one is the answer, not a second.
+    pub async fn spawn_once(
+        &self,
+        request: SpawnRequest,
+        key: Arc<str>,
+        replayed: bool,
+    ) -> Result<SpawnResponse, HostError> {
+        let keyed = msg::SpawnKeyed { request, key, anywhere: replayed };
+        Ok(self.inner.addr.send(keyed).await??.0)
+    }
+
     /// `SUBAGENT_DELEGATE_REQ`.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
         self.inner.addr.send(msg::Delegate { id, task, deadline_cap: None }).await?

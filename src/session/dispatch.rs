@@ -18,7 +18,7 @@ use crate::protocol::multi_agent::{
     AgentTerminateResponse,
 };
 use crate::protocol::request::Request;
-use crate::protocol::wire::{ListResponse, SubagentInfo};
+use crate::protocol::wire::{ListResponse, SpawnRequest, SpawnResponse, SubagentInfo};
 use crate::runtime::Tree;
 
 fn parse(id: &str) -> Result<SubagentId, HostError> {
@@ -72,10 +72,34 @@ async fn reserved<T: Serialize>(
 
 /// Serves a subagent request of either namespace (`SUBAGENT_*`,
 /// `multi_agent/*`) and returns its reply.
-pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_id: String, request: Request) -> Reply {
+/// The journaled request frame a request came in (HTTP with a durable
+/// store): its number, and whether it is served again after a restart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameKey {
+    pub seq: u64,
+    pub replayed: bool,
+}
+
+// A spawn from a journaled frame is keyed by it: served again after a
+// restart, it answers with the subagent it already spawned.
+async fn spawn(session: &Tree, request: SpawnRequest, frame: Option<FrameKey>) -> Result<SpawnResponse, HostError> {
+    match frame {
+        Some(frame) => session.spawn_once(request, format!("in:{}", frame.seq).into(), frame.replayed).await,
+        None => session.spawn(request).await,
+    }
+}
+
+pub(crate) async fn serve(
+    session: Tree,
+    outbox: &Outbox,
+    lists: &ListSize,
+    req_id: String,
+    request: Request,
+    frame: Option<FrameKey>,
+) -> Reply {
     let id = req_id.as_str();
     match request {
-        Request::Spawn(req) => encode::reply("SUBAGENT_SPAWN_RESP", id, session.spawn(req).await).into(),
+        Request::Spawn(req) => encode::reply("SUBAGENT_SPAWN_RESP", id, spawn(&session, req, frame).await).into(),
         Request::Delegate(req) => {
             let result = match parse(&req.subagent_id) {
                 Ok(target) => session.delegate(target, req.task).await,
@@ -119,7 +143,7 @@ pub(crate) async fn serve(session: Tree, outbox: &Outbox, lists: &ListSize, req_
             reserved(outbox, size, "SUBAGENT_MERGE_RESP", id, result).await
         }
         Request::AgentSpawn(req) => {
-            let result = session.spawn(req.into_spawn()).await.map(AgentSpawnResponse::from);
+            let result = spawn(&session, req.into_spawn(), frame).await.map(AgentSpawnResponse::from);
             encode::reply(ma::SPAWN_RESP, id, result).into()
         }
         Request::AgentDelegate(req) => {

@@ -65,6 +65,10 @@ fn is_sender(from: &str, agent_id: &str) -> bool {
 struct Served(Option<(Arc<SessionLog>, u64)>);
 
 impl Served {
+    fn seq(&self) -> Option<u64> {
+        self.0.as_ref().map(|(_, seq)| *seq)
+    }
+
     // The frame's number, for its reply to carry; nothing is left to do on drop.
     fn take(mut self) -> Option<u64> {
         self.0.take().map(|(_, seq)| seq)
@@ -136,6 +140,9 @@ pub struct Connection {
     // For a session restored from the store (HTTP): what its stored
     // handshake granted, so it goes on without a new one.
     restored: Option<(Grant, String)>,
+    // Journaled frames numbered up to this one were handed over before a
+    // restart: they are being served again.
+    replayed_up_to: u64,
 }
 
 // What the handshakes granted so far.
@@ -189,12 +196,14 @@ impl Connection {
             log,
             transport: "tcp",
             restored: None,
+            replayed_up_to: 0,
         }
     }
 
     // A session restored from the store goes on under its stored grant.
-    fn restored(mut self, grant: Grant, agent_id: String) -> Self {
+    fn restored(mut self, grant: Grant, agent_id: String, replayed_up_to: u64) -> Self {
         self.restored = Some((grant, agent_id));
+        self.replayed_up_to = replayed_up_to;
         self
     }
 
@@ -474,8 +483,9 @@ impl Connection {
                 let session = self.session.clone();
                 let outbox = self.outbox.clone();
                 let lists = self.lists.clone();
+                let frame = served.seq().map(|seq| dispatch::FrameKey { seq, replayed: seq <= self.replayed_up_to });
                 actix_rt::spawn(async move {
-                    let reply = dispatch::serve(session, &outbox, &lists, id, request).await;
+                    let reply = dispatch::serve(session, &outbox, &lists, id, request, frame).await;
                     // The frame is served in the commit that journals its reply.
                     outbox.push_reply(reply.line, reply.reservation, served.take());
                     drop(permit);

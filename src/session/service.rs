@@ -155,7 +155,7 @@ impl Service {
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
         let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
-            .restored(Grant { multi_agent }, stored.row.agent_id);
+            .restored(Grant { multi_agent }, stored.row.agent_id, stored.last_inbound);
         log::info!("session {id} restored from the store ({resumed} tasks resumed)");
         Ok(Some(OpenedConnection {
             session_id: id.to_owned(),

@@ -336,3 +336,18 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
     assert_eq!(kid.status, SubagentStatus::Completed);
     tree.close().await;
 }
+
+/// A client's spawn from a journaled `/send` frame, served again after a
+/// restart (its reply had not been committed), answers with the subagent
+/// spawned the first time.
+#[actix_rt::test]
+async fn a_replayed_spawn_frame_answers_with_the_subagent_it_spawned() {
+    let tree = Host::new(HostConfig::default()).open_tree(Arc::new(NullSink));
+    let first = tree.spawn_once(top_level("a"), "in:7".into(), false).await.expect("spawn");
+    let again = tree.spawn_once(top_level("a"), "in:7".into(), true).await.expect("replayed spawn");
+    assert_eq!(again.subagent_id, first.subagent_id);
+    let other = tree.spawn_once(top_level("b"), "in:8".into(), true).await.expect("a new frame");
+    assert_ne!(other.subagent_id, first.subagent_id);
+    assert_eq!(tree.list().await.expect("list").subagents.len(), 2);
+    tree.close().await;
+}

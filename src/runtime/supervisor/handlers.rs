@@ -35,7 +35,7 @@ impl Handler<SpawnKeyed> for Supervisor {
     type Result = Result<(SpawnResponse, bool), HostError>;
 
     fn handle(&mut self, msg: SpawnKeyed, _ctx: &mut Self::Context) -> Self::Result {
-        self.spawn_keyed(msg.request, msg.key)
+        self.spawn_keyed(msg.request, msg.key, msg.anywhere)
     }
 }
 

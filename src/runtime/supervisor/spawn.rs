@@ -16,22 +16,26 @@ impl Supervisor {
     /// Spawns a child for a running task under an idempotency key: the child
     /// its parent already spawned under `key` (a resumed task repeating a
     /// step), with `true`, or a new one.
+    /// With `anywhere`, the key is looked for among all the session's
+    /// subagents (a client's request replayed after a restart).
     pub(super) fn spawn_keyed(
         &mut self,
         request: SpawnRequest,
         key: Arc<str>,
+        anywhere: bool,
     ) -> Result<(SpawnResponse, bool), HostError> {
-        let parent = request.parent_agent_id.as_deref().and_then(SubagentId::parse);
-        if let Some(parent) = parent.and_then(|id| self.index.get(&id)) {
-            let existing = parent
-                .children
-                .iter()
-                .copied()
-                .find(|child| self.index.get(child).is_some_and(|entry| entry.spawn_key.as_deref() == Some(&*key)));
-            if let Some(child) = existing {
-                let status = self.index[&child].status;
-                return Ok((SpawnResponse { subagent_id: child, status }, true));
-            }
+        let keyed = |entry: &Entry| entry.spawn_key.as_deref() == Some(&*key);
+        let existing = if anywhere {
+            self.index.iter().find(|(_, entry)| keyed(entry)).map(|(id, _)| *id)
+        } else {
+            let parent = request.parent_agent_id.as_deref().and_then(SubagentId::parse);
+            parent.and_then(|id| self.index.get(&id)).and_then(|parent| {
+                parent.children.iter().copied().find(|child| self.index.get(child).is_some_and(keyed))
+            })
+        };
+        if let Some(id) = existing {
+            let status = self.index[&id].status;
+            return Ok((SpawnResponse { subagent_id: id, status }, true));
         }
         self.spawn(request, Some(key)).map(|spawned| (spawned, false))
     }

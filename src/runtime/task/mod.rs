@@ -245,7 +245,7 @@ impl TaskContext {
     ) -> Result<SubagentId, HostError> {
         let request = SpawnRequest { agent, parent_agent_id: Some(self.subagent_id.to_string()), root_agent_id: None };
         let (spawned, existed) = match key {
-            Some(key) => self.supervisor.send(msg::SpawnKeyed { request, key }).await??,
+            Some(key) => self.supervisor.send(msg::SpawnKeyed { request, key, anywhere: false }).await??,
             None => (self.supervisor.send(msg::Spawn(request)).await??, false),
         };
         if existed && spawned.status != SubagentStatus::Ready {
