@@ -314,6 +314,12 @@ impl Connection {
             Ending::End(end) => {
                 // Nobody may wait for room in the outbox of a session that ends now.
                 self.outbox.stop_waiting();
+                if self.service.store().is_stopping() {
+                    // The host stops and the session stays stored: its tasks
+                    // resume after the restart, so the client is not told
+                    // they ended. Nothing more goes out.
+                    self.outbox.close();
+                }
                 self.session.close().await;
                 finish(&permits, bound).await;
                 end

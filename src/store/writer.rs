@@ -162,6 +162,12 @@ impl StoreHandle {
         self.inner.tx.is_some() && !self.inner.frozen.load(Ordering::Acquire)
     }
 
+    /// Whether the host is stopping with its sessions kept (a durable store,
+    /// frozen): sessions close without telling their clients anything ended.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.tx.is_some() && self.inner.frozen.load(Ordering::Acquire)
+    }
+
     /// Commit figures.
     pub fn stats(&self) -> &CommitStats {
         &self.inner.stats
