@@ -255,7 +255,8 @@ impl Outbox {
                 let gated = log.is_recording();
                 if gated {
                     let gate = Some(self.shared.gate.clone());
-                    log.record(|session| Change::Line { session, seq, line: line.clone(), gate, answers });
+                    let kept = log.keeps_lines().then(|| line.clone());
+                    log.record(|session| Change::Line { session, seq, line: kept, gate, answers });
                 }
                 (seq, gated)
             }

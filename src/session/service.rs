@@ -141,6 +141,8 @@ impl Service {
         let slot = PoolSlot::new(self.clone(), true);
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let log = SessionLog::restored(id, self.store.clone(), stored.next_seq);
+        // Served over HTTP from now on: its stream can replay.
+        log.keep_lines(true);
         outbox.attach_log(log.clone());
         let tree = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
         let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.release_session(id))?;

@@ -208,6 +208,8 @@ impl<'a> Folded<'a> {
                 if let Some(frame) = answers {
                     self.served(session, *frame);
                 }
+                // A line not kept (no transport can replay it) only gates.
+                let Some(line) = line else { return };
                 self.journal.push((session, *seq, line));
                 let span = self.journaled.entry(session.clone()).or_insert((*seq, *seq));
                 span.0 = span.0.min(*seq);
@@ -645,7 +647,7 @@ mod tests {
         let id = SubagentId::parse("sub_00000001").unwrap();
         let batch = vec![
             Change::Subagent { session: session.clone(), id, row: row() },
-            Change::Line { session: session.clone(), seq: 1, line: "x".into(), gate: None, answers: None },
+            Change::Line { session: session.clone(), seq: 1, line: Some("x".into()), gate: None, answers: None },
             Change::SessionEnded { session: session.clone() },
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
@@ -668,8 +670,14 @@ mod tests {
         // A reply names the frame it answers: served in the reply's commit.
         let batch = vec![
             Change::Inbound { session: session.clone(), seq: 5, frame: "{}".into() },
-            Change::Line { session: session.clone(), seq: 9, line: "reply".into(), gate: None, answers: Some(5) },
-            Change::Line { session: session.clone(), seq: 10, line: "reply".into(), gate: None, answers: Some(2) },
+            Change::Line { session: session.clone(), seq: 9, line: Some("reply".into()), gate: None, answers: Some(5) },
+            Change::Line {
+                session: session.clone(),
+                seq: 10,
+                line: Some("reply".into()),
+                gate: None,
+                answers: Some(2),
+            },
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
         assert!(!ops.iter().any(|op| op.sql.starts_with("INSERT INTO inbound")), "{ops:#?}");
@@ -685,7 +693,7 @@ mod tests {
             .map(|seq| Change::Line {
                 session: session.clone(),
                 seq,
-                line: format!("line {seq}"),
+                line: Some(format!("line {seq}")),
                 gate: None,
                 answers: None,
             })

@@ -94,10 +94,12 @@ pub enum Change {
     Memory { session: Arc<str>, owner: SubagentId, entries: Vec<Value> },
     /// A subagent's undelivered messages, all of them.
     Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage> },
-    /// A line for the client, journaled with its sequence number; the gate
-    /// releases it once committed. A reply names the journaled request frame
-    /// it answers, which is served from then on.
-    Line { session: Arc<str>, seq: u64, line: String, gate: Option<Arc<CommitGate>>, answers: Option<u64> },
+    /// A line for the client, numbered: the gate releases it once committed.
+    /// It is journaled (`line`) only when its transport can replay it (HTTP
+    /// SSE with `Last-Event-ID`); a TCP or stdio line only waits for the
+    /// changes before it. A reply names the journaled request frame it
+    /// answers, which is served from then on.
+    Line { session: Arc<str>, seq: u64, line: Option<String>, gate: Option<Arc<CommitGate>>, answers: Option<u64> },
     /// A request frame a client handed over (HTTP `/send`), before it is served.
     Inbound { session: Arc<str>, seq: u64, frame: String },
     /// That request has been served (its reply is journaled).

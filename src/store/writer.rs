@@ -231,6 +231,8 @@ pub struct SessionLog {
     next_seq: AtomicU64,
     // The next inbound request frame's number (HTTP `/send`).
     next_inbound: AtomicU64,
+    // Whether its lines are journaled: its transport can replay them.
+    keeps_lines: AtomicBool,
 }
 
 impl SessionLog {
@@ -242,6 +244,7 @@ impl SessionLog {
             stored: AtomicBool::new(false),
             next_seq: AtomicU64::new(1),
             next_inbound: AtomicU64::new(1),
+            keeps_lines: AtomicBool::new(false),
         })
     }
 
@@ -253,6 +256,7 @@ impl SessionLog {
             stored: AtomicBool::new(true),
             next_seq: AtomicU64::new(next_seq),
             next_inbound: AtomicU64::new(1),
+            keeps_lines: AtomicBool::new(false),
         })
     }
 
@@ -269,10 +273,22 @@ impl SessionLog {
     /// Stores the session (its handshake succeeded): from now on its changes
     /// are recorded.
     pub fn open(&self, row: SessionRow) {
+        self.keep_lines(row.transport == "http");
         if self.store.is_durable() {
             self.store.record(Change::SessionOpened(row));
             self.stored.store(true, Ordering::Release);
         }
+    }
+
+    /// Journals this session's lines from now on (`true`: its transport can
+    /// replay them, HTTP's SSE), or only numbers and gates them.
+    pub fn keep_lines(&self, keep: bool) {
+        self.keeps_lines.store(keep, Ordering::Release);
+    }
+
+    /// Whether this session's lines are journaled.
+    pub fn keeps_lines(&self) -> bool {
+        self.keeps_lines.load(Ordering::Acquire)
     }
 
     /// Whether this session's changes are kept.
