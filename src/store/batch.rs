@@ -232,7 +232,7 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
     }
     let mut ops = Vec::new();
     for session in &folded.ended {
-        end_session(session, &mut ops);
+        end_session(dialect, session, &mut ops);
     }
     deletes(dialect, &mut ops, "subagents", "id", &folded.forgotten);
     deletes(dialect, &mut ops, "tasks", "subagent_id", &folded.forgotten);
@@ -240,18 +240,22 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
     for row in &folded.sessions {
+        let p: Vec<String> = (1..=7).map(|n| param(dialect, n)).collect();
         ops.push(Op {
-            sql: "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms) \
-                  VALUES ($1, $2, $3, $4, $5, 1, $6, $6) \
-                  ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
-                  principal = excluded.principal, touched_ms = excluded.touched_ms"
-                .into(),
+            sql: format!(
+                "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms) \
+                 VALUES ({}, {}, {}, {}, {}, 1, {}, {}) \
+                 ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
+                 principal = excluded.principal, touched_ms = excluded.touched_ms",
+                p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+            ),
             args: vec![
                 Arg::Text(row.id.to_string()),
                 Arg::Text(row.agent_id.clone()),
                 Arg::Text(json(&row.capabilities)),
                 Arg::OptText(row.principal.clone()),
                 Arg::Text(row.transport.clone()),
+                Arg::Int(now),
                 Arg::Int(now),
             ],
         });
@@ -309,7 +313,11 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
         // Trimmed now and then, not at every batch.
         if *top > retained && top / TRIM_EVERY != low.saturating_sub(1) / TRIM_EVERY {
             ops.push(Op {
-                sql: "DELETE FROM journal WHERE session_id = $1 AND seq <= $2".into(),
+                sql: format!(
+                    "DELETE FROM journal WHERE session_id = {} AND seq <= {}",
+                    param(dialect, 1),
+                    param(dialect, 2)
+                ),
                 args: vec![Arg::Text(session.to_string()), int(top - retained)],
             });
         }
@@ -464,13 +472,18 @@ pub(super) enum Dialect {
     Postgres,
 }
 
-/// Parameters `first ..` (`count` of them) in the dialect's spelling.
-fn placeholders(dialect: Dialect, first: usize, count: usize) -> String {
-    let each = |n: usize| match dialect {
+/// Parameter `n` in the dialect's spelling. SQLite statements take each
+/// parameter once and in order, so that a batch can run as one string.
+fn param(dialect: Dialect, n: usize) -> String {
+    match dialect {
         Dialect::Sqlite => "?".to_owned(),
         Dialect::Postgres => format!("${n}"),
-    };
-    (first..first + count).map(each).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Parameters `first ..` (`count` of them) in the dialect's spelling.
+fn placeholders(dialect: Dialect, first: usize, count: usize) -> String {
+    (first..first + count).map(|n| param(dialect, n)).collect::<Vec<_>>().join(", ")
 }
 
 /// `($1, $2), ($3, $4), …` for `rows` rows of `width` values.
@@ -544,14 +557,15 @@ fn first(dialect: Dialect) -> &'static str {
 }
 
 /// Every row of a session goes.
-pub(super) fn end_session(session: &str, ops: &mut Vec<Op>) {
+pub(super) fn end_session(dialect: Dialect, session: &str, ops: &mut Vec<Op>) {
+    let p = first(dialect);
     for table in ["subagents", "tasks", "memories", "mailboxes", "journal", "inbound"] {
         ops.push(Op {
-            sql: format!("DELETE FROM {table} WHERE session_id = $1"),
+            sql: format!("DELETE FROM {table} WHERE session_id = {p}"),
             args: vec![Arg::Text(session.to_owned())],
         });
     }
-    ops.push(Op { sql: "DELETE FROM sessions WHERE id = $1".into(), args: vec![Arg::Text(session.to_owned())] });
+    ops.push(Op { sql: format!("DELETE FROM sessions WHERE id = {p}"), args: vec![Arg::Text(session.to_owned())] });
 }
 
 fn key_args<const N: usize>(session: &str, id: SubagentId, rest: [Arg; N]) -> Vec<Arg> {

@@ -105,6 +105,39 @@ macro_rules! run_ops {
     }};
 }
 
+/// Runs a batch on SQLite as one script, `BEGIN; …; COMMIT`, in one call:
+/// sqlx hands each call to SQLite's worker thread and waits for it, so one
+/// call per statement would cost a thread round trip each. Every statement
+/// takes its parameters as plain `?`, bound in order across the script.
+async fn run_script(pool: &SqlitePool, ops: &[Op]) -> Result<(), sqlx::Error> {
+    use sqlx::Executor;
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let mut script = String::from("BEGIN;\n");
+    for op in ops {
+        script.push_str(&op.sql);
+        script.push_str(";\n");
+    }
+    script.push_str("COMMIT;");
+    let mut query = sqlx::query(&script).persistent(false);
+    for arg in ops.iter().flat_map(|op| &op.args) {
+        query = match arg {
+            Arg::Text(text) => query.bind(text.as_str()),
+            Arg::OptText(text) => query.bind(text.as_deref()),
+            Arg::Int(n) => query.bind(*n),
+            Arg::OptInt(n) => query.bind(*n),
+        };
+    }
+    let mut conn = pool.acquire().await?;
+    let outcome = conn.execute(query).await;
+    if outcome.is_err() {
+        // A statement failed inside the transaction: end it, keep nothing.
+        let _ = conn.execute("ROLLBACK").await;
+    }
+    outcome.map(drop)
+}
+
 macro_rules! fetch_rows {
     ($pool:expr, $sql:expr, $key:expr, $shape:expr) => {{
         let rows = sqlx::query($sql).bind($key).fetch_all($pool).await?;
@@ -201,6 +234,13 @@ impl SqlStore {
         }
     }
 
+    fn dialect(&self) -> batch::Dialect {
+        match self.pool {
+            Pool::Sqlite(_) => batch::Dialect::Sqlite,
+            Pool::Postgres(_) => batch::Dialect::Postgres,
+        }
+    }
+
     pub(super) fn kind(&self) -> &'static str {
         match self.pool {
             Pool::Sqlite(_) => "sqlite",
@@ -210,7 +250,7 @@ impl SqlStore {
 
     async fn run(&self, ops: &[Op]) -> Result<(), StoreError> {
         match &self.pool {
-            Pool::Sqlite(pool) => run_ops!(pool, ops),
+            Pool::Sqlite(pool) => run_script(pool, ops).await?,
             Pool::Postgres(pool) => run_ops!(pool, ops),
         }
         Ok(())
@@ -226,11 +266,7 @@ impl SqlStore {
     /// Commits `batch` in one transaction, and trims each session's journal
     /// to its newest `retained` lines.
     pub(super) async fn commit_with_retention(&self, batch: &[Change], retained: u64) -> Result<(), StoreError> {
-        let dialect = match self.pool {
-            Pool::Sqlite(_) => batch::Dialect::Sqlite,
-            Pool::Postgres(_) => batch::Dialect::Postgres,
-        };
-        self.run(&batch::compile(batch, retained, dialect)).await
+        self.run(&batch::compile(batch, retained, self.dialect())).await
     }
 
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
@@ -357,7 +393,7 @@ impl SqlStore {
         let expired = self.fetch_before(before_ms).await?;
         let mut ops = Vec::new();
         for session in &expired {
-            batch::end_session(session, &mut ops);
+            batch::end_session(self.dialect(), session, &mut ops);
         }
         self.run(&ops).await?;
         Ok(expired.len() as u64)
