@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::writer::now_ms;
-use super::{Change, SessionRow, SubagentRow};
+use super::{Change, Held, SessionRow, SubagentRow};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{JsonObject, SubagentStatus, TaskDefinition};
 use crate::runtime::memory::InboxMessage;
@@ -111,6 +111,16 @@ impl<'a> Folded<'a> {
         self.patches.insert(key, Patch { tasks_started, ..patch });
     }
 
+    // What a subagent held at a checkpoint or its task's end.
+    fn held(&mut self, session: &Arc<str>, id: SubagentId, held: &'a Held) {
+        if let Some((owner, entries)) = &held.memory {
+            self.memories.insert((session.clone(), *owner), entries);
+        }
+        if let Some(messages) = &held.mailbox {
+            self.mailboxes.insert((session.clone(), id), messages);
+        }
+    }
+
     // A request frame was served.
     fn served(&mut self, session: &Arc<str>, seq: u64) {
         // Handed over and served within one batch: never written.
@@ -175,8 +185,9 @@ impl<'a> Folded<'a> {
                     self.tasks.insert(key, insert);
                 }
             }
-            Change::Checkpoint { session, id, checkpoint } => {
+            Change::Checkpoint { session, id, checkpoint, held } => {
                 let key = (session.clone(), *id);
+                self.held(session, *id, held);
                 match self.tasks.get_mut(&key) {
                     Some(TaskOp::Insert { step, checkpoint: c, .. }) => {
                         *step = checkpoint.step;
@@ -191,15 +202,13 @@ impl<'a> Folded<'a> {
                     }
                 }
             }
-            Change::TaskEnded { session, id, status, result, error } => {
+            Change::TaskEnded { session, id, status, result, error, held } => {
                 let key = (session.clone(), *id);
+                self.held(session, *id, held);
                 let patch =
                     Patch { status: *status, result: result.clone(), error: error.clone(), tasks_started: None };
                 self.status(key.clone(), patch);
                 self.tasks.insert(key, TaskOp::Delete);
-            }
-            Change::Memory { session, owner, entries } => {
-                self.memories.insert((session.clone(), *owner), entries);
             }
             Change::Mailbox { session, id, messages } => {
                 self.mailboxes.insert((session.clone(), *id), messages);
@@ -645,6 +654,7 @@ mod tests {
                 status: SubagentStatus::Completed,
                 result: Some(Arc::new(result)),
                 error: None,
+                held: Held::default(),
             },
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);

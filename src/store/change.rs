@@ -63,6 +63,16 @@ pub struct Checkpoint {
     pub state: Value,
 }
 
+/// What a subagent holds besides its record, as of a checkpoint or a task's
+/// end: recorded in the same change, so committed together with it.
+#[derive(Debug, Default)]
+pub struct Held {
+    /// The entries of the memory it uses, keyed by the subagent that owns it.
+    pub memory: Option<(SubagentId, Vec<Value>)>,
+    /// Its undelivered messages, when they changed.
+    pub mailbox: Option<Vec<InboxMessage>>,
+}
+
 /// One state change of one session. (Fields are named for what they hold:
 /// `session` the session id, `id` the subagent.)
 #[derive(Debug)]
@@ -81,7 +91,7 @@ pub enum Change {
     /// A task started (or restarted after a restart, with `attempt` > 1).
     TaskStarted { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, task_no: u64, attempt: u32 },
     /// A running task completed steps.
-    Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint },
+    Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint, held: Held },
     /// A task ended: the status, result and error are the subagent's now.
     TaskEnded {
         session: Arc<str>,
@@ -89,9 +99,8 @@ pub enum Change {
         status: SubagentStatus,
         result: Option<Arc<JsonObject>>,
         error: Option<Arc<str>>,
+        held: Held,
     },
-    /// A memory's entries (keyed by the subagent that owns it).
-    Memory { session: Arc<str>, owner: SubagentId, entries: Vec<Value> },
     /// A subagent's undelivered messages, all of them.
     Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage> },
     /// A line for the client, numbered: the gate releases it once committed.
@@ -118,7 +127,6 @@ impl Change {
             | Self::TaskStarted { session, .. }
             | Self::Checkpoint { session, .. }
             | Self::TaskEnded { session, .. }
-            | Self::Memory { session, .. }
             | Self::Mailbox { session, .. }
             | Self::Line { session, .. }
             | Self::Inbound { session, .. }

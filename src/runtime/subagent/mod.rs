@@ -23,24 +23,14 @@ use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
-use crate::store::{Change, SessionLog};
+use crate::store::{Change, Held, SessionLog};
 
-/// Records the memory `id` uses (under its owner) and, when they changed,
-/// `id`'s undelivered messages.
-pub(crate) fn record_memory_and_mailbox(
-    log: &SessionLog,
-    id: SubagentId,
-    memory_owner: SubagentId,
-    memory: &Memory,
-    mailbox: &Mailbox,
-) {
-    if !log.is_recording() {
-        return;
-    }
-    log.record(|session| Change::Memory { session, owner: memory_owner, entries: memory.entries() });
-    if mailbox.take_changed() {
-        log.record(|session| Change::Mailbox { session, id, messages: mailbox.snapshot() });
-    }
+/// What a subagent holds now, for the change that records a checkpoint or a
+/// task's end: the memory it uses (under its owner) and, when they changed,
+/// its undelivered messages. One change carries them, so they are committed
+/// together with the step they belong to.
+pub(crate) fn held_now(memory_owner: SubagentId, memory: &Memory, mailbox: &Mailbox) -> Held {
+    Held { memory: Some((memory_owner, memory.entries())), mailbox: mailbox.take_changed().then(|| mailbox.snapshot()) }
 }
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
@@ -75,6 +65,11 @@ pub(crate) struct SubagentSeed {
     pub tasks_started: u64,
     // Messages already in its mailbox (a restored subagent's undelivered ones).
     pub inbox: Vec<InboxMessage>,
+    // Its status, last result and error so far (a restored subagent has had
+    // tasks before its actor started).
+    pub status: SubagentStatus,
+    pub result: Option<Arc<JsonObject>>,
+    pub error: Option<Arc<str>>,
 }
 
 /// One subagent of a session's tree.
@@ -124,9 +119,9 @@ impl SubagentActor {
             adapter: seed.adapter,
             memory: seed.memory,
             mailbox,
-            status: SubagentStatus::Ready,
-            result: None,
-            error: None,
+            status: seed.status,
+            result: seed.result,
+            error: seed.error,
             task: None,
             generation: seed.tasks_started,
             awaiters: Vec::new(),
@@ -145,13 +140,8 @@ impl SubagentActor {
             status: self.status,
             result: self.result.clone(),
             error: self.error.clone(),
+            held: held_now(self.memory_owner, &self.memory, &self.mailbox),
         });
-        self.record_memory_and_mailbox();
-    }
-
-    /// Records its memory (when it owns one) and its undelivered messages.
-    fn record_memory_and_mailbox(&self) {
-        record_memory_and_mailbox(&self.log, self.id, self.memory_owner, &self.memory, &self.mailbox);
     }
 
     /// The status as it is now: a running task may be waiting (its flag is
@@ -203,6 +193,7 @@ impl SubagentActor {
             status: SubagentStatus::Terminated,
             result: self.result.clone(),
             error: self.error.clone(),
+            held: Held::default(),
         });
         self.answer_awaiters();
         self.report(EventKind::Terminated, EventDetail::None);

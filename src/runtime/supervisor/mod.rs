@@ -161,6 +161,9 @@ impl Supervisor {
             memory_owner,
             tasks_started: entry.tasks_started,
             inbox,
+            status: entry.status,
+            result: entry.result.clone(),
+            error: entry.error.clone(),
         };
         let addr = Arc::new(SubagentActor::new(seed).start());
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };

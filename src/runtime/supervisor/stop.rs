@@ -17,7 +17,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::messages::{CancelTask, StopActor};
-use crate::store::Change;
+use crate::store::{Change, Held};
 
 impl Supervisor {
     /// The subagents under `root`, itself first (parents before children).
@@ -104,7 +104,14 @@ impl Supervisor {
         entry.status = SubagentStatus::Terminated;
         entry.error = Some(Arc::from("terminated"));
         let (result, error) = (entry.result.clone(), entry.error.clone());
-        self.log.record(|session| Change::TaskEnded { session, id, status: SubagentStatus::Terminated, result, error });
+        self.log.record(|session| Change::TaskEnded {
+            session,
+            id,
+            status: SubagentStatus::Terminated,
+            result,
+            error,
+            held: Held::default(),
+        });
         self.record_terminated(id);
         let entry = &self.index[&id];
         self.emit(id, entry, EventKind::Terminated, entry.error.clone(), EventDetail::None);

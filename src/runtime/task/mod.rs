@@ -24,7 +24,7 @@ use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
-use crate::runtime::subagent::record_memory_and_mailbox;
+use crate::runtime::subagent::held_now;
 use crate::store::{Change, Checkpoint, SessionLog};
 
 pub use router::AdapterRouter;
@@ -150,8 +150,8 @@ impl TaskContext {
             return;
         }
         let checkpoint = Checkpoint { step, state };
-        self.log.record(|session| Change::Checkpoint { session, id: self.subagent_id, checkpoint });
-        record_memory_and_mailbox(&self.log, self.subagent_id, self.memory_owner, &self.memory, &self.mailbox);
+        let held = held_now(self.memory_owner, &self.memory, &self.mailbox);
+        self.log.record(|session| Change::Checkpoint { session, id: self.subagent_id, checkpoint, held });
     }
 
     /// A key naming one side effect of this task (`local`: a step number, a
