@@ -99,6 +99,19 @@ fn pg_execute(url: &str, sql: &str) -> Result<(), String> {
     })
 }
 
+/// `url` with its password (if any) hidden.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// `url` naming database `name` instead of its own.
 fn with_database(url: &str, name: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("DATABASE_URL is a URL");
@@ -131,7 +144,8 @@ impl PgDatabase {
         let Some(admin_url) = admin_url else { panic!("{}", pg_help("DATABASE_URL is not set.")) };
         let name = format!("subagentd_test_{:016x}", fastrand::u64(..));
         if let Err(err) = pg_execute(&admin_url, &format!("CREATE DATABASE {name}")) {
-            panic!("{}", pg_help(&format!("Cannot create a database over DATABASE_URL={admin_url}: {err}")));
+            let shown = redact(&admin_url);
+            panic!("{}", pg_help(&format!("Cannot create a database over DATABASE_URL={shown}: {err}")));
         }
         let url = with_database(&admin_url, &name);
         Self { admin_url, name, url }
@@ -214,6 +228,12 @@ impl Node {
     /// Starts a new process on the same store (the old one must be gone).
     fn restart(&mut self) {
         self.server = Self::launch(&self.backing, &self.config);
+    }
+
+    /// [`Node::restart`] with another config.
+    fn restart_with(&mut self, config: &str) {
+        self.config = config.to_owned();
+        self.restart();
     }
 }
 
@@ -678,7 +698,15 @@ impl Driver {
             "delegated" => {
                 self.delegated_now.insert(id);
             }
-            "progress" => sub.progress.push((epoch, text(&content["message"]))),
+            "progress" => {
+                // A step is checkpointed before its progress line is even
+                // queued: one the client saw never runs again.
+                let message = text(&content["message"]);
+                if let Some((seen, _)) = sub.progress.iter().find(|(_, m)| *m == message) {
+                    panic!("{id}: step `{message}` ran again after a restart (first seen in epoch {seen}): {event}");
+                }
+                sub.progress.push((epoch, message));
+            }
             "completed" | "failed" | "timeout" | "cancelled" | "terminated" => {
                 sub.told_status = Some(text(&content["status"]));
             }
@@ -1031,6 +1059,43 @@ fn durable_postgres_kill_in_the_middle_of_a_workload() {
     kill_in_the_middle_of_a_workload(Backing::postgres());
 }
 
+/// A stored session resumes only under the auth that opened it; an id the
+/// store does not have is `unknown_session`.
+#[test]
+fn durable_a_session_resumes_only_with_the_token_that_opened_it() {
+    let config = format!("{CONFIG}[auth]\ntokens = [\"token-a\", \"token-b\"]\n");
+    let mut node = Node::start(Backing::sqlite(), &config);
+    let mut client = LineClient::connect(node.tcp());
+    let hs = |id: &str, token: &str, resume: Option<&str>| {
+        let mut req = json!({ "type": "handshake/req", "id": id, "agent_id": "a", "agent_caps": ["multi_agent"], "auth_token": token });
+        if let Some(resume) = resume {
+            req["resume_session_id"] = json!(resume);
+        }
+        req
+    };
+    client.send(&hs("h", "token-a", None));
+    let session = text(&client.reply("h")["session_id"]);
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "kept", "model": "m" } }));
+    let kept = text(&client.reply("s")["subagent_id"]);
+    node.kill9();
+    node.restart();
+    let mut client = LineClient::connect(node.tcp());
+    for (req, token, resume, reason) in
+        [("h1", "token-b", session.as_str(), "auth_failed"), ("h2", "token-a", "no-such-session", "unknown_session")]
+    {
+        client.send(&hs(req, token, Some(resume)));
+        let refused = client.reply(req);
+        assert_eq!((&refused["ok"], &refused["reason"]), (&json!(false), &json!(reason)), "{refused}");
+    }
+    client.send(&hs("h3", "token-a", Some(&session)));
+    let resumed = client.reply("h3");
+    assert_eq!((&resumed["ok"], &resumed["session_id"]), (&json!(true), &json!(session)), "{resumed}");
+    client.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
+    let list = client.reply("l");
+    let ids: Vec<&Value> = list["subagents"].as_array().unwrap().iter().map(|row| &row["subagent_id"]).collect();
+    assert_eq!(ids, [&json!(kept)], "{list}");
+}
+
 // ---------------------------------------------------------------------------
 // 2. The crash loop.
 
@@ -1042,6 +1107,15 @@ fn seed() -> u64 {
     }
 }
 
+/// [`CONFIG`] with random group commit settings: a commit delay widens the
+/// window between a change and its commit (a line released early would be
+/// seen), and small batches split what is recorded together.
+fn random_store_config(rng: &mut fastrand::Rng) -> String {
+    let delay = [0, 0, 2, 10, 25][rng.usize(0..5)];
+    let batch = [1024, 1024, 1, 2, 5][rng.usize(0..5)];
+    format!("{CONFIG}[store]\ncommit_delay_ms = {delay}\nbatch_max = {batch}\n")
+}
+
 /// `iterations` kills at random delays, each followed by a restart, a
 /// resume and the invariants; then every task must complete as scripted.
 fn crash_loop(backing: Backing, iterations: usize) {
@@ -1050,7 +1124,7 @@ fn crash_loop(backing: Backing, iterations: usize) {
     eprintln!("crash loop ({kind}, {iterations} kills): seed {seed} (replay with DURABLE_SEED={seed})");
     let mut rng = fastrand::Rng::with_seed(seed);
     let started = Instant::now();
-    let mut node = Node::start(backing, CONFIG);
+    let mut node = Node::start(backing, &random_store_config(&mut rng));
     let mut driver = Driver::connect(node.tcp(), "looper");
     let mut delays = Vec::new();
     for round in 0..iterations {
@@ -1063,12 +1137,13 @@ fn crash_loop(backing: Backing, iterations: usize) {
             };
             driver.add_worker(&format!("w{round}.{n}"), kind);
         }
-        let delay = Duration::from_millis(rng.u64(0..=600));
+        // Now and then right after the resume, while restored tasks start.
+        let delay = Duration::from_millis(if rng.u8(0..4) == 0 { rng.u64(0..=30) } else { rng.u64(0..=600) });
         delays.push(delay);
         driver.pump_for(delay);
         node.kill9();
         driver.drain_dead();
-        node.restart();
+        node.restart_with(&random_store_config(&mut rng));
         driver.reconnect(node.tcp());
         driver.check_restored();
         driver.carry_on();
@@ -1090,12 +1165,12 @@ fn crash_loop(backing: Backing, iterations: usize) {
 
 #[test]
 fn durable_sqlite_crash_loop() {
-    crash_loop(Backing::sqlite(), 24);
+    crash_loop(Backing::sqlite(), 40);
 }
 
 #[test]
 fn durable_postgres_crash_loop() {
-    crash_loop(Backing::postgres(), 12);
+    crash_loop(Backing::postgres(), 20);
 }
 
 // ---------------------------------------------------------------------------
@@ -1195,13 +1270,16 @@ fn event_of<'a>(sub: &'a str, event: &'a str) -> impl Fn(&Value) -> bool + 'a {
     move |data| data["subagent_id"] == sub && data["event"] == event && data.get("req_id").is_none()
 }
 
-#[test]
-fn durable_http_session_survives_a_restart_with_sse_replay_and_sends_taking_effect() {
+/// Test 3 on `backing`: the same `X-Session-Id` after a restart, SSE ids
+/// without a gap over a reconnect with `Last-Event-ID` and the restart, and
+/// a `/send` answered right before SIGKILL taking effect once.
+fn http_session_survives_a_restart(backing: Backing) {
     let started = Instant::now();
-    let mut node = Node::start(Backing::sqlite(), CONFIG);
+    let kind = backing.kind();
+    let mut node = Node::start(backing, CONFIG);
     let addr = node.http().to_owned();
     let (status, _, ready) = http_with_headers(&addr, "GET", "/ready", &[], "");
-    assert_eq!((status, &ready), (200, &json!({ "ready": true, "store": "sqlite" })));
+    assert_eq!((status, &ready), (200, &json!({ "ready": true, "store": kind })));
     let (status, headers, body) = http_with_headers(&addr, "POST", "/session", &[], "");
     assert_eq!(status, 200, "{body}");
     let session = text(&body["session_id"]);
@@ -1263,10 +1341,7 @@ fn durable_http_session_survives_a_restart_with_sse_replay_and_sends_taking_effe
     );
     node.kill9();
     // Whatever the old stream still delivers counts as read.
-    while let Some((name, data)) = stream.next_event() {
-        assert_eq!(name, None, "{data}");
-        log.events.push((stream.last_id, data));
-    }
+    drain_stream(&mut log, &mut stream);
     let last_before = log.events.last().unwrap().0;
 
     node.restart();
@@ -1312,7 +1387,73 @@ fn durable_http_session_survives_a_restart_with_sse_replay_and_sends_taking_effe
     let expected: Vec<u64> = (ids[0]..ids[0] + ids.len() as u64).collect();
     assert_eq!(ids, expected, "SSE ids across reconnect and restart");
     assert_eq!(log.progress(&steady), (0..6).map(|n| format!("s{n}")).collect::<Vec<_>>());
-    eprintln!("http across a restart: {:?}", started.elapsed());
+    eprintln!("http across a restart ({kind}): {:?}", started.elapsed());
+}
+
+#[test]
+fn durable_sqlite_http_session_survives_a_restart_with_sse_replay_and_sends_taking_effect() {
+    http_session_survives_a_restart(Backing::sqlite());
+}
+
+#[test]
+fn durable_postgres_http_session_survives_a_restart_with_sse_replay_and_sends_taking_effect() {
+    http_session_survives_a_restart(Backing::postgres());
+}
+
+/// Reads what a killed host's stream still delivers, to its end.
+fn drain_stream(log: &mut SseLog, stream: &mut SseStream) {
+    while let Some((name, data)) = stream.next_event() {
+        assert_eq!(name, None, "{data}");
+        trace(&format!("sse {}: {data}", stream.last_id));
+        log.events.push((stream.last_id, data));
+    }
+}
+
+/// `/send` journals its frames and answers 200 once they are committed; a
+/// restart serves the frames whose replies were not committed. Each request
+/// must take effect once: killed at random points right after the 200, with
+/// every change committed on its own (`batch_max = 1`, as a busy store may
+/// split a request's changes over commits), no spawn may happen twice.
+#[test]
+fn durable_http_sends_answered_200_take_effect_once_whatever_the_kill_point() {
+    let seed = seed();
+    eprintln!("http kill points: seed {seed} (replay with DURABLE_SEED={seed})");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut node = Node::start(Backing::sqlite(), &format!("{CONFIG}[store]\nbatch_max = 1\n"));
+    let addr = node.http().to_owned();
+    let (_, _, body) = http_with_headers(&addr, "POST", "/session", &[], "");
+    let session = text(&body["session_id"]);
+    let mut log = SseLog::default();
+    let mut stream = SseStream::open(&addr, &session);
+    let hs = json!({ "type": "handshake/req", "id": "h", "agent_id": "web", "agent_caps": ["multi_agent"] });
+    send_lines(&addr, &session, &[hs]);
+    assert_eq!(log.reply(&mut stream, "h")["ok"], true);
+    let rounds = 16;
+    for round in 0..rounds {
+        let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "id": format!("s{round}"), "agent": { "name": format!("x{round}"), "model": "m" } });
+        send_lines(node.http(), &session, &[spawn]);
+        std::thread::sleep(Duration::from_millis(rng.u64(0..=8)));
+        node.kill9();
+        drain_stream(&mut log, &mut stream);
+        node.restart();
+        let last = log.events.last().map_or(0, |(id, _)| *id);
+        stream = SseStream::open_after(node.http(), &session, Some(last));
+        send_lines(node.http(), &session, &[json!({ "type": "SUBAGENT_LIST_REQ", "id": format!("l{round}") })]);
+        let list = log.reply(&mut stream, &format!("l{round}"));
+        let mut names: Vec<String> =
+            list["subagents"].as_array().unwrap().iter().map(|row| text(&row["name"])).collect();
+        names.sort();
+        let mut expected: Vec<String> = (0..=round).map(|n| format!("x{n}")).collect();
+        expected.sort();
+        assert_eq!(names, expected, "after kill {round} (seed {seed}): every spawn answered 200 happened, once");
+    }
+    for round in 0..rounds {
+        let req = format!("s{round}");
+        assert_eq!(log.replies(&req).len(), 1, "replies to {req} (seed {seed}): {:?}", log.replies(&req));
+    }
+    let ids: Vec<u64> = log.events.iter().map(|(id, _)| *id).collect();
+    let expected: Vec<u64> = (ids[0]..ids[0] + ids.len() as u64).collect();
+    assert_eq!(ids, expected, "SSE ids across {rounds} restarts");
 }
 
 // ---------------------------------------------------------------------------
