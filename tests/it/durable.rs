@@ -1,5 +1,7 @@
 //! Restarts of the real binary on a durable store: SQLite in a temp data
-//! dir per test, or PostgreSQL (a database per test over `DATABASE_URL`).
+//! dir per test, or PostgreSQL (a database per test, created over
+//! `DATABASE_URL` and dropped after; the `postgres` tests fail, saying how
+//! to start a server, when it is unset or unreachable).
 //!
 //! A TCP client drives scripted workloads (multi-step tasks, tasks that
 //! spawn children and await them, tasks waiting on their mailbox), the
@@ -17,13 +19,16 @@
 //!   step of a task) is listed at most once;
 //! - every task that was running resumes: a `resumed` event with an attempt
 //!   of at least 2, higher than the last one seen for it, and it completes
-//!   with the result its script defines.
+//!   with the result its script defines;
+//! - a step whose progress event the client saw never runs again (its
+//!   checkpoint is recorded before the event is queued).
 //!
-//! The crash loop kills at random delays from a seeded RNG (the seed is
-//! printed; `DURABLE_SEED=N` replays one). The HTTP test checks that SSE
-//! ids run on without a gap across a reconnect with `Last-Event-ID` and a
-//! restart, and that a `/send` answered 200 right before SIGKILL takes
-//! effect, once.
+//! The crash loops kill at random delays from a seeded RNG (the seed is
+//! printed; `DURABLE_SEED=N` replays one) and restart with random group
+//! commit settings. The HTTP tests check that SSE ids run on without a gap
+//! across a reconnect with `Last-Event-ID` and restarts, and that a `/send`
+//! answered 200 right before SIGKILL takes effect, once.
+//! `DURABLE_TRACE=1` prints every line the tests read.
 
 use crate::e2e_support::*;
 use serde_json::{json, Value};
@@ -446,8 +451,6 @@ struct Driver {
     // Answers kept for whoever asked.
     handshake: Option<Value>,
     lists: HashMap<String, Vec<Value>>,
-    // Spawns, delegates and messages follow on from replies by themselves.
-    follow_up: bool,
     // `resumed` events over the client's whole life.
     resumes_seen: usize,
     // When set (a graceful stop): lines reporting a task's end are kept
@@ -493,7 +496,6 @@ impl Driver {
             delegated_now: BTreeSet::new(),
             handshake: None,
             lists: HashMap::new(),
-            follow_up: true,
             resumes_seen: 0,
             held_at_stop: None,
         };
@@ -515,17 +517,26 @@ impl Driver {
         self.handshake.take().unwrap()
     }
 
-    /// After a restart: a new connection resuming the session. Requests not
-    /// answered before the kill are forgotten (their effect is checked
-    /// against the restored state).
-    fn reconnect(&mut self, addr: &str) {
+    /// After a restart: a new connection that sends the resuming handshake
+    /// (its answer is not waited for). Requests not answered before the kill
+    /// are forgotten (their effect is checked against the restored state).
+    fn start_resume(&mut self, addr: &str) {
         self.pending.clear();
         self.epoch += 1;
         self.resumed_now.clear();
         self.delegated_now.clear();
         self.conn = Conn::connect(addr);
+        self.handshake = None;
+        let req = json!({ "type": "handshake/req", "agent_id": self.agent_id, "agent_caps": ["multi_agent"], "resume_session_id": self.session_id });
+        self.request(Pending::Handshake, req);
+    }
+
+    /// After a restart: a new connection resuming the session.
+    fn reconnect(&mut self, addr: &str) {
+        self.start_resume(addr);
+        self.until("the resuming handshake is answered", PATIENCE, |d| d.handshake.is_some());
         let session = self.session_id.clone();
-        let hs = self.handshake(Some(&session));
+        let hs = self.handshake.take().unwrap();
         assert_eq!(hs["ok"], true, "resuming {session} after restart {}: {hs}", self.epoch);
         assert_eq!(hs["session_id"], session.as_str(), "the resumed session keeps its id: {hs}");
     }
@@ -631,9 +642,8 @@ impl Driver {
                 let worker = &mut self.workers[w];
                 worker.id = Some(id);
                 worker.spawn = Phase::Answered;
-                if self.follow_up {
-                    self.delegate(w);
-                }
+                // A client goes on at once: delegate, then messages and an await.
+                self.delegate(w);
             }
             Pending::Delegate(w) => {
                 let name = &self.workers[w].name;
@@ -643,20 +653,20 @@ impl Driver {
                     "delegate to {name}: {line}"
                 );
                 self.workers[w].delegate = Phase::Answered;
-                if self.follow_up {
-                    self.send_messages(w);
-                    let id = self.workers[w].id.clone().unwrap();
-                    self.await_sub(&id);
-                }
+                self.send_messages(w);
+                let id = self.workers[w].id.clone().unwrap();
+                self.await_sub(&id);
             }
             Pending::Message(w, n) => {
                 assert_eq!(line["delivered"], true, "{line}");
                 self.workers[w].messages[n].acked = true;
             }
             Pending::Await(id) => {
+                // Only delegated subagents are awaited: an await waits for
+                // the task to end.
                 let status = text(&line["status"]);
                 if !TERMINAL.contains(&status.as_str()) {
-                    return;
+                    panic!("{id}: an await answered before the task ended: {line}\n{}", self.describe());
                 }
                 let answer = json!({ "status": line["status"], "result": line["result"], "error": line["error"] });
                 let sub = self.sub(&id);
@@ -969,11 +979,6 @@ impl Driver {
     }
 }
 
-/// The ids a resume must resume in a scripted scenario.
-fn resumed_attempts(driver: &Driver) -> BTreeMap<String, u32> {
-    driver.resumed_now.clone()
-}
-
 // ---------------------------------------------------------------------------
 // 1. SIGKILL in the middle of a workload.
 
@@ -1021,13 +1026,13 @@ fn kill_in_the_middle_of_a_workload(backing: Backing) {
         }
     }
     assert_eq!(expected.len(), 5, "{}", driver.describe());
-    assert_eq!(resumed_attempts(&driver), expected, "the tasks running at the kill resumed, once each");
+    assert_eq!(driver.resumed_now, expected, "the tasks running at the kill resumed, once each");
     // The second message goes to the resumed mailbox task.
     driver.workers[mailbox].messages_allowed = 2;
     driver.carry_on();
     driver.finish(PATIENCE);
     // Nothing else resumed meanwhile.
-    assert_eq!(resumed_attempts(&driver), expected);
+    assert_eq!(driver.resumed_now, expected);
     // `long` went on after its last completed step: no step ran twice, none was skipped.
     let after: Vec<String> =
         driver.progress_of(&long_id).into_iter().filter(|(epoch, _)| *epoch == 1).map(|(_, m)| m).collect();
@@ -1057,6 +1062,42 @@ fn durable_sqlite_kill_in_the_middle_of_a_workload() {
 #[test]
 fn durable_postgres_kill_in_the_middle_of_a_workload() {
     kill_in_the_middle_of_a_workload(Backing::postgres());
+}
+
+/// A result the client was told is reported again after a restart, also for
+/// a subagent that has an unread message in its mailbox (a message sent to
+/// it after its task ended): found by the crash loop, where a mailbox
+/// snapshot committed behind its checkpoint leaves such a message.
+#[test]
+fn durable_a_finished_subagent_with_an_unread_message_reports_its_result_after_a_restart() {
+    let mut node = Node::start(Backing::sqlite(), CONFIG);
+    let mut client = LineClient::connect(node.tcp());
+    let hs = json!({ "type": "handshake/req", "id": "h", "agent_id": "c", "agent_caps": ["multi_agent"] });
+    client.send(&hs);
+    let session = text(&client.reply("h")["session_id"]);
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "done", "model": "m" } }));
+    let id = text(&client.reply("s")["subagent_id"]);
+    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "return": { "x": 1 } }] } });
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": id, "task": task }));
+    assert_eq!(client.reply("d")["accepted"], true);
+    client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": id }));
+    let told = client.reply("a");
+    assert_eq!((&told["status"], &told["result"]), (&json!("COMPLETED"), &json!({ "x": 1 })), "{told}");
+    let message = json!({ "type": "note", "content": "too late" });
+    client.send(&json!({ "type": "SUBAGENT_MESSAGE_REQ", "id": "m", "from_subagent_id": "c", "to_subagent_id": id, "message": message }));
+    assert_eq!(client.reply("m")["delivered"], true);
+    node.kill9();
+    node.restart();
+    let mut client = LineClient::connect(node.tcp());
+    client.send(&json!({ "type": "handshake/req", "id": "h", "agent_id": "c", "agent_caps": ["multi_agent"], "resume_session_id": session }));
+    assert_eq!(client.reply("h")["ok"], true);
+    client.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
+    let list = client.reply("l");
+    assert_eq!(list["subagents"][0]["status"], "COMPLETED", "{list}");
+    client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": id }));
+    let again = client.reply("a");
+    let fields = |v: &Value| json!({ "status": v["status"], "result": v["result"], "error": v["error"] });
+    assert_eq!(fields(&again), fields(&told), "the await told before the kill, answered after the restart: {again}");
 }
 
 /// A stored session resumes only under the auth that opened it; an id the
@@ -1127,6 +1168,7 @@ fn crash_loop(backing: Backing, iterations: usize) {
     let mut node = Node::start(backing, &random_store_config(&mut rng));
     let mut driver = Driver::connect(node.tcp(), "looper");
     let mut delays = Vec::new();
+    let mut restore_kills = 0;
     for round in 0..iterations {
         // New work: one or two workers of random kinds.
         for n in 0..rng.usize(1..=2) {
@@ -1144,6 +1186,15 @@ fn crash_loop(backing: Backing, iterations: usize) {
         node.kill9();
         driver.drain_dead();
         node.restart_with(&random_store_config(&mut rng));
+        if rng.u8(0..5) == 0 {
+            // Killed again while the session is being restored.
+            restore_kills += 1;
+            driver.start_resume(node.tcp());
+            driver.pump_for(Duration::from_millis(rng.u64(0..=20)));
+            node.kill9();
+            driver.drain_dead();
+            node.restart_with(&random_store_config(&mut rng));
+        }
         driver.reconnect(node.tcp());
         driver.check_restored();
         driver.carry_on();
@@ -1156,7 +1207,8 @@ fn crash_loop(backing: Backing, iterations: usize) {
         driver.resumes_seen
     );
     eprintln!(
-        "crash loop ({kind}, seed {seed}): {iterations} kills at {:?} ms, {subagents} subagents, {} resumes, in {:?}",
+        "crash loop ({kind}, seed {seed}): {iterations} kills at {:?} ms and {restore_kills} while restoring, \
+         {subagents} subagents, {} resumes, in {:?}",
         delays.iter().map(Duration::as_millis).collect::<Vec<_>>(),
         driver.resumes_seen,
         started.elapsed()
@@ -1493,7 +1545,7 @@ fn stop_with_sigterm_and_resume() -> Vec<Value> {
         }
     }
     assert_eq!(expected.len(), 4, "{}", driver.describe());
-    assert_eq!(resumed_attempts(&driver), expected, "every running task resumed");
+    assert_eq!(driver.resumed_now, expected, "every running task resumed");
     driver.carry_on();
     driver.finish(PATIENCE);
     // `long` went on after its last completed step: none lost, none repeated.
