@@ -292,6 +292,22 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// The reply to `req_id`, skipping other lines.
+    fn reply(&self, req_id: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next(left) {
+                Next::Line(line) if line["req_id"] == req_id => return line,
+                Next::Line(_) => {}
+                Next::Idle => panic!("no reply to {req_id}"),
+                Next::Closed => panic!("the connection closed before the reply to {req_id}"),
+            }
+        }
+    }
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
         // Ends the reader thread too.
@@ -1100,6 +1116,55 @@ fn durable_a_finished_subagent_with_an_unread_message_reports_its_result_after_a
     assert_eq!(fields(&again), fields(&told), "the await told before the kill, answered after the restart: {again}");
 }
 
+/// A message delivered to a waiting task is taken once, whatever the kill
+/// point: the task's checkpoint (holding the message) and its mailbox
+/// snapshot (no longer holding it) must not be committed apart. Every change
+/// is committed on its own here (`batch_max = 1`).
+#[test]
+fn durable_a_delivered_message_is_taken_once_whatever_the_kill_point() {
+    let seed = seed();
+    eprintln!("message kill points: seed {seed} (replay with DURABLE_SEED={seed})");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut node = Node::start(Backing::sqlite(), &format!("{CONFIG}[store]\nbatch_max = 1\n"));
+    let mut conn = Conn::connect(node.tcp());
+    let hs = |resume: Option<&str>| {
+        let mut req = json!({ "type": "handshake/req", "id": "h", "agent_id": "c", "agent_caps": ["multi_agent"] });
+        if let Some(resume) = resume {
+            req["resume_session_id"] = json!(resume);
+        }
+        req
+    };
+    conn.send(&hs(None));
+    let session = text(&conn.reply("h")["session_id"]);
+    // Takes one message (a second wait would take a duplicate), returns.
+    let script = json!([{ "wait_message": { "timeout_ms": 1_000 } }, { "wait_message": { "timeout_ms": 100 } }, { "return": {} }]);
+    for round in 0..12 {
+        conn.send(
+            &json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": format!("m{round}"), "model": "m" } }),
+        );
+        let id = text(&conn.reply("s")["subagent_id"]);
+        let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": script } });
+        conn.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": id, "task": task }));
+        assert_eq!(conn.reply("d")["accepted"], true);
+        let message = json!({ "type": "note", "content": format!("hello {round}") });
+        conn.send(&json!({ "type": "SUBAGENT_MESSAGE_REQ", "id": "m", "from_subagent_id": "c", "to_subagent_id": id, "message": message }));
+        std::thread::sleep(Duration::from_micros(rng.u64(0..=6_000)));
+        node.kill9();
+        node.restart();
+        conn = Conn::connect(node.tcp());
+        conn.send(&hs(Some(&session)));
+        assert_eq!(conn.reply("h")["ok"], true);
+        conn.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": id }));
+        let done = conn.reply("a");
+        assert_eq!(done["status"], "COMPLETED", "round {round} (seed {seed}): {done}");
+        let got: Vec<String> = done["result"]["messages"]
+            .as_array()
+            .map(|messages| messages.iter().map(|m| text(&m["content"])).collect())
+            .unwrap_or_default();
+        assert!(got.len() <= 1, "round {round} (seed {seed}): the message was taken {} times: {done}", got.len());
+    }
+}
+
 /// A stored session resumes only under the auth that opened it; an id the
 /// store does not have is `unknown_session`.
 #[test]
@@ -1480,11 +1545,11 @@ fn durable_http_sends_answered_200_take_effect_once_whatever_the_kill_point() {
     let hs = json!({ "type": "handshake/req", "id": "h", "agent_id": "web", "agent_caps": ["multi_agent"] });
     send_lines(&addr, &session, &[hs]);
     assert_eq!(log.reply(&mut stream, "h")["ok"], true);
-    let rounds = 16;
+    let rounds = 30;
     for round in 0..rounds {
         let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "id": format!("s{round}"), "agent": { "name": format!("x{round}"), "model": "m" } });
         send_lines(node.http(), &session, &[spawn]);
-        std::thread::sleep(Duration::from_millis(rng.u64(0..=8)));
+        std::thread::sleep(Duration::from_micros(rng.u64(0..=6_000)));
         node.kill9();
         drain_stream(&mut log, &mut stream);
         node.restart();
