@@ -131,6 +131,18 @@ impl Server {
         Self { child, tcp, http, stderr, _config: config }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGKILL (no chance to clean up: a crash) and waits for the exit.
+    pub fn kill9(&mut self) -> ExitStatus {
+        // `Child::kill` is SIGKILL, sent at once (no `kill` process to start).
+        self.child.kill().expect("SIGKILL subagentd");
+        wait(&mut self.child)
+    }
+
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
         signal(&self.child, "TERM");
