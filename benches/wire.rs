@@ -22,7 +22,7 @@
 //!
 //! | bench | one element is |
 //! |---|---|
-//! | `wire_store/{memory,sqlite,postgres}_1_session` | one cycle over TCP, 1 connection, `WINDOW` in flight, on `--store memory`, an SQLite file, a PostgreSQL database; after each, the commits per second and mean batch size (from `/health`) are printed |
+//! | `wire_store/{memory,sqlite,sqlite_normal,postgres}_1_session` | one cycle over TCP, 1 connection, `WINDOW` in flight, on `--store memory`, an SQLite file (`synchronous` full, the default, and normal), a PostgreSQL database; after each, the commits per second and mean batch size (from `/health`) are printed |
 //! | `restart/sqlite_10k_subagents` | one restart: `subagentd` started on an SQLite store holding a session of 10 000 subagents (killed with SIGKILL before), until a client resumed that session and listed all 10 000 |
 //!
 //! The PostgreSQL bench needs `DATABASE_URL` (a server it may create a
@@ -366,8 +366,11 @@ fn start_service_on(store: &str, tag: &str) -> Service {
         "[limits]\nmax_subagents_per_session = 1000000\nmax_retained_records = 1000000\nmax_sessions = 1024"
     )
     .expect("write config");
+    if store == "sqlite_normal" {
+        writeln!(file, "[store]\nsqlite_synchronous = \"normal\"").expect("write config");
+    }
     let store = match store {
-        "sqlite" => format!("sqlite:{}", dir.join("state.sqlite3").display()),
+        "sqlite" | "sqlite_normal" => format!("sqlite:{}", dir.join("state.sqlite3").display()),
         other => other.to_owned(),
     };
     let (tcp, http) = (free_addr(), free_addr());
@@ -567,7 +570,13 @@ fn stores(c: &mut Criterion) {
     let database = BenchDatabase::create();
     let mut group = c.benchmark_group("wire_store");
     group.throughput(Throughput::Elements(1));
-    for (name, store) in [("memory", "memory"), ("sqlite", "sqlite"), ("postgres", database.url.as_str())] {
+    let stores = [
+        ("memory", "memory"),
+        ("sqlite", "sqlite"),
+        ("sqlite_normal", "sqlite_normal"),
+        ("postgres", database.url.as_str()),
+    ];
+    for (name, store) in stores {
         let service = start_service_on(store, name);
         let before = store_stats(service.http);
         let measured = Cell::new(Duration::ZERO);

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use subagent_host::config::FileConfig;
+use subagent_host::config::{FileConfig, SqliteSync};
 use subagent_host::server::{self, Listeners, Settings};
 use subagent_host::session::Auth;
 use subagent_host::store::{self, DataDirLock, StoreUrl, WriterSettings};
@@ -143,6 +143,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         session_ttl: std::time::Duration::from_secs(file.store.session_ttl_seconds),
         journal_retained: file.store.journal_retained,
         pool_size: file.store.pool_size,
+        sqlite_full_sync: file.store.sqlite_synchronous == SqliteSync::Full,
     };
     settings.store = store::open(&url, writer)?;
     log::info!("store: {}", url.describe());

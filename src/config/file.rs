@@ -57,6 +57,22 @@ pub struct StoreConfig {
     pub journal_retained: u64,
     /// Connections to PostgreSQL.
     pub pool_size: u32,
+    /// SQLite's `synchronous` setting: `full` (the default: every commit is
+    /// on disk before its lines are released, whatever happens to the
+    /// machine) or `normal` (WAL mode: a commit survives a crash of the
+    /// process, but a power loss or OS crash may lose the last ones).
+    pub sqlite_synchronous: SqliteSync,
+}
+
+/// `[store] sqlite_synchronous`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSync {
+    /// Every commit reaches the disk.
+    #[default]
+    Full,
+    /// Commits survive a process crash; the disk is synced at checkpoints.
+    Normal,
 }
 
 impl Default for StoreConfig {
@@ -69,6 +85,7 @@ impl Default for StoreConfig {
             session_ttl_seconds: 24 * 3600,
             journal_retained: 1024,
             pool_size: 4,
+            sqlite_synchronous: SqliteSync::Full,
         }
     }
 }

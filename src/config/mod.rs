@@ -5,5 +5,7 @@
 mod file;
 mod limits;
 
-pub use file::{AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, StoreConfig};
+pub use file::{
+    AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,
+};
 pub use limits::Limits;

@@ -177,8 +177,12 @@ impl SqlStore {
                     .filename(path)
                     .create_if_missing(true)
                     .journal_mode(SqliteJournalMode::Wal)
-                    // Every commit reaches the disk before its lines are released.
-                    .synchronous(SqliteSynchronous::Full)
+                    // By default every commit reaches the disk before its
+                    // lines are released.
+                    .synchronous(match settings.sqlite_full_sync {
+                        true => SqliteSynchronous::Full,
+                        false => SqliteSynchronous::Normal,
+                    })
                     .busy_timeout(Duration::from_secs(5))
                     // Batches are large: sqlx's per-statement log would format each one.
                     .log_statements(log::LevelFilter::Off)

@@ -30,6 +30,9 @@ pub struct WriterSettings {
     pub journal_retained: u64,
     /// Connections to PostgreSQL.
     pub pool_size: u32,
+    /// SQLite: sync every commit to disk (`synchronous = FULL`), or only at
+    /// checkpoints (`NORMAL`, WAL mode: a process crash loses nothing).
+    pub sqlite_full_sync: bool,
 }
 
 impl Default for WriterSettings {
@@ -40,6 +43,7 @@ impl Default for WriterSettings {
             session_ttl: Duration::from_secs(24 * 3600),
             journal_retained: 1024,
             pool_size: 4,
+            sqlite_full_sync: true,
         }
     }
 }
