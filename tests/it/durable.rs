@@ -1293,37 +1293,6 @@ fn durable_postgres_crash_loop() {
 // ---------------------------------------------------------------------------
 // 3. HTTP across a restart.
 
-/// One HTTP/1.1 request; the status, the headers (names lowercased) and the
-/// JSON body.
-fn http_with_headers(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, HashMap<String, String>, Value) {
-    let mut stream = TcpStream::connect(addr).expect("connect http");
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("head and body");
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status");
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    (status, headers, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
 /// `POST /send` of `lines`; asserts 200.
 fn send_lines(addr: &str, session: &str, lines: &[Value]) {
     let body: Vec<String> = lines.iter().map(Value::to_string).collect();

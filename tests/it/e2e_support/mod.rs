@@ -265,6 +265,20 @@ impl LineClient {
 
 /// One HTTP/1.1 request; returns the status and the JSON body.
 pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    let (status, _, body) = http_with_headers(addr, method, path, headers, body);
+    (status, body)
+}
+
+/// One HTTP/1.1 request; returns the status, the response headers (names
+/// lowercased) and the JSON body (a string when it is not JSON, null when
+/// empty).
+pub fn http_with_headers(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, std::collections::HashMap<String, String>, Value) {
     let mut stream = TcpStream::connect(addr).expect("connect http");
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut request =
@@ -279,13 +293,18 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
     stream.read_to_end(&mut response).unwrap();
     let text = String::from_utf8(response).expect("utf-8 response");
     let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status");
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
     let body = if body.is_empty() {
         Value::Null
     } else {
         serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()))
     };
-    (status, body)
+    (status, headers, body)
 }
 
 /// An attached SSE stream.
