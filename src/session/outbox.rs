@@ -252,12 +252,13 @@ impl Outbox {
         let (seq, gated) = match &guard.log {
             Some(log) => {
                 let seq = log.next_seq();
-                let gated = log.is_recording();
-                if gated {
+                // Gated only when recorded: a line recorded is committed
+                // (the host may stop in between, and then records nothing).
+                let gated = log.is_recording() && {
                     let gate = Some(self.shared.gate.clone());
                     let kept = log.keeps_lines().then(|| line.clone());
-                    log.record(|session| Change::Line { session, seq, line: kept, gate, answers });
-                }
+                    log.record(|session| Change::Line { session, seq, line: kept, gate, answers })
+                };
                 (seq, gated)
             }
             None => (0, false),

@@ -177,12 +177,12 @@ impl StoreHandle {
         &self.inner.stats
     }
 
-    /// Records a change (a channel send; never waits).
-    pub fn record(&self, change: Change) {
-        if let Some(tx) = &self.inner.tx {
-            if !self.inner.frozen.load(Ordering::Acquire) {
-                let _ = tx.send(Command::Change(change));
-            }
+    /// Records a change (a channel send; never waits); `false` when it was
+    /// not recorded (nothing is kept, or the host is stopping).
+    pub fn record(&self, change: Change) -> bool {
+        match &self.inner.tx {
+            Some(tx) if !self.inner.frozen.load(Ordering::Acquire) => tx.send(Command::Change(change)).is_ok(),
+            _ => false,
         }
     }
 
@@ -300,11 +300,10 @@ impl SessionLog {
         self.stored.load(Ordering::Acquire) && self.store.is_durable()
     }
 
-    /// Records the change `make` builds, when this session is kept.
-    pub fn record(&self, make: impl FnOnce(Arc<str>) -> Change) {
-        if self.is_recording() {
-            self.store.record(make(self.id.clone()));
-        }
+    /// Records the change `make` builds, when this session is kept; `true`
+    /// when it was recorded (and so will be committed).
+    pub fn record(&self, make: impl FnOnce(Arc<str>) -> Change) -> bool {
+        self.is_recording() && self.store.record(make(self.id.clone()))
     }
 
     /// Numbers inbound frames after `last` (a restored session's highest).
