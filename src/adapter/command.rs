@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 
 use crate::protocol::wire::JsonObject;
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
+use crate::store::Checkpoint;
 
 /// Largest stdout kept; a program printing more fails its task.
 const MAX_STDOUT_BYTES: usize = 16 << 20;
@@ -71,6 +72,14 @@ impl AgentAdapter for CommandAdapter {
 
     fn resumes(&self) -> bool {
         self.config.rerun_on_restart
+    }
+
+    /// Takes down the program the previous host left running, whether the
+    /// task then fails `host_restarted` or runs again.
+    fn after_restart(&self, checkpoint: Option<&Checkpoint>) {
+        if let Some(checkpoint) = checkpoint {
+            kill_left_behind(&checkpoint.state);
+        }
     }
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {
@@ -125,6 +134,29 @@ struct Finished {
     last_stderr: Option<String>,
 }
 
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, in clock
+/// ticks since boot): with the pid it names one process, never a later one
+/// that reused the pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: count from its end.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kills the process group a task's program ran in before the host stopped
+/// (its pid and start time were checkpointed when it started), if that
+/// process still runs: a dead host's child would otherwise run on beside a
+/// rerun, or after its task was reported `host_restarted`.
+fn kill_left_behind(state: &Value) {
+    let (Some(pgid), Some(started)) = (state["pgid"].as_u64(), state["started"].as_u64()) else { return };
+    let Ok(pgid) = u32::try_from(pgid) else { return };
+    if start_time(pgid) == Some(started) {
+        log::info!("killing process group {pgid}, left running by the previous host");
+        ProcessGroup { pgid, armed: true }.kill();
+    }
+}
+
 async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonObject, TaskError> {
     ctx.step()?;
     let input = json!({
@@ -147,6 +179,10 @@ async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonOb
         .spawn()
         .map_err(|err| TaskError(format!("cannot start `{program}`: {err}")))?;
     let pgid = child.id().ok_or_else(|| TaskError(format!("`{program}` exited before it could be watched")))?;
+    if ctx.is_durable() {
+        // So that a restarted host can take down what this one leaves behind.
+        ctx.checkpoint(0, json!({ "pgid": pgid, "started": start_time(pgid) }));
+    }
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
 
     let run = async move {

@@ -1703,6 +1703,17 @@ fn durable_a_command_task_running_at_a_crash_fails_host_restarted_or_reruns() {
     // The failed one is not run again: its program started once.
     let starts = std::fs::read_to_string(&fail_pids).unwrap();
     assert_eq!(starts.lines().count(), 1, "the failed task's program ran again: {starts}");
+    // The programs the killed host left running were taken down, for the
+    // failed task and for the rerun alike.
+    for file in [&fail_pids, &rerun_pids] {
+        let first = std::fs::read_to_string(file).unwrap();
+        let pid = first.lines().next().expect("a pid").trim().to_owned();
+        let deadline = Instant::now() + PATIENCE;
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "process {pid} of the previous host still runs");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

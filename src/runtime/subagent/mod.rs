@@ -234,6 +234,9 @@ impl Handler<RunTask> for SubagentActor {
         if self.task.is_some() {
             return msg.reply.send(DelegateResponse { accepted: false, status: self.current_status() });
         }
+        if let Some(resume) = &msg.resume {
+            self.adapter.after_restart(resume.checkpoint.as_ref());
+        }
         if msg.resume.is_some() && !self.adapter.resumes() {
             // Its adapter cannot pick up where it was: fail it, retryably.
             self.status = SubagentStatus::Failed;

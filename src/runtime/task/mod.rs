@@ -75,6 +75,14 @@ pub trait AgentAdapter: Send + Sync + 'static {
     fn resumes(&self) -> bool {
         false
     }
+
+    /// Called for a task that was running when the host stopped, with its
+    /// last checkpoint, before it resumes or fails `host_restarted`: the
+    /// place to clean up what the previous host left behind (a command's
+    /// process). Nothing by default.
+    fn after_restart(&self, checkpoint: Option<&Checkpoint>) {
+        let _ = checkpoint;
+    }
 }
 
 /// Everything a running task may use: its config and task, memory, mailbox,
