@@ -66,7 +66,10 @@ impl Connection {
             self.outbox.push(encode::error(&err, req_id));
             return None;
         }
-        let log = SessionLog::restored(wanted, service.store().clone(), stored.next_seq);
+        // Numbering goes on above both: the outbox's commit gate has seen
+        // this connection's own lines already.
+        let next_seq = stored.next_seq.max(self.log.peek_next_seq());
+        let log = SessionLog::restored(wanted, service.store().clone(), next_seq);
         // Lines from here on (the resumed tasks' events) are the stored session's.
         self.outbox.attach_log(log.clone());
         let tree = service.host().open_logged_tree(Arc::new(OutboxSink(self.outbox.clone())), log.clone());

@@ -324,6 +324,11 @@ impl SessionLog {
         Some(seq)
     }
 
+    /// The number the next line will get.
+    pub fn peek_next_seq(&self) -> u64 {
+        self.next_seq.load(Ordering::Acquire)
+    }
+
     /// The next line's sequence number.
     pub fn next_seq(&self) -> u64 {
         self.next_seq.fetch_add(1, Ordering::AcqRel)
