@@ -86,23 +86,92 @@ impl Cell {
     }
 }
 
-macro_rules! run_ops {
-    ($pool:expr, $ops:expr) => {{
-        let mut tx = $pool.begin().await?;
-        for op in $ops {
-            let mut query = sqlx::query(&op.sql);
-            for arg in &op.args {
-                query = match arg {
-                    Arg::Text(text) => query.bind(text.as_str()),
-                    Arg::OptText(text) => query.bind(text.as_deref()),
-                    Arg::Int(n) => query.bind(*n),
-                    Arg::OptInt(n) => query.bind(*n),
-                };
-            }
-            query.execute(&mut *tx).await?;
+/// Most parameters in one PostgreSQL statement (the protocol allows 65 535).
+const PG_MAX_PARAMS: usize = 30_000;
+
+/// Runs a batch on PostgreSQL as few statements as it can: its statements
+/// become the parts of one `WITH … SELECT 1` (data-modifying CTEs), so a
+/// batch of any size is one round trip and one implicit transaction. The
+/// batch is folded per row first, so no two parts touch the same row (they
+/// all see the snapshot from before the statement). Past `PG_MAX_PARAMS`
+/// parameters it takes several such statements in one transaction.
+async fn run_statements(pool: &PgPool, ops: &[Op]) -> Result<(), sqlx::Error> {
+    let mut groups: Vec<&[Op]> = Vec::new();
+    let (mut start, mut params) = (0, 0);
+    for (index, op) in ops.iter().enumerate() {
+        if index > start && params + op.args.len() > PG_MAX_PARAMS {
+            groups.push(&ops[start..index]);
+            (start, params) = (index, 0);
         }
-        tx.commit().await?;
-    }};
+        params += op.args.len();
+    }
+    if start < ops.len() {
+        groups.push(&ops[start..]);
+    }
+    let statements: Vec<String> = groups.iter().map(|group| combined(group)).collect();
+    let query = |index: usize| bound(&statements[index], groups[index]);
+    match groups.len() {
+        0 => Ok(()),
+        1 => query(0).execute(pool).await.map(drop),
+        many => {
+            let mut tx = pool.begin().await?;
+            for index in 0..many {
+                query(index).execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        }
+    }
+}
+
+/// `sql` with the values of `ops` bound, in order.
+fn bound<'q>(sql: &'q str, ops: &'q [Op]) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let mut query = sqlx::query(sql);
+    for arg in ops.iter().flat_map(|op| &op.args) {
+        query = match arg {
+            Arg::Text(text) => query.bind(text.as_str()),
+            Arg::OptText(text) => query.bind(text.as_deref()),
+            Arg::Int(n) => query.bind(*n),
+            Arg::OptInt(n) => query.bind(*n),
+        };
+    }
+    query
+}
+
+/// One statement doing all of `ops` (each numbered `$1 …` on its own).
+fn combined(ops: &[Op]) -> String {
+    match ops {
+        [only] => only.sql.clone(),
+        _ => {
+            let mut sql = String::from("WITH ");
+            let mut offset = 0;
+            for (index, op) in ops.iter().enumerate() {
+                if index > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("part{index} AS ({})", renumber(&op.sql, offset)));
+                offset += op.args.len();
+            }
+            sql.push_str(" SELECT 1");
+            sql
+        }
+    }
+}
+
+/// `sql` with every `$n` parameter moved up by `offset`.
+fn renumber(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        match rest[at + 1..at + 1 + digits].parse::<usize>() {
+            Ok(n) => out.push_str(&format!("${}", n + offset)),
+            Err(_) => out.push('$'),
+        }
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Runs a batch on SQLite as one script, `BEGIN; …; COMMIT`, in one call:
@@ -255,7 +324,7 @@ impl SqlStore {
     async fn run(&self, ops: &[Op]) -> Result<(), StoreError> {
         match &self.pool {
             Pool::Sqlite(pool) => run_script(pool, ops).await?,
-            Pool::Postgres(pool) => run_ops!(pool, ops),
+            Pool::Postgres(pool) => run_statements(pool, ops).await?,
         }
         Ok(())
     }
@@ -457,4 +526,18 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<T,
 fn parse_id(text: Option<String>) -> Result<SubagentId, StoreError> {
     let text = text.unwrap_or_default();
     SubagentId::parse(&text).ok_or_else(|| StoreError(format!("stored subagent id `{text}` is malformed")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::renumber;
+
+    #[test]
+    fn renumber_moves_every_parameter_and_nothing_else() {
+        assert_eq!(
+            renumber("UPDATE t SET a = $1 WHERE b = $2 AND c IN ($10)", 5),
+            "UPDATE t SET a = $6 WHERE b = $7 AND c IN ($15)"
+        );
+        assert_eq!(renumber("SELECT 'x$' || $1", 2), "SELECT 'x$' || $3");
+    }
 }
