@@ -6,14 +6,13 @@
 use rustix::fs::{flock, FlockOperation};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Holds a data directory for this process until dropped.
 #[derive(Debug)]
 pub struct DataDirLock {
     // Kept open: closing it releases the lock.
     _file: File,
-    path: PathBuf,
 }
 
 impl DataDirLock {
@@ -44,11 +43,6 @@ impl DataDirLock {
             .and_then(|()| file.rewind())
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
-        Ok(Self { _file: file, path })
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Self { _file: file })
     }
 }

@@ -125,7 +125,20 @@ async fn run_statements(pool: &PgPool, ops: &[Op]) -> Result<(), sqlx::Error> {
 
 /// `sql` with the values of `ops` bound, in order.
 fn bound<'q>(sql: &'q str, ops: &'q [Op]) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let mut query = sqlx::query(sql);
+    bind_all(sqlx::query(sql), ops)
+}
+
+/// `query` with the values of `ops` bound, in order (either engine).
+fn bind_all<'q, DB: sqlx::Database>(
+    mut query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    ops: &'q [Op],
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    &'q str: sqlx::Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: sqlx::Encode<'q, DB> + Type<DB>,
+    i64: sqlx::Encode<'q, DB> + Type<DB>,
+    Option<i64>: sqlx::Encode<'q, DB> + Type<DB>,
+{
     for arg in ops.iter().flat_map(|op| &op.args) {
         query = match arg {
             Arg::Text(text) => query.bind(text.as_str()),
@@ -189,15 +202,7 @@ async fn run_script(pool: &SqlitePool, ops: &[Op]) -> Result<(), sqlx::Error> {
         script.push_str(";\n");
     }
     script.push_str("COMMIT;");
-    let mut query = sqlx::query(&script).persistent(false);
-    for arg in ops.iter().flat_map(|op| &op.args) {
-        query = match arg {
-            Arg::Text(text) => query.bind(text.as_str()),
-            Arg::OptText(text) => query.bind(text.as_deref()),
-            Arg::Int(n) => query.bind(*n),
-            Arg::OptInt(n) => query.bind(*n),
-        };
-    }
+    let query = bind_all(sqlx::query(&script).persistent(false), ops);
     let mut conn = pool.acquire().await?;
     let outcome = conn.execute(query).await;
     if outcome.is_err() {
@@ -483,12 +488,9 @@ impl SqlStore {
 
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
         match &self.pool {
-            Pool::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await?,
-            Pool::Postgres(pool) => {
-                sqlx::query("SELECT 1").execute(pool).await?;
-                return Ok(());
-            }
-        };
+            Pool::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+            Pool::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+        }
         Ok(())
     }
 }
