@@ -31,6 +31,7 @@
 //! `DURABLE_TRACE=1` prints every line the tests read.
 
 use crate::e2e_support::*;
+use crate::test_database::TestDatabase;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -77,98 +78,10 @@ impl Drop for TempDir {
     }
 }
 
-fn pg_help(problem: &str) -> String {
-    format!(
-        "{problem}\n\
-         The PostgreSQL restart tests need a server they may CREATE DATABASE on, named by DATABASE_URL. \
-         Start one, e.g.\n  \
-         docker run -d --rm -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16\n\
-         (or a local cluster: pg_ctlcluster 15 main start), then run\n  \
-         DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo test --release durable"
-    )
-}
-
-/// Runs one statement over a connection to `url`.
-fn pg_execute(url: &str, sql: &str) -> Result<(), String> {
-    use sqlx::{Connection, Executor};
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
-    runtime.block_on(async {
-        let connect = sqlx::PgConnection::connect(url);
-        let mut conn = tokio::time::timeout(Duration::from_secs(10), connect)
-            .await
-            .map_err(|_| "timed out connecting".to_owned())?
-            .map_err(|err| err.to_string())?;
-        let done = conn.execute(sql).await.map(drop).map_err(|err| err.to_string());
-        let _ = conn.close().await;
-        done
-    })
-}
-
-/// `url` with its password (if any) hidden.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) if user_info.contains(':') => {
-            let user = user_info.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}{path}")
-        }
-        _ => url.to_owned(),
-    }
-}
-
-/// `url` naming database `name` instead of its own.
-fn with_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").expect("DATABASE_URL is a URL");
-    let (rest, query) = match rest.split_once('?') {
-        Some((rest, query)) => (rest, Some(query)),
-        None => (rest, None),
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let mut named = format!("{scheme}://{authority}/{name}");
-    if let Some(query) = query {
-        named.push('?');
-        named.push_str(query);
-    }
-    named
-}
-
-/// A PostgreSQL database made for one test, dropped (`WITH (FORCE)`) when
-/// this is dropped, also when the test fails.
-struct PgDatabase {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    /// Creates `subagentd_test_<random>` over `DATABASE_URL`; fails the test,
-    /// saying how to start a server, when it is unset or unreachable.
-    fn create() -> Self {
-        let admin_url = std::env::var("DATABASE_URL").ok().filter(|url| !url.trim().is_empty());
-        let Some(admin_url) = admin_url else { panic!("{}", pg_help("DATABASE_URL is not set.")) };
-        let name = format!("subagentd_test_{:016x}", fastrand::u64(..));
-        if let Err(err) = pg_execute(&admin_url, &format!("CREATE DATABASE {name}")) {
-            let shown = redact(&admin_url);
-            panic!("{}", pg_help(&format!("Cannot create a database over DATABASE_URL={shown}: {err}")));
-        }
-        let url = with_database(&admin_url, &name);
-        Self { admin_url, name, url }
-    }
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        if let Err(err) = pg_execute(&self.admin_url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)) {
-            eprintln!("could not drop the test database {}: {err}", self.name);
-        }
-    }
-}
-
 /// The store a test's servers share across restarts.
 enum Backing {
     Sqlite(TempDir),
-    Postgres(PgDatabase),
+    Postgres(TestDatabase),
 }
 
 impl Backing {
@@ -177,7 +90,7 @@ impl Backing {
     }
 
     fn postgres() -> Self {
-        Self::Postgres(PgDatabase::create())
+        Self::Postgres(TestDatabase::create())
     }
 
     fn args(&self) -> Vec<String> {

@@ -15,14 +15,16 @@
 //! - `model`: random lifecycle sequences against a reference model (proptest).
 //!
 //! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
-//! tiny clients), `fake_openai` (a fake chat completions server), and
-//! `contract` (the SDK's declared field types; every line the tests
-//! receive is checked against it).
+//! tiny clients), `fake_openai` (a fake chat completions server),
+//! `test_database` (a PostgreSQL database per test), and `contract` (the
+//! SDK's declared field types; every line the tests receive is checked
+//! against it).
 
 mod common;
 mod contract;
 mod e2e_support;
 mod fake_openai;
+mod test_database;
 
 mod actor_adapters;
 mod actor_lifecycle;

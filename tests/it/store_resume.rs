@@ -18,6 +18,7 @@ use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
 use crate::fake_openai::*;
+use crate::test_database::TestDatabase;
 
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -36,62 +37,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A PostgreSQL database of its own for one test, dropped afterwards.
-pub(crate) struct TestDatabase {
-    admin: String,
-    name: String,
-    /// The URL of the test's database.
-    pub url: String,
-}
-
-impl TestDatabase {
-    /// Creates a fresh database on the server `DATABASE_URL` names; panics
-    /// (the test fails) when it is unset or unreachable.
-    pub(crate) fn create() -> Self {
-        let admin = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-            panic!(
-                "DATABASE_URL is not set: the PostgreSQL tests need a server, e.g. \
-                 `export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test` with PostgreSQL running \
-                 (Debian: `apt-get install postgresql && service postgresql start`)"
-            )
-        });
-        let name = format!("subagentd_test_{}_{}", std::process::id(), fastrand::u32(..));
-        psql(&admin, &format!("CREATE DATABASE {name}"));
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);
-        let url = format!("{base}/{name}");
-        Self { admin, name, url }
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        psql(&self.admin, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
-    }
-}
-
-// Runs one statement on its own thread and runtime (callers may be inside one).
-fn psql(url: &str, sql: &str) {
-    let (url, sql) = (url.to_owned(), sql.to_owned());
-    let ran = std::thread::spawn(move || run_sql(&url, &sql)).join();
-    if let Err(panic) = ran {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-fn run_sql(url: &str, sql: &str) {
-    use sqlx::{Connection, Executor};
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    runtime.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url).await.unwrap_or_else(|err| {
-            panic!(
-                "cannot reach PostgreSQL at DATABASE_URL ({err}): start it (Debian: `service postgresql start`) \
-                 or point DATABASE_URL at a running server"
-            )
-        });
-        conn.execute(sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
-    });
 }
 
 fn open(url: &StoreUrl) -> StoreHandle {
