@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use subagent_host::config::{FileConfig, SqliteSync};
 use subagent_host::server::{self, Listeners, Settings};
 use subagent_host::session::Auth;
-use subagent_host::store::{self, DataDirLock, StoreUrl, WriterSettings};
+use subagent_host::store::{self, ClusterSettings, DataDirLock, StoreUrl, WriterSettings};
 
 // The allocator subagentd ships with: subagent churn is allocation heavy
 // and mimalloc takes a fifth off the cost of a spawn → delegate → await
@@ -69,6 +69,11 @@ struct ServeArgs {
     /// subagentd per directory).
     #[arg(long, value_name = "DIR", default_value = "./subagentd-data")]
     data_dir: PathBuf,
+    /// This node's id in a cluster of nodes sharing one PostgreSQL store
+    /// (default: a fresh id at every start). Two live processes may not
+    /// share one.
+    #[arg(long, value_name = "ID")]
+    node_id: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -97,6 +102,7 @@ fn resolve(flag: &str, text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("--{flag} {text}: resolves to no address"))
 }
 
+// Binds (and listens on) `--flag text`; [`announce`] prints the address.
 fn bind(flag: &str, text: &str, auth: &Auth, insecure: bool) -> Result<std::net::TcpListener, String> {
     let addr = resolve(flag, text)?;
     if !addr.ip().is_loopback() && !auth.is_enabled() && !insecure {
@@ -105,11 +111,15 @@ fn bind(flag: &str, text: &str, auth: &Auth, insecure: bool) -> Result<std::net:
              (set [auth] tokens or token_env in --config, or pass --insecure)"
         ));
     }
-    let listener = std::net::TcpListener::bind(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))?;
-    let bound = listener.local_addr().map_err(|err| format!("--{flag} {addr}: {err}"))?;
-    // Tests and scripts read the address (port 0 picks a free one) from here.
-    eprintln!("subagentd: {flag} listening on {bound}");
-    Ok(listener)
+    std::net::TcpListener::bind(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))
+}
+
+// Tests and scripts read the address (port 0 picks a free one) from here:
+// printed only once the signal handlers are in place.
+fn announce(flag: &str, listener: &Option<std::net::TcpListener>) {
+    if let Some(addr) = listener.as_ref().and_then(|listener| listener.local_addr().ok()) {
+        eprintln!("subagentd: {flag} listening on {addr}");
+    }
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
@@ -145,14 +155,29 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         pool_size: file.store.pool_size,
         sqlite_full_sync: file.store.sqlite_synchronous == SqliteSync::Full,
     };
-    settings.store = store::open(&url, writer)?;
+    if args.node_id.is_some() && !matches!(url, StoreUrl::Postgres(_)) {
+        return Err("--node-id names a node of a cluster, which needs a PostgreSQL store (--store postgres://…)".into());
+    }
+    // Bound before the store opens: a cluster node registers its addresses.
+    let tcp = args.tcp.as_deref().map(|addr| bind("tcp", addr, &settings.auth, args.insecure)).transpose()?;
+    let http = args.http.as_deref().map(|addr| bind("http", addr, &settings.auth, args.insecure)).transpose()?;
+    let address = |listener: &Option<std::net::TcpListener>| {
+        listener.as_ref().and_then(|l| l.local_addr().ok()).map(|addr| addr.to_string())
+    };
+    let cluster = ClusterSettings {
+        node_id: args.node_id.clone().unwrap_or_else(|| ClusterSettings::fresh().node_id),
+        lease: std::time::Duration::from_millis(file.cluster.lease_ms.max(100)),
+        http_addr: address(&http),
+        tcp_addr: address(&tcp),
+    };
+    settings.store = store::open(&url, writer, Some(cluster))?;
     log::info!("store: {}", url.describe());
     actix_rt::System::new().block_on(async move {
         // Before any address is printed: a signal sent by whoever read it
         // must never meet the default (fatal) action.
         let stop_signal = signals().map_err(|err| format!("cannot install signal handlers: {err}"))?;
-        let tcp = args.tcp.as_deref().map(|addr| bind("tcp", addr, &settings.auth, args.insecure)).transpose()?;
-        let http = args.http.as_deref().map(|addr| bind("http", addr, &settings.auth, args.insecure)).transpose()?;
+        announce("tcp", &tcp);
+        announce("http", &http);
         let listeners = Listeners { tcp, http, stdio: args.stdio };
         server::run(settings, listeners, stop_signal).await
     })

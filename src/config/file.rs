@@ -1,5 +1,5 @@
-//! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]` and
-//! `[server]`.
+//! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]`,
+//! `[server]`, `[store]` and `[cluster]`.
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file; the layers
@@ -34,6 +34,25 @@ pub struct FileConfig {
     /// Where durable state lives.
     #[serde(default)]
     pub store: StoreConfig,
+    /// Several hosts sharing one PostgreSQL store.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]` (with a PostgreSQL store).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// How long a node owns a session without renewing, in milliseconds. A
+    /// dead node's sessions are taken at once (PostgreSQL frees its presence
+    /// lock); a paused or cut-off node's after this long.
+    pub lease_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self { lease_ms: 5000 }
+    }
 }
 
 /// `[store]`.

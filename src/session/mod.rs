@@ -314,10 +314,10 @@ impl Connection {
             Ending::End(end) => {
                 // Nobody may wait for room in the outbox of a session that ends now.
                 self.outbox.stop_waiting();
-                if self.service.store().is_stopping() {
-                    // The host stops and the session stays stored: its tasks
-                    // resume after the restart, so the client is not told
-                    // they ended. Nothing more goes out.
+                if self.log.is_detached() {
+                    // The session stays stored (the host stops, or another
+                    // node took it): its tasks resume there, so the client
+                    // is not told they ended. Nothing more goes out.
                     self.outbox.close();
                 }
                 self.session.close().await;
@@ -414,6 +414,7 @@ impl Connection {
     // are recorded), and marks it in use in this process.
     fn store_session(&self, req: &HandshakeRequest) {
         self.service.claim_session(&self.session_id);
+        self.service.serve_session(&self.session_id, &self.log, &self.stop);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),

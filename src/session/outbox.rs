@@ -250,6 +250,10 @@ impl Outbox {
         }
         // Numbered (and journaled) under the lock: in the order sent.
         let (seq, gated) = match &guard.log {
+            // The session stays stored but is no longer served from here (the
+            // host stops, or another node took it): a line now would report
+            // what was not recorded, so it goes nowhere.
+            Some(log) if log.is_detached() => return,
             Some(log) => {
                 let seq = log.next_seq();
                 // Gated only when recorded: a line recorded is committed

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use super::handshake::{self, Grant};
 use super::outbox::OutboxSink;
-use super::{Connection, Ending, State};
-use crate::error::HostError;
+use super::{Connection, Ending, Service, State};
 use crate::protocol::encode;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{SessionLog, SessionRow};
@@ -40,29 +39,38 @@ impl Connection {
             refuse(self, "session_in_use");
             return None;
         }
-        let stored = match service.store().load(wanted).await {
+        let stored = match service.acquire_and_load(wanted).await {
             Ok(Some(stored)) => stored,
             Ok(None) => {
                 service.release_session(wanted);
                 refuse(self, "unknown_session");
                 return self.handshake_failed(state, "unknown_session");
             }
+            Err(err) if err.detail.as_ref().is_some_and(|d| d["reason"] == "session_in_use") => {
+                // Another live node serves it and did not hand it off.
+                service.release_session(wanted);
+                log::warn!("session {}: resuming {wanted}: {}", self.session_id, err.message);
+                refuse(self, "session_in_use");
+                return None;
+            }
             Err(err) => {
                 service.release_session(wanted);
-                log::warn!("session {}: loading {wanted} from the store failed: {err}", self.session_id);
-                let err = HostError::runtime(format!("the store could not be read: {err}"))
-                    .with_detail(json!({ "resume_session_id": wanted }));
-                self.outbox.push(encode::error(&err, req_id));
+                log::warn!("session {}: loading {wanted} from the store failed: {}", self.session_id, err.message);
+                self.outbox.push(encode::error(&err.with_detail(json!({ "resume_session_id": wanted })), req_id));
                 return None;
             }
         };
-        if stored.row.principal != service.auth().principal(req.auth_token.as_deref()) {
+        let given_back = |service: &Service| {
             service.release_session(wanted);
+            service.store().release(wanted);
+        };
+        if stored.row.principal != service.auth().principal(req.auth_token.as_deref()) {
+            given_back(&service);
             refuse(self, "auth_failed");
             return self.handshake_failed(state, "auth_failed (another principal's session)");
         }
         if let Err(err) = self.slot.authenticate() {
-            service.release_session(wanted);
+            given_back(&service);
             self.outbox.push(encode::error(&err, req_id));
             return None;
         }
@@ -76,7 +84,7 @@ impl Connection {
         let resumed = match tree.restore(stored.subagents).await {
             Ok(resumed) => resumed,
             Err(err) => {
-                service.release_session(wanted);
+                given_back(&service);
                 self.outbox.attach_log(self.log.clone());
                 self.outbox.push(encode::error(&err, req_id));
                 return None;
@@ -93,6 +101,7 @@ impl Connection {
         service.release_session(&self.session_id);
         self.session_id = wanted.to_owned();
         self.log = log;
+        service.serve_session(wanted, &self.log, &self.stop);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),

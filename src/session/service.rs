@@ -8,9 +8,9 @@
 //! succeeds, so clients without a token can never take an authorised
 //! client's slot. [`PoolSlot`] is a session's place in them.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +24,7 @@ use crate::config::Limits;
 use crate::error::HostError;
 use crate::protocol::codec::Frame;
 use crate::runtime::Host;
-use crate::store::{SessionLog, StoreHandle};
+use crate::store::{Acquired, SessionLog, SessionOwner, StoreHandle};
 
 /// Frames a session's input channel holds before the transport waits (TCP,
 /// stdio: they push back through the socket or pipe).
@@ -52,9 +52,17 @@ pub struct Service {
     shutdown: CancellationToken,
     // Where sessions are kept.
     store: StoreHandle,
-    // Ids of the stored sessions a connection of this process serves now:
-    // a second connection may not resume one of them.
-    in_use: Mutex<HashSet<String>>,
+    // The stored sessions a connection of this process serves now (a second
+    // connection may not resume one of them), with what stops one when
+    // another node takes it.
+    in_use: Mutex<HashMap<String, Option<Served>>>,
+}
+
+/// What stops a stored session served here.
+#[derive(Debug)]
+struct Served {
+    log: Weak<SessionLog>,
+    stop: CancellationToken,
 }
 
 /// A freshly opened session and the transport's ends of it.
@@ -85,7 +93,7 @@ impl Service {
 
     /// A service that keeps its sessions in `store`.
     pub fn with_store(host: Host, auth: Auth, store: StoreHandle) -> Arc<Self> {
-        Arc::new(Self {
+        let service = Arc::new(Self {
             host,
             auth,
             started: Instant::now(),
@@ -96,7 +104,10 @@ impl Service {
             shutdown: CancellationToken::new(),
             store,
             in_use: Mutex::default(),
-        })
+        });
+        let owner: Weak<dyn SessionOwner> = Arc::downgrade(&service) as Weak<dyn SessionOwner>;
+        service.store.set_session_owner(owner);
+        service
     }
 
     /// Where sessions are kept.
@@ -104,15 +115,66 @@ impl Service {
         &self.store
     }
 
+    fn in_use(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Served>>> {
+        self.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Marks a session served by a connection of this process; `false` when
     /// one already serves it.
     pub fn claim_session(&self, id: &str) -> bool {
-        self.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(id.to_owned())
+        match self.in_use().entry(id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(None);
+                true
+            }
+        }
+    }
+
+    /// A claimed session is served by `log`'s connection, which `stop` closes.
+    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken) {
+        if let Some(served) = self.in_use().get_mut(id) {
+            *served = Some(Served { log: Arc::downgrade(log), stop: stop.clone() });
+        }
     }
 
     /// The session is no longer served here.
     pub fn release_session(&self, id: &str) {
-        self.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+        self.in_use().remove(id);
+    }
+
+    /// Takes stored session `id` for this node (see [`StoreHandle::acquire`]);
+    /// `Ok(false)` when the store does not have it. An owner that would not
+    /// hand it off is a `runtime_error` (retryable).
+    async fn acquire(&self, id: &str) -> Result<bool, HostError> {
+        match self.store.acquire(id).await {
+            Ok(Acquired::Owned) => Ok(true),
+            Ok(Acquired::Unknown) => Ok(false),
+            Ok(Acquired::Busy { owner }) => Err(HostError::runtime(format!(
+                "session {id} is served by node {owner}, which did not hand it off in time; try again"
+            ))
+            .with_detail(serde_json::json!({ "reason": "session_in_use", "owner": owner }))),
+            Err(err) => Err(HostError::runtime(format!("the store could not be read: {err}"))),
+        }
+    }
+
+    /// Takes stored session `id` for this node and loads it: `Ok(None)` when
+    /// the store does not have it. On failure nothing stays taken.
+    pub async fn acquire_and_load(&self, id: &str) -> Result<Option<crate::store::StoredSession>, HostError> {
+        if !self.acquire(id).await? {
+            return Ok(None);
+        }
+        match self.store.load(id).await {
+            Ok(Some(stored)) => Ok(Some(stored)),
+            Ok(None) => {
+                self.store.release(id);
+                Ok(None)
+            }
+            Err(err) => {
+                self.store.release(id);
+                Err(HostError::runtime(format!("the store could not be read: {err}")))
+            }
+        }
     }
 
     /// Opens a stored session (an HTTP client naming it after a restart):
@@ -127,17 +189,21 @@ impl Service {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
-        let stored = match self.store.load(id).await {
-            Ok(Some(stored)) => stored,
-            Ok(None) => return Ok(None),
-            Err(err) => return Err(HostError::runtime(format!("the store could not be read: {err}"))),
-        };
         if !self.claim_session(id) {
             return Err(HostError::runtime(format!("session {id} is being restored already; try again")));
         }
-        self.take(&self.authenticated, "max_sessions", self.limits().max_sessions).inspect_err(|_| {
-            self.release_session(id);
-        })?;
+        let stored = match self.acquire_and_load(id).await {
+            Ok(Some(stored)) => stored,
+            other => {
+                self.release_session(id);
+                return other.map(|_| None);
+            }
+        };
+        let given_back = |this: &Self| {
+            this.release_session(id);
+            this.store.release(id);
+        };
+        self.take(&self.authenticated, "max_sessions", self.limits().max_sessions).inspect_err(|_| given_back(self))?;
         let slot = PoolSlot::new(self.clone(), true);
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let log = SessionLog::restored(id, self.store.clone(), stored.next_seq);
@@ -145,7 +211,7 @@ impl Service {
         log.keep_lines(true);
         outbox.attach_log(log.clone());
         let tree = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
-        let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.release_session(id))?;
+        let resumed = tree.restore(stored.subagents).await.inspect_err(|_| given_back(self))?;
         let (input, input_rx) =
             input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
         for (seq, frame) in stored.inbound {
@@ -154,6 +220,7 @@ impl Service {
         }
         log.resume_inbound_after(stored.last_inbound);
         let stop = self.shutdown.child_token();
+        self.serve_session(id, &log, &stop);
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
         let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
@@ -228,6 +295,10 @@ impl Service {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
+        if !self.store.is_healthy() {
+            // Its sessions could not be kept: another node should take them.
+            return Err(HostError::runtime("this node cannot reach its store: it takes no new sessions; try again"));
+        }
         let slot = if authorized {
             self.take(&self.authenticated, "max_sessions", self.limits().max_sessions)?;
             PoolSlot::new(self.clone(), true)
@@ -286,6 +357,19 @@ impl Service {
             }
             notified.await;
         }
+    }
+}
+
+impl SessionOwner for Service {
+    fn give_up(&self, id: &str, reason: &str) -> bool {
+        let served = self.in_use().get_mut(id).and_then(Option::take);
+        let Some(served) = served else { return false };
+        if let Some(log) = served.log.upgrade() {
+            log.detach();
+        }
+        served.stop.cancel();
+        log::info!("session {id}: no longer served here ({reason})");
+        true
     }
 }
 

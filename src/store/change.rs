@@ -115,6 +115,26 @@ pub enum Change {
     InboundDone { session: Arc<str>, seq: u64 },
 }
 
+impl Change {
+    /// The session it belongs to.
+    pub fn session(&self) -> &Arc<str> {
+        match self {
+            Self::SessionOpened(row) => &row.id,
+            Self::SessionEnded { session }
+            | Self::Touched { session }
+            | Self::Subagent { session, .. }
+            | Self::SubagentForgotten { session, .. }
+            | Self::TaskStarted { session, .. }
+            | Self::Checkpoint { session, .. }
+            | Self::TaskEnded { session, .. }
+            | Self::Mailbox { session, .. }
+            | Self::Line { session, .. }
+            | Self::Inbound { session, .. }
+            | Self::InboundDone { session, .. } => session,
+        }
+    }
+}
+
 /// A task that was running when the session was last stored.
 #[derive(Debug, Clone)]
 pub struct StoredTask {

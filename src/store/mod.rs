@@ -23,6 +23,7 @@
 
 mod batch;
 mod change;
+mod cluster;
 mod lock;
 mod sql;
 mod writer;
@@ -33,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
 pub use change::*;
+pub use cluster::{Acquired, ClusterSettings, Fence, SessionOwner};
 pub use lock::DataDirLock;
 pub use writer::{CommitGate, CommitStats, SessionLog, StoreHandle};
 
@@ -51,6 +53,19 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+/// Why a commit failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitError {
+    /// The store refused the batch: these sessions are no longer this
+    /// node's (another node took them over). Nothing of the batch was kept.
+    Fenced(Vec<String>),
+    /// The store failed (the batch is retried).
+    Store(StoreError),
+}
+
+/// A boxed future of a commit.
+pub type CommitFuture<'a> = Pin<Box<dyn Future<Output = Result<(), CommitError>> + Send + 'a>>;
+
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         Self(err.to_string())
@@ -67,8 +82,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn kind(&self) -> &'static str;
 
     /// Commits `batch` in one transaction, keeping the newest
-    /// `journal_retained` journal lines of each session it touches.
-    fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64) -> StoreFuture<'a, ()>;
+    /// `journal_retained` journal lines of each session it touches. With a
+    /// `fence` (several hosts), the batch is refused whole unless this node
+    /// holds every session in it at the epoch the fence names.
+    fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64, fence: Option<&'a Fence>) -> CommitFuture<'a>;
 
     /// Loads a stored session, or `None` when the store has no such session.
     fn load_session<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<StoredSession>>;
@@ -90,7 +107,7 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn commit<'a>(&'a self, _batch: &'a [Change], _journal_retained: u64) -> StoreFuture<'a, ()> {
+    fn commit<'a>(&'a self, _batch: &'a [Change], _retained: u64, _fence: Option<&'a Fence>) -> CommitFuture<'a> {
         Box::pin(async { Ok(()) })
     }
 
@@ -169,10 +186,18 @@ fn redact(url: &str) -> String {
 /// Opens the store `url` names: connects, runs the migrations, and starts
 /// the writer thread. A store that cannot be reached, or whose schema is
 /// newer than this build knows, is an error naming why.
-pub fn open(url: &StoreUrl, settings: writer::WriterSettings) -> Result<StoreHandle, String> {
+///
+/// A PostgreSQL store makes this process a node of a cluster (`cluster`,
+/// or a fresh node id and the default lease): it joins before this returns.
+pub fn open(
+    url: &StoreUrl,
+    settings: writer::WriterSettings,
+    cluster: Option<ClusterSettings>,
+) -> Result<StoreHandle, String> {
     match url {
         StoreUrl::Memory => Ok(StoreHandle::memory()),
-        _ => writer::start(url.clone(), settings),
+        StoreUrl::Sqlite(_) => writer::start(url.clone(), settings, None),
+        StoreUrl::Postgres(_) => writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh))),
     }
 }
 

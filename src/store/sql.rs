@@ -15,9 +15,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::batch::{self, Arg, Op};
+use super::cluster::{self, Fence};
 use super::writer::WriterSettings;
 use super::{
-    Change, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask,
+    Change, CommitError, CommitFuture, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask,
     SubagentRow,
 };
 use crate::ids::SubagentId;
@@ -25,18 +26,34 @@ use crate::protocol::wire::SubagentMessagePayload;
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::memory::InboxMessage;
 
-/// The migrations this build knows, oldest first.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "initial", include_str!("../../migrations/0001_initial.sql"))];
+/// The migrations this build knows, oldest first, for either engine (the
+/// cluster's tables exist on both; its functions only on PostgreSQL).
+const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
+    (1, "initial", include_str!("../../migrations/0001_initial.sql"), include_str!("../../migrations/0001_initial.sql")),
+    (
+        2,
+        "cluster",
+        include_str!("../../migrations/0002_cluster.sqlite.sql"),
+        include_str!("../../migrations/0002_cluster.postgres.sql"),
+    ),
+];
 
-/// The embedded migrations, as sqlx's migrator takes them.
+/// The embedded migrations of one engine, as sqlx's migrator takes them.
 #[derive(Debug)]
-struct Embedded;
+struct Embedded(batch::Dialect);
 
 impl MigrationSource<'static> for Embedded {
     fn resolve(self) -> futures_util::future::BoxFuture<'static, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
-        Box::pin(async {
+        Box::pin(async move {
             Ok(MIGRATIONS
                 .iter()
+                .map(|(version, description, sqlite, postgres)| {
+                    let sql = match self.0 {
+                        batch::Dialect::Sqlite => sqlite,
+                        batch::Dialect::Postgres => postgres,
+                    };
+                    (version, description, sql)
+                })
                 .map(|(version, description, sql)| {
                     Migration::new(
                         *version,
@@ -94,8 +111,10 @@ const PG_MAX_PARAMS: usize = 30_000;
 /// batch of any size is one round trip and one implicit transaction. The
 /// batch is folded per row first, so no two parts touch the same row (they
 /// all see the snapshot from before the statement). Past `PG_MAX_PARAMS`
-/// parameters it takes several such statements in one transaction.
-async fn run_statements(pool: &PgPool, ops: &[Op]) -> Result<(), sqlx::Error> {
+/// parameters it takes several such statements in one transaction. The
+/// first carries the `fence` (the node's epochs for the batch's sessions),
+/// so the whole batch is refused when one of them is no longer this node's.
+async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fence>) -> Result<(), sqlx::Error> {
     let mut groups: Vec<&[Op]> = Vec::new();
     let (mut start, mut params) = (0, 0);
     for (index, op) in ops.iter().enumerate() {
@@ -108,8 +127,16 @@ async fn run_statements(pool: &PgPool, ops: &[Op]) -> Result<(), sqlx::Error> {
     if start < ops.len() {
         groups.push(&ops[start..]);
     }
-    let statements: Vec<String> = groups.iter().map(|group| combined(group)).collect();
-    let query = |index: usize| bound(&statements[index], groups[index]);
+    let statements: Vec<String> =
+        groups.iter().enumerate().map(|(index, group)| combined(group, fence.is_some() && index == 0)).collect();
+    let query = |index: usize| {
+        let query = sqlx::query(&statements[index]);
+        let query = match fence {
+            Some(fence) if index == 0 => cluster::bind_fence(query, fence),
+            _ => query,
+        };
+        bind_all(query, groups[index])
+    };
     match groups.len() {
         0 => Ok(()),
         1 => query(0).execute(pool).await.map(drop),
@@ -121,11 +148,6 @@ async fn run_statements(pool: &PgPool, ops: &[Op]) -> Result<(), sqlx::Error> {
             tx.commit().await
         }
     }
-}
-
-/// `sql` with the values of `ops` bound, in order.
-fn bound<'q>(sql: &'q str, ops: &'q [Op]) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    bind_all(sqlx::query(sql), ops)
 }
 
 /// `query` with the values of `ops` bound, in order (either engine).
@@ -150,21 +172,26 @@ where
     query
 }
 
-/// One statement doing all of `ops` (each numbered `$1 …` on its own).
-fn combined(ops: &[Op]) -> String {
+/// One statement doing all of `ops` (each numbered `$1 …` on its own),
+/// after the fence when `fenced` (its parameters come first).
+fn combined(ops: &[Op], fenced: bool) -> String {
     match ops {
-        [only] => only.sql.clone(),
+        [only] if !fenced => only.sql.clone(),
         _ => {
             let mut sql = String::from("WITH ");
             let mut offset = 0;
+            if fenced {
+                sql.push_str(cluster::FENCE_CTE);
+                offset = cluster::FENCE_PARAMS;
+            }
             for (index, op) in ops.iter().enumerate() {
-                if index > 0 {
+                if index > 0 || fenced {
                     sql.push_str(", ");
                 }
                 sql.push_str(&format!("part{index} AS ({})", renumber(&op.sql, offset)));
                 offset += op.args.len();
             }
-            sql.push_str(" SELECT 1");
+            sql.push_str(if fenced { " SELECT ok FROM fence" } else { " SELECT 1" });
             sql
         }
     }
@@ -296,7 +323,7 @@ impl SqlStore {
     }
 
     async fn migrate(&self) -> Result<(), String> {
-        let migrator = Migrator::new(Embedded).await.map_err(|err| err.to_string())?;
+        let migrator = Migrator::new(Embedded(self.dialect())).await.map_err(|err| err.to_string())?;
         let latest = MIGRATIONS.last().map_or(0, |m| m.0);
         let outcome = match &self.pool {
             Pool::Sqlite(pool) => migrator.run(pool).await,
@@ -326,12 +353,23 @@ impl SqlStore {
         }
     }
 
-    async fn run(&self, ops: &[Op]) -> Result<(), StoreError> {
+    async fn run(&self, ops: &[Op], fence: Option<&Fence>) -> Result<(), CommitError> {
+        let outcome = match &self.pool {
+            Pool::Sqlite(pool) => run_script(pool, ops).await,
+            Pool::Postgres(pool) => run_statements(pool, ops, fence).await,
+        };
+        outcome.map_err(|err| match cluster::fenced_sessions(&err) {
+            Some(lost) => CommitError::Fenced(lost),
+            None => CommitError::Store(err.into()),
+        })
+    }
+
+    /// The PostgreSQL pool (the cluster's statements use it too).
+    pub(super) fn pg_pool(&self) -> Option<PgPool> {
         match &self.pool {
-            Pool::Sqlite(pool) => run_script(pool, ops).await?,
-            Pool::Postgres(pool) => run_statements(pool, ops).await?,
+            Pool::Postgres(pool) => Some(pool.clone()),
+            Pool::Sqlite(_) => None,
         }
-        Ok(())
     }
 
     async fn fetch(&self, sql: &'static str, key: &str, shape: &str) -> Result<Vec<Vec<Cell>>, StoreError> {
@@ -341,10 +379,18 @@ impl SqlStore {
         })
     }
 
-    /// Commits `batch` in one transaction, and trims each session's journal
-    /// to its newest `retained` lines.
-    pub(super) async fn commit_with_retention(&self, batch: &[Change], retained: u64) -> Result<(), StoreError> {
-        self.run(&batch::compile(batch, retained, self.dialect())).await
+    /// Commits `batch` in one transaction, behind `fence` when given, and
+    /// trims each session's journal to its newest `retained` lines.
+    pub(super) async fn commit_with_retention(
+        &self,
+        batch: &[Change],
+        retained: u64,
+        fence: Option<&Fence>,
+    ) -> Result<(), CommitError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.run(&batch::compile(batch, retained, self.dialect()), fence).await
     }
 
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
@@ -472,8 +518,12 @@ impl SqlStore {
         let mut ops = Vec::new();
         for session in &expired {
             batch::end_session(self.dialect(), session, &mut ops);
+            batch::drop_lease(self.dialect(), session, &mut ops);
         }
-        self.run(&ops).await?;
+        self.run(&ops, None).await.map_err(|err| match err {
+            CommitError::Store(err) => err,
+            CommitError::Fenced(_) => StoreError("expiry was fenced".into()),
+        })?;
         Ok(expired.len() as u64)
     }
 
@@ -500,8 +550,8 @@ impl super::Store for SqlStore {
         SqlStore::kind(self)
     }
 
-    fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64) -> StoreFuture<'a, ()> {
-        Box::pin(self.commit_with_retention(batch, journal_retained))
+    fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64, fence: Option<&'a Fence>) -> CommitFuture<'a> {
+        Box::pin(self.commit_with_retention(batch, journal_retained, fence))
     }
 
     fn load_session<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<StoredSession>> {

@@ -14,8 +14,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use super::cluster::{self, Acquired, Cluster, ClusterSettings, SessionOwner};
 use super::sql::SqlStore;
-use super::{Change, SessionRow, Store, StoreError, StoreUrl, StoredSession};
+use super::{Change, CommitError, SessionRow, Store, StoreError, StoreUrl, StoredSession};
 
 /// How the writer batches and retains.
 #[derive(Debug, Clone)]
@@ -111,6 +112,12 @@ enum Command {
     Load(Arc<str>, oneshot::Sender<Result<Option<StoredSession>, StoreError>>),
     Flush(oneshot::Sender<()>),
     Ping(oneshot::Sender<Result<(), StoreError>>),
+    // Several hosts: take a session for this node.
+    Acquire(Arc<str>, oneshot::Sender<Result<Acquired, StoreError>>),
+    // Hand a session's lease back, after committing what came before.
+    Release(String),
+    // The node shuts down: every lease goes back.
+    Leave(oneshot::Sender<()>),
 }
 
 #[derive(Debug)]
@@ -124,6 +131,8 @@ struct HandleInner {
     stats: Arc<CommitStats>,
     // How often an open session is touched (a tenth of the expiry time).
     touch_every: Duration,
+    // Several hosts (PostgreSQL): this node's side of session ownership.
+    cluster: Option<Arc<Cluster>>,
 }
 
 /// The runtime's handle on the store writer.
@@ -147,6 +156,7 @@ impl StoreHandle {
             frozen: AtomicBool::new(false),
             stats: Arc::default(),
             touch_every: Duration::from_secs(3600),
+            cluster: None,
         };
         Self { inner: Arc::new(inner) }
     }
@@ -204,22 +214,78 @@ impl StoreHandle {
         }
     }
 
-    /// Whether the store answers now.
+    /// Whether the store answers now (and, on a cluster node, its leases
+    /// are renewed).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let Some(tx) = &self.inner.tx else { return Ok(()) };
         if self.inner.stats.failing.load(Ordering::Acquire) {
             return Err(StoreError("the last commit failed".into()));
+        }
+        if self.inner.cluster.as_ref().is_some_and(|cluster| !cluster.is_healthy()) {
+            return Err(StoreError("the leases could not be renewed".into()));
         }
         let (reply, answer) = oneshot::channel();
         tx.send(Command::Ping(reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
         answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
     }
 
+    /// Whether new sessions can be taken: the last commit succeeded and, on
+    /// a cluster node, the last renewal of its leases.
+    pub fn is_healthy(&self) -> bool {
+        !self.inner.stats.failing.load(Ordering::Acquire)
+            && self.inner.cluster.as_ref().is_none_or(|cluster| cluster.is_healthy())
+    }
+
     /// The process is stopping: commits what was recorded, then records
-    /// nothing more, so that sessions closed by the stop stay stored.
+    /// nothing more, so that sessions closed by the stop stay stored. A
+    /// cluster node then hands every lease back at once, so other nodes take
+    /// its sessions without waiting for the leases to lapse.
     pub async fn freeze(&self) {
         self.inner.frozen.store(true, Ordering::Release);
         self.flush().await;
+        if let (Some(tx), Some(_)) = (&self.inner.tx, &self.inner.cluster) {
+            let (reply, done) = oneshot::channel();
+            if tx.send(Command::Leave(reply)).is_ok() {
+                let _ = done.await;
+            }
+        }
+    }
+
+    /// This node's id, on a cluster node.
+    pub fn node_id(&self) -> Option<&str> {
+        self.inner.cluster.as_deref().map(Cluster::node_id)
+    }
+
+    /// Sessions this node owns now (0 off a cluster).
+    pub fn owned_sessions(&self) -> usize {
+        self.inner.cluster.as_ref().map_or(0, |cluster| cluster.owned_count())
+    }
+
+    /// Tells the cluster what serves sessions here: it is told when it must
+    /// stop serving one (taken over, or handed off to another node).
+    pub fn set_session_owner(&self, owner: std::sync::Weak<dyn SessionOwner>) {
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.set_owner(owner);
+        }
+    }
+
+    /// Takes stored session `id` for this node before it is loaded. Off a
+    /// cluster every session is this node's. On one, a session whose owner
+    /// died or whose lease lapsed is taken at once; one a live node owns is
+    /// asked of it (a handoff), waiting up to the lease time.
+    pub async fn acquire(&self, id: &str) -> Result<Acquired, StoreError> {
+        let (Some(tx), Some(_)) = (&self.inner.tx, &self.inner.cluster) else { return Ok(Acquired::Owned) };
+        let (reply, answer) = oneshot::channel();
+        tx.send(Command::Acquire(id.into(), reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
+        answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
+    }
+
+    /// Gives back a session taken by [`StoreHandle::acquire`] that will not
+    /// be served here after all (once what was recorded of it is committed).
+    pub fn release(&self, id: &str) {
+        if let (Some(tx), Some(_)) = (&self.inner.tx, &self.inner.cluster) {
+            let _ = tx.send(Command::Release(id.to_owned()));
+        }
     }
 }
 
@@ -237,6 +303,9 @@ pub struct SessionLog {
     next_inbound: AtomicU64,
     // Whether its lines are journaled: its transport can replay them.
     keeps_lines: AtomicBool,
+    // Set when this process stops serving it while it stays stored (another
+    // node took it, or asked for it): nothing more of it is recorded.
+    detached: AtomicBool,
 }
 
 impl SessionLog {
@@ -249,6 +318,7 @@ impl SessionLog {
             next_seq: AtomicU64::new(1),
             next_inbound: AtomicU64::new(1),
             keeps_lines: AtomicBool::new(false),
+            detached: AtomicBool::new(false),
         })
     }
 
@@ -261,6 +331,7 @@ impl SessionLog {
             next_seq: AtomicU64::new(next_seq),
             next_inbound: AtomicU64::new(1),
             keeps_lines: AtomicBool::new(false),
+            detached: AtomicBool::new(false),
         })
     }
 
@@ -297,7 +368,20 @@ impl SessionLog {
 
     /// Whether this session's changes are kept.
     pub fn is_recording(&self) -> bool {
-        self.stored.load(Ordering::Acquire) && self.store.is_durable()
+        self.stored.load(Ordering::Acquire) && self.store.is_durable() && !self.detached.load(Ordering::Acquire)
+    }
+
+    /// This process stops serving the session but it stays stored (another
+    /// node has it now): nothing more of it is recorded, and it closes
+    /// without telling its client anything ended.
+    pub fn detach(&self) {
+        self.detached.store(true, Ordering::Release);
+    }
+
+    /// Whether the session closes while it stays stored: detached, or the
+    /// host is stopping with its sessions kept.
+    pub fn is_detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire) || self.store.is_stopping()
     }
 
     /// Records the change `make` builds, when this session is kept; `true`
@@ -348,9 +432,16 @@ pub(super) fn now_ms() -> i64 {
 
 /// Opens the SQL store on a new writer thread; returns once it is connected
 /// and migrated, or with the reason it could not be.
-pub(super) fn start(url: StoreUrl, settings: WriterSettings) -> Result<StoreHandle, String> {
+pub(super) fn start(
+    url: StoreUrl,
+    settings: WriterSettings,
+    cluster: Option<ClusterSettings>,
+) -> Result<StoreHandle, String> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (tx, rx) = mpsc::unbounded_channel();
+    let cluster = cluster.map(|settings| Arc::new(Cluster::new(settings)));
+    let node = cluster.clone();
+    let weak_tx = tx.downgrade();
     let stats = Arc::new(CommitStats::default());
     let writer_stats = stats.clone();
     let touch_every = (settings.session_ttl / 10).max(Duration::from_secs(1));
@@ -372,15 +463,33 @@ pub(super) fn start(url: StoreUrl, settings: WriterSettings) -> Result<StoreHand
                         return;
                     }
                 };
+                let node = match (node, store.pg_pool()) {
+                    (Some(cluster), Some(pool)) => {
+                        let release: cluster::Release = Arc::new(move |id| {
+                            if let Some(tx) = weak_tx.upgrade() {
+                                let _ = tx.send(Command::Release(id));
+                            }
+                        });
+                        if let Err(err) = cluster::start(pool.clone(), cluster.clone(), release).await {
+                            let _ = ready_tx.send(Err(err));
+                            return;
+                        }
+                        Some((cluster, pool))
+                    }
+                    _ => None,
+                };
                 let _ = ready_tx.send(Ok(store.kind()));
-                run(Arc::new(store), rx, settings, writer_stats).await;
+                run(Arc::new(store), rx, settings, writer_stats, node).await;
             });
         })
         .map_err(|err| format!("cannot start the store writer thread: {err}"))?;
     let kind = ready_rx.recv().map_err(|_| "the store writer thread ended while starting".to_owned())??;
-    let inner = HandleInner { kind, tx: Some(tx), frozen: AtomicBool::new(false), stats, touch_every };
+    let inner = HandleInner { kind, tx: Some(tx), frozen: AtomicBool::new(false), stats, touch_every, cluster };
     Ok(StoreHandle { inner: Arc::new(inner) })
 }
+
+/// A cluster node's ownership state and the pool its statements use.
+type Node = (Arc<Cluster>, sqlx::PgPool);
 
 // The writer loop: batches, commits (retrying until it succeeds), releases.
 async fn run(
@@ -388,7 +497,9 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Command>,
     settings: WriterSettings,
     stats: Arc<CommitStats>,
+    node: Option<Node>,
 ) {
+    let cluster = node.as_ref().map(|(cluster, _)| &**cluster);
     let mut batch: Vec<Change> = Vec::new();
     let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
     let mut last_expiry = Instant::now();
@@ -415,18 +526,44 @@ async fn run(
                 Command::Flush(done) => waiting.push(done),
                 Command::Load(id, reply) => {
                     // A load sees every change recorded before it.
-                    commit(&*store, &mut batch, &settings, &stats).await;
+                    commit(&*store, &mut batch, &settings, &stats, cluster).await;
                     let _ = reply.send(store.load_session(&id).await);
                 }
                 Command::Ping(reply) => {
                     let _ = reply.send(store.ping().await);
+                }
+                Command::Acquire(id, reply) => match &node {
+                    // It may wait for a handoff: the writer goes on meanwhile.
+                    Some((cluster, pool)) => {
+                        let (cluster, pool) = (cluster.clone(), pool.clone());
+                        tokio::spawn(async move {
+                            let _ = reply.send(cluster.acquire(&pool, &id).await);
+                        });
+                    }
+                    None => {
+                        let _ = reply.send(Ok(Acquired::Owned));
+                    }
+                },
+                Command::Release(id) => {
+                    // Everything recorded of it before is committed first.
+                    commit(&*store, &mut batch, &settings, &stats, cluster).await;
+                    if let Some((cluster, pool)) = &node {
+                        cluster.release(pool, &id).await;
+                    }
+                }
+                Command::Leave(done) => {
+                    commit(&*store, &mut batch, &settings, &stats, cluster).await;
+                    if let Some((cluster, pool)) = &node {
+                        cluster.leave(pool).await;
+                    }
+                    let _ = done.send(());
                 }
             }
             if batch.len() >= settings.batch_max {
                 break;
             }
         }
-        commit(&*store, &mut batch, &settings, &stats).await;
+        commit(&*store, &mut batch, &settings, &stats, cluster).await;
         for done in waiting.drain(..) {
             let _ = done.send(());
         }
@@ -440,20 +577,42 @@ async fn run(
             }
         }
     }
-    commit(&*store, &mut batch, &settings, &stats).await;
+    commit(&*store, &mut batch, &settings, &stats, cluster).await;
 }
 
 // Commits `batch` (retrying with backoff while the store fails: what a
 // client was told must not be lost), then releases the lines it journaled.
-async fn commit(store: &dyn Store, batch: &mut Vec<Change>, settings: &WriterSettings, stats: &CommitStats) {
-    if batch.is_empty() {
-        return;
-    }
+// On a cluster node, the changes of sessions it no longer owns are dropped,
+// and a batch the store fences is retried without the sessions it names.
+async fn commit(
+    store: &dyn Store,
+    batch: &mut Vec<Change>,
+    settings: &WriterSettings,
+    stats: &CommitStats,
+    cluster: Option<&Cluster>,
+) {
     let mut backoff = Duration::from_millis(10);
     loop {
-        match store.commit(batch, settings.journal_retained).await {
-            Ok(()) => break,
-            Err(err) => {
+        let fence = cluster.map(|cluster| cluster.fence(batch));
+        if batch.is_empty() {
+            return;
+        }
+        match store.commit(batch, settings.journal_retained, fence.as_ref()).await {
+            Ok(()) => {
+                if let (Some(cluster), Some(fence)) = (cluster, &fence) {
+                    cluster.committed(fence);
+                }
+                break;
+            }
+            Err(CommitError::Fenced(lost)) => match cluster {
+                Some(cluster) => cluster.lose(&lost, "the store refused its write: another node owns it"),
+                None => {
+                    log::error!("store: a commit was fenced off a cluster; dropping {} changes", batch.len());
+                    batch.clear();
+                    return;
+                }
+            },
+            Err(CommitError::Store(err)) => {
                 stats.failures.fetch_add(1, Ordering::Relaxed);
                 if !stats.failing.swap(true, Ordering::AcqRel) {
                     log::error!("store: commit of {} changes failed, retrying: {err}", batch.len());

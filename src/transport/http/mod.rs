@@ -90,7 +90,12 @@ async fn lookup(
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
     if let Some(session) = sessions.get(id) {
-        return Ok((id.to_owned(), session));
+        if !session.log.is_detached() {
+            return Ok((id.to_owned(), session));
+        }
+        // Another node took it (or asked for it): it is no longer served
+        // here, but may be again, from the store.
+        sessions.remove_entry(id, &session);
     }
     // Not live here: a stored session (after a restart) comes back. Only an
     // id of the host's own form is looked up, so made-up ids cost no read.
@@ -232,6 +237,7 @@ fn offer(session: &HttpEntry, frame: Frame, accepted: &mut usize) -> Result<(), 
     let frame = match frame {
         Frame::Line(line) => match session.log.journal_inbound(&line) {
             Some(seq) => Frame::Journaled { seq, line },
+            None if session.log.is_detached() => return Err(Box::new(moved())),
             None => Frame::Line(line),
         },
         other => other,
@@ -248,6 +254,15 @@ fn offer(session: &HttpEntry, frame: Frame, accepted: &mut usize) -> Result<(), 
         )),
         Err(TrySendError::Closed(_)) => Err(Box::new(error(StatusCode::NOT_FOUND, "session has ended"))),
     }
+}
+
+// The 503 for a frame that reached a session just as it stopped being
+// served here (another node took it): it was not kept, the client sends it
+// again (and is routed to the session's new node).
+fn moved() -> HttpResponse {
+    HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+        .insert_header((header::RETRY_AFTER, "0"))
+        .json(json!({ "ok": false, "error": "session moved to another node while this request arrived; send it again" }))
 }
 
 async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
@@ -268,7 +283,7 @@ async fn take_lines(
     ended: &mut bool,
     sessions: &web::Data<HttpSessions>,
 ) -> HttpResponse {
-    let (_, session) = match lookup(req, sessions).await {
+    let (id, session) = match lookup(req, sessions).await {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -307,7 +322,8 @@ async fn take_lines(
         // 200 only once the frames are committed.
         session.log.store().flush().await;
     }
-    HttpResponse::Ok().json(json!({ "ok": true }))
+    // The id in a header too: a router learns where the session is served.
+    HttpResponse::Ok().insert_header((SESSION_HEADER, id.as_str())).json(json!({ "ok": true }))
 }
 
 // One attached stream: counts itself in `streams` while it lives.
@@ -399,7 +415,7 @@ async fn next_event(mut attached: Attached) -> Option<(Result<Bytes, Infallible>
         }
         None => {
             // The session ended and everything was delivered: forget it.
-            attached.sessions.remove(&attached.id);
+            attached.sessions.remove_entry(&attached.id, &attached.session);
             None
         }
     }
@@ -440,16 +456,24 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
     }
     session.streams.fetch_add(1, Ordering::AcqRel);
     session.touch();
+    let header_id = id.clone();
     let attached = Attached { id, session, sessions, token, guard: None, closed: false, replay };
     HttpResponse::Ok()
+        .insert_header((SESSION_HEADER, header_id))
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .streaming(futures_util::stream::unfold(attached, next_event))
 }
 
-/// `GET /ready`: 200 while the node can serve (its store answers), else 503.
+/// `GET /ready`: 200 while the node can serve (its store answers and, on
+/// a cluster node, its leases are renewed), else 503; 503 too once it shuts
+/// down, so a router sends nothing more its way.
 async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
     let store = sessions.service.store();
+    if sessions.service.shutdown_token().is_cancelled() {
+        return HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+            .json(json!({ "ready": false, "store": store.kind(), "error": "shutting down" }));
+    }
     match store.ping().await {
         Ok(()) => HttpResponse::Ok().json(json!({ "ready": true, "store": store.kind() })),
         Err(err) => HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
@@ -470,6 +494,8 @@ async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
             "changes": stats.changes.load(Ordering::Relaxed),
             "failures": stats.failures.load(Ordering::Relaxed),
         },
+        "node": store.node_id(),
+        "owned_sessions": store.owned_sessions(),
     }))
 }
 

@@ -137,9 +137,17 @@ impl HttpSessions {
         lock(&self.map).get(id).cloned()
     }
 
-    /// Forgets a session and gives back its slot.
-    pub(super) fn remove(&self, id: &str) {
-        let removed = lock(&self.map).remove(id);
+    /// Forgets session `id` if `entry` is still the one registered under
+    /// it (a session served again after it moved away and back is a new
+    /// entry), and gives back its slot.
+    pub(super) fn remove_entry(&self, id: &str, entry: &Arc<HttpEntry>) {
+        let removed = {
+            let mut map = lock(&self.map);
+            match map.get(id) {
+                Some(current) if Arc::ptr_eq(current, entry) => map.remove(id),
+                _ => None,
+            }
+        };
         if let Some(entry) = removed {
             lock(&entry.slot).take();
         }
@@ -209,15 +217,15 @@ impl HttpSessions {
         if !expired && end != ConnectionEnd::Unauthenticated {
             self.linger(&id, &entry).await;
         }
-        self.remove(&id);
+        self.remove_entry(&id, &entry);
     }
 
     // Waits, for an ended session, until a stream has taken its last lines
     // (the stream removes it), or `final_flush` passed with no stream
     // attached, or the host shuts down.
-    async fn linger(&self, id: &str, entry: &HttpEntry) {
+    async fn linger(&self, id: &str, entry: &Arc<HttpEntry>) {
         let shutdown = self.service.shutdown_token();
-        while self.get(id).is_some() {
+        while self.get(id).is_some_and(|current| Arc::ptr_eq(&current, entry)) {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 // A stream left: a new grace starts for it to come back.

@@ -1,0 +1,126 @@
+//! A node's own tasks on the store writer's runtime: its presence lock, the
+//! renewal of its leases (and heartbeat), and the notifications it listens
+//! to (handoff requests, releases).
+
+use sqlx::postgres::{PgConnection, PgListener, PgPool};
+use sqlx::{ConnectOptions, Connection};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::sql::{self, CHANNEL};
+use super::Cluster;
+
+/// Hands a session's lease back once everything recorded of it is
+/// committed (the writer does it in order with the changes).
+pub(in crate::store) type Release = Arc<dyn Fn(String) + Send + Sync>;
+
+/// Joins the cluster: takes the node's presence lock (refused when a live
+/// process already runs as this node), then starts renewing and listening.
+pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release: Release) -> Result<(), String> {
+    let node = cluster.node_id().to_owned();
+    let mut presence = presence(&pool, &node).await?;
+    let started_ms = crate::store::writer::now_ms();
+    sql::renew(&pool, &cluster, started_ms).await.map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
+    let mut listener = PgListener::connect_with(&pool).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
+    listener.listen(CHANNEL).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
+    log::info!("cluster: node {node} joined (lease {} ms)", cluster.lease_ms());
+    let renewing = cluster.clone();
+    let renew_pool = pool.clone();
+    tokio::spawn(async move {
+        let every = (renewing.settings.lease / 3).max(Duration::from_millis(50));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            presence = keep_present(&renew_pool, &renewing, presence).await;
+            renew(&renew_pool, &renewing, started_ms).await;
+        }
+    });
+    tokio::spawn(listen(listener, cluster, release));
+    Ok(())
+}
+
+// A connection of its own holding the node's presence lock.
+async fn presence(pool: &PgPool, node: &str) -> Result<PgConnection, String> {
+    let mut conn = pool
+        .connect_options()
+        .as_ref()
+        .clone()
+        .application_name(&format!("subagentd {node}"))
+        .connect()
+        .await
+        .map_err(|err| format!("cluster: cannot connect: {err}"))?;
+    match sql::take_presence(&mut conn, node).await {
+        Ok(true) => Ok(conn),
+        Ok(false) => Err(format!(
+            "cluster: node id {node} is in use by another live subagentd (give each node its own --node-id)"
+        )),
+        Err(err) => Err(format!("cluster: cannot take the presence lock: {err}")),
+    }
+}
+
+// Checks the presence connection, and takes a new one when it broke
+// (other nodes may have taken this node's sessions meanwhile: fencing
+// tells, at the next renewal or commit).
+async fn keep_present(pool: &PgPool, cluster: &Cluster, mut conn: PgConnection) -> PgConnection {
+    if conn.ping().await.is_ok() {
+        return conn;
+    }
+    log::warn!("cluster: the presence connection broke; taking a new one");
+    match presence(pool, cluster.node_id()).await {
+        Ok(fresh) => fresh,
+        Err(err) => {
+            log::error!("{err}");
+            conn
+        }
+    }
+}
+
+// Renews every lease; a session not renewed at its epoch was taken over.
+async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) {
+    let before = cluster.leased();
+    match sql::renew(pool, cluster, started_ms).await {
+        Ok(renewed) => {
+            if !cluster.healthy.swap(true, Ordering::AcqRel) {
+                log::warn!("cluster: leases renewed again; taking new sessions");
+            }
+            let lost = cluster.unrenewed(&before, &renewed);
+            if !lost.is_empty() {
+                cluster.lose(&lost, "its lease was taken over");
+            }
+        }
+        Err(err) => {
+            if cluster.healthy.swap(false, Ordering::AcqRel) {
+                log::error!("cluster: renewing leases failed ({err}); taking no new sessions until it works");
+            }
+        }
+    }
+}
+
+// Serves handoff requests for this node's sessions, and wakes those
+// waiting for a release.
+async fn listen(mut listener: PgListener, cluster: Arc<Cluster>, release: Release) {
+    loop {
+        let message = match listener.recv().await {
+            Ok(message) => message,
+            Err(err) => {
+                log::warn!("cluster: listening failed ({err}); reconnecting");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let mut words = message.payload().split(' ');
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("handoff"), Some(id), Some(owner), Some(to)) if owner == cluster.node_id() => {
+                if cluster.leased().contains_key(id) {
+                    log::info!("cluster: node {to} asks for session {id}: handing it off");
+                    cluster.give_up(id, &format!("handed off to node {to}"));
+                    release(id.to_owned());
+                }
+            }
+            (Some("released"), Some(id), None, None) => cluster.was_released(id),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The cluster's statements (PostgreSQL; the functions they call are in
+//! `migrations/0002_cluster.postgres.sql`).
+
+use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::Row;
+use std::collections::HashSet;
+
+use super::{Cluster, Fence};
+
+/// The channel every node listens on.
+pub(super) const CHANNEL: &str = "subagentd";
+
+/// What `subagentd_acquire` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Attempt {
+    /// Owned now, at this epoch.
+    Owned(i64),
+    /// No such session.
+    Unknown,
+    /// Another node took it meanwhile: ask again.
+    Raced,
+    /// Another node owns it; its lease has this long left (ms).
+    Held { owner: String, wait_ms: i64 },
+}
+
+pub(super) async fn acquire(pool: &PgPool, cluster: &Cluster, id: &str) -> Result<Attempt, sqlx::Error> {
+    let row = sqlx::query("SELECT epoch, owner, wait_ms FROM subagentd_acquire($1, $2, $3)")
+        .bind(id)
+        .bind(cluster.node_id())
+        .bind(cluster.lease_ms())
+        .fetch_one(pool)
+        .await?;
+    let epoch: i64 = row.try_get(0)?;
+    let owner: Option<String> = row.try_get(1)?;
+    let wait_ms: i64 = row.try_get(2)?;
+    Ok(match owner {
+        _ if epoch > 0 => Attempt::Owned(epoch),
+        None => Attempt::Unknown,
+        Some(owner) if owner.is_empty() => Attempt::Raced,
+        Some(owner) => Attempt::Held { owner, wait_ms },
+    })
+}
+
+/// Asks `owner` to hand `id` off to this node.
+pub(super) async fn ask_handoff(pool: &PgPool, cluster: &Cluster, id: &str, owner: &str) -> Result<(), sqlx::Error> {
+    let payload = format!("handoff {id} {owner} {}", cluster.node_id());
+    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(pool).await.map(drop)
+}
+
+/// Gives up the lease of `id` held at `epoch` and tells every node.
+pub(super) async fn release(pool: &PgPool, node: &str, id: &str, epoch: i64) -> Result<bool, sqlx::Error> {
+    let rows = sqlx::query(
+        "WITH released AS (UPDATE leases SET lease_until_ms = 0 \
+         WHERE session_id = $1 AND node_id = $2 AND epoch = $3 RETURNING session_id) \
+         SELECT pg_notify($4, 'released ' || session_id) FROM released",
+    )
+    .bind(id)
+    .bind(node)
+    .bind(epoch)
+    .bind(CHANNEL)
+    .fetch_all(pool)
+    .await?;
+    Ok(!rows.is_empty())
+}
+
+/// Gives up every lease of `node` (it shuts down), tells every node, and
+/// takes the node off the list. Returns how many sessions it released.
+pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<usize, sqlx::Error> {
+    let rows = sqlx::query(
+        "WITH released AS (UPDATE leases SET lease_until_ms = 0 WHERE node_id = $1 RETURNING session_id), \
+         gone AS (DELETE FROM nodes WHERE id = $1) \
+         SELECT pg_notify($2, 'released ' || session_id) FROM released",
+    )
+    .bind(node)
+    .bind(CHANNEL)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.len())
+}
+
+/// Renews every lease of this node and its heartbeat, in one statement;
+/// returns the sessions renewed, with their epochs.
+pub(super) async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> Result<HashSet<(String, i64)>, sqlx::Error> {
+    let rows = sqlx::query(
+        "WITH renewed AS (UPDATE leases SET lease_until_ms = subagentd_now_ms() + $2 \
+         WHERE node_id = $1 RETURNING session_id, epoch), \
+         beat AS (INSERT INTO nodes (id, http_addr, tcp_addr, started_ms, heartbeat_ms) \
+         VALUES ($1, $3, $4, $5, subagentd_now_ms()) ON CONFLICT (id) DO UPDATE SET \
+         http_addr = excluded.http_addr, tcp_addr = excluded.tcp_addr, heartbeat_ms = excluded.heartbeat_ms) \
+         SELECT session_id, epoch FROM renewed",
+    )
+    .bind(cluster.node_id())
+    .bind(cluster.lease_ms())
+    .bind(cluster.settings.http_addr.as_deref())
+    .bind(cluster.settings.tcp_addr.as_deref())
+    .bind(started_ms)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(|row| Ok((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?))).collect()
+}
+
+/// Takes this node's presence lock on `conn`: held while the node lives,
+/// freed by PostgreSQL when its connection (so its process) goes. `false`
+/// when another live process holds it (the same `--node-id` twice).
+pub(super) async fn take_presence(conn: &mut PgConnection, node: &str) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query("SELECT pg_try_advisory_lock(hashtext('subagentd node'), hashtext($1))")
+        .bind(node)
+        .fetch_one(&mut *conn)
+        .await?;
+    row.try_get(0)
+}
+
+/// The statement prefix that fences a batch: parameters `$1 … $5`.
+pub(in crate::store) const FENCE_CTE: &str = "fence AS (SELECT subagentd_fence($1, $2, $3, $4, $5) AS ok)";
+
+/// How many parameters [`FENCE_CTE`] takes.
+pub(in crate::store) const FENCE_PARAMS: usize = 5;
+
+/// Binds the fence's parameters (first, before the batch's own).
+pub(in crate::store) fn bind_fence<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    fence: &'q Fence,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query.bind(fence.node.as_str()).bind(&fence.ids).bind(&fence.epochs).bind(&fence.ends).bind(fence.lease_ms)
+}
+
+/// The sessions a refused commit named (SQLSTATE SA409, `fenced: a,b`).
+pub(in crate::store) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>> {
+    let db = err.as_database_error()?;
+    if db.code().as_deref() != Some("SA409") {
+        return None;
+    }
+    let list = db.message().strip_prefix("fenced: ")?;
+    Some(list.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect())
+}
