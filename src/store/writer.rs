@@ -533,8 +533,11 @@ async fn run(
                     let _ = reply.send(store.ping().await);
                 }
                 Command::Acquire(id, reply) => match &node {
-                    // It may wait for a handoff: the writer goes on meanwhile.
+                    // It sees every change recorded before it (the end of a
+                    // session, say), and may wait for a handoff: the writer
+                    // goes on meanwhile.
                     Some((cluster, pool)) => {
+                        commit(&*store, &mut batch, &settings, &stats, Some(cluster)).await;
                         let (cluster, pool) = (cluster.clone(), pool.clone());
                         tokio::spawn(async move {
                             let _ = reply.send(cluster.acquire(&pool, &id).await);

@@ -40,7 +40,7 @@ impl Drop for TempDir {
 }
 
 fn open(url: &StoreUrl) -> StoreHandle {
-    store::open(url, WriterSettings::default()).expect("open the store")
+    store::open(url, WriterSettings::default(), None).expect("open the store")
 }
 
 fn session_row(id: &str) -> SessionRow {
@@ -105,6 +105,9 @@ async fn crash_and_resume(url: StoreUrl) {
     tree.close().await;
 
     let second = open(&url);
+    // (On PostgreSQL the second process is another node: it takes the
+    // session first, as the service does; the frozen first gave it back.)
+    assert_eq!(second.acquire(&session_id).await.expect("acquire"), store::Acquired::Owned);
     let stored: StoredSession = second.load(&session_id).await.expect("load").expect("the session is stored");
     assert_eq!(stored.subagents.len(), 3, "done, parent, kid");
     let parent_row = stored.subagents.iter().find(|s| s.id == parent).expect("parent stored");
@@ -190,7 +193,7 @@ async fn a_store_at_a_newer_schema_is_refused_with_a_clear_message() {
         .await
         .expect("insert");
     }
-    let err = store::open(&url, WriterSettings::default()).expect_err("a newer schema is refused");
+    let err = store::open(&url, WriterSettings::default(), None).expect_err("a newer schema is refused");
     assert!(err.contains("version 99") && err.contains("newer"), "{err}");
 }
 
