@@ -8,6 +8,8 @@
 //! - `server`: the server as a library call, in-process on port 0, with
 //!   tokio's paused clock for timeouts.
 //! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
+//! - `cluster`: three (then four) nodes on one PostgreSQL behind a real
+//!   HAProxy: spread, fencing, failover, a node added, handoffs.
 //! - `durable`: the real binary killed (SIGKILL, SIGTERM) and restarted on
 //!   SQLite and PostgreSQL; sessions resume and running tasks go on.
 //! - `golden`: request line in, reply line out, for both namespaces.
@@ -33,6 +35,7 @@ mod actor_merge;
 mod actor_tree;
 mod adapter_command;
 mod adapter_openai;
+mod cluster;
 mod durable;
 mod e2e_http;
 mod e2e_sdk_flow;

@@ -78,6 +78,21 @@ use sessions::{lock, HttpEntry};
 /// The header naming the session of `/send` and `/stream`.
 pub const SESSION_HEADER: &str = "X-Session-Id";
 
+/// The header naming the node that answered, on a cluster node (for
+/// operators, and for tests that check where sessions went).
+pub const NODE_HEADER: &str = "X-Subagentd-Node";
+
+// A 200 naming the session (a router learns where it is served) and, on a
+// cluster node, the node.
+fn ok_for(sessions: &HttpSessions, id: &str) -> actix_web::HttpResponseBuilder {
+    let mut response = HttpResponse::Ok();
+    response.insert_header((SESSION_HEADER, id));
+    if let Some(node) = sessions.service.store().node_id() {
+        response.insert_header((NODE_HEADER, node));
+    }
+    response
+}
+
 fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
@@ -220,7 +235,7 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
             opened.session = opened.session.with_peer(peer(&req)).with_transport("http");
             let id = sessions.clone().into_inner().insert(opened);
             // The id in a header too, for routers that hash on it (HAProxy).
-            HttpResponse::Ok().insert_header((SESSION_HEADER, id.as_str())).json(json!({ "session_id": id }))
+            ok_for(&sessions, &id).json(json!({ "session_id": id }))
         }
         Err(err) => {
             log::warn!("http POST /session from {} refused: {}", peer(&req), err.message);
@@ -322,8 +337,7 @@ async fn take_lines(
         // 200 only once the frames are committed.
         session.log.store().flush().await;
     }
-    // The id in a header too: a router learns where the session is served.
-    HttpResponse::Ok().insert_header((SESSION_HEADER, id.as_str())).json(json!({ "ok": true }))
+    ok_for(sessions, &id).json(json!({ "ok": true }))
 }
 
 // One attached stream: counts itself in `streams` while it lives.
@@ -456,10 +470,9 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
     }
     session.streams.fetch_add(1, Ordering::AcqRel);
     session.touch();
-    let header_id = id.clone();
+    let mut response = ok_for(&sessions, &id);
     let attached = Attached { id, session, sessions, token, guard: None, closed: false, replay };
-    HttpResponse::Ok()
-        .insert_header((SESSION_HEADER, header_id))
+    response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .streaming(futures_util::stream::unfold(attached, next_event))

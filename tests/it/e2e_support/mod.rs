@@ -118,9 +118,13 @@ impl Server {
         let want_http = args.contains(&"--http");
         let (mut tcp, mut http) = (None, None);
         let deadline = Instant::now() + PATIENCE;
+        let mut said = Vec::new();
         while (want_tcp && tcp.is_none()) || (want_http && http.is_none()) {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = stderr.recv_timeout(left).expect("subagentd reports its addresses");
+            let Ok(line) = stderr.recv_timeout(left) else {
+                panic!("subagentd {args:?} did not report its addresses; it said: {said:#?}")
+            };
+            said.push(line.clone());
             if let Some(addr) = line.strip_prefix("subagentd: tcp listening on ") {
                 tcp = Some(addr.to_owned());
             }
