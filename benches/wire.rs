@@ -25,8 +25,13 @@
 //! | `wire_store/{memory,sqlite,sqlite_normal,postgres}_1_session` | one cycle over TCP, 1 connection, `WINDOW` in flight, on `--store memory`, an SQLite file (`synchronous` full, the default, and normal), a PostgreSQL database; after each, the commits per second and mean batch size (from `/health`) are printed |
 //! | `restart/sqlite_10k_subagents` | one restart: `subagentd` started on an SQLite store holding a session of 10 000 subagents (killed with SIGKILL before), until a client resumed that session and listed all 10 000 |
 //!
-//! The PostgreSQL bench needs `DATABASE_URL` (a server it may create a
-//! database on, dropped afterwards).
+//! Several hosts (issue 12): `cluster/haproxy_{1,3}_nodes_8_sessions`, one
+//! cycle through HAProxy to 1 or 3 nodes on one PostgreSQL database, and a
+//! count of PostgreSQL's work per cycle (see `support/cluster.rs`).
+//!
+//! The PostgreSQL and cluster benches need `DATABASE_URL` (a server they
+//! may create a database on, dropped afterwards); the cluster bench needs
+//! `haproxy` on the PATH.
 //!
 //! Run: `cargo bench --bench wire` (the bench builds `subagentd` itself).
 
@@ -701,5 +706,8 @@ fn restart(c: &mut Criterion) {
     drop(held);
 }
 
-criterion_group!(benches, wire, stores, restart);
+#[path = "support/cluster.rs"]
+mod cluster;
+
+criterion_group!(benches, wire, stores, restart, cluster::cluster);
 criterion_main!(benches);
