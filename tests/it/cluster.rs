@@ -555,8 +555,20 @@ fn failover(cluster: &mut Cluster, front: &str) {
     let id = session.id.clone();
     cluster.kill9(&owner);
     let killed = Instant::now();
-    let listed = session.list();
+    // The SDK's client posts while its stream reconnects: both reach the
+    // new owner together, and neither is refused.
+    let (racing_front, racing_id) = (front.to_owned(), id.clone());
+    let racing = std::thread::spawn(move || {
+        let line = json!({ "type": "SUBAGENT_LIST_REQ", "id": "during-failover" }).to_string();
+        http_with_headers(&racing_front, "POST", "/send", &[("X-Session-Id", racing_id.as_str())], &line)
+    });
+    let reply = session.until("the list posted during the failover", |m| m["req_id"] == "during-failover");
     let takeover = killed.elapsed();
+    let (status, headers, body) = racing.join().expect("the racing request");
+    assert_eq!(status, 200, "a request racing the stream's reconnect is served: {body}");
+    session.node = headers.get("x-subagentd-node").cloned().unwrap_or_default();
+    assert_eq!(reply["subagents"].as_array().map(Vec::len), Some(4), "{reply}");
+    let listed = session.list();
     assert_ne!(session.node, owner);
     assert_eq!(session.id, id);
     eprintln!("cluster: takeover after SIGKILL of {owner}: first reply from {} in {takeover:?}", session.node);

@@ -44,6 +44,10 @@ pub struct HttpSessions {
     map: Mutex<HashMap<String, Arc<HttpEntry>>>,
     // Lines kept per session for `Last-Event-ID` replay.
     journal_retained: usize,
+    // Sessions being restored now: a second request naming one waits for
+    // the first to finish (a client's stream and its `/send` arrive together
+    // after a failover) instead of being refused.
+    restoring: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// One HTTP session's transport state.
@@ -130,7 +134,13 @@ impl HttpSessions {
     /// [`HttpSessions::new`] keeping `journal_retained` lines per session
     /// for `Last-Event-ID` replay.
     pub fn with_replay(service: Arc<Service>, final_flush: Duration, journal_retained: usize) -> Arc<Self> {
-        Arc::new(Self { service, final_flush, map: Mutex::new(HashMap::new()), journal_retained })
+        Arc::new(Self {
+            service,
+            final_flush,
+            map: Mutex::new(HashMap::new()),
+            journal_retained,
+            restoring: Mutex::default(),
+        })
     }
 
     pub(super) fn get(&self, id: &str) -> Option<Arc<HttpEntry>> {
@@ -161,6 +171,24 @@ impl HttpSessions {
     /// Restores a stored session into the registry (a request named it after
     /// a restart); `Ok(None)` when the store does not have it either.
     pub(super) async fn restore(self: &Arc<Self>, id: &str) -> Result<Option<Arc<HttpEntry>>, HostError> {
+        let turn = lock(&self.restoring).entry(id.to_owned()).or_default().clone();
+        let outcome = {
+            let _turn = turn.lock().await;
+            match self.get(id) {
+                // Restored by the request this one waited for.
+                Some(entry) => Ok(Some(entry)),
+                None => self.restore_now(id).await,
+            }
+        };
+        let mut restoring = lock(&self.restoring);
+        // The last one out forgets the turn (the map holds one reference).
+        if Arc::strong_count(&turn) == 2 {
+            restoring.remove(id);
+        }
+        outcome
+    }
+
+    async fn restore_now(self: &Arc<Self>, id: &str) -> Result<Option<Arc<HttpEntry>>, HostError> {
         let queue = self.service.limits().max_inflight_requests.max(INPUT_QUEUE);
         let Some(opened) = self.service.restore(id, queue).await? else { return Ok(None) };
         self.insert(opened);
