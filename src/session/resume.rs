@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::handshake::{self, Grant};
 use super::outbox::OutboxSink;
-use super::{Connection, Ending, Service, State};
+use super::{service, Connection, Ending, Service, State};
 use crate::protocol::encode;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{SessionLog, SessionRow};
@@ -46,7 +46,7 @@ impl Connection {
                 refuse(self, "unknown_session");
                 return self.handshake_failed(state, "unknown_session");
             }
-            Err(err) if err.detail.as_ref().is_some_and(|d| d["reason"] == "session_in_use") => {
+            Err(err) if service::is_in_use(&err) => {
                 // Another live node serves it and did not hand it off.
                 service.release_session(wanted);
                 log::warn!("session {}: resuming {wanted}: {}", self.session_id, err.message);

@@ -30,6 +30,15 @@ use crate::store::{Acquired, SessionLog, SessionOwner, StoreHandle};
 /// stdio: they push back through the socket or pipe).
 pub const INPUT_QUEUE: usize = 64;
 
+/// `detail.reason` of the error for a session another live node serves.
+const IN_USE: &str = "session_in_use";
+
+/// Whether `err` says another live node serves the session asked for (and
+/// did not hand it off in time).
+pub fn is_in_use(err: &HostError) -> bool {
+    err.detail.as_ref().is_some_and(|detail| detail["reason"] == IN_USE)
+}
+
 /// Shared state of a running service.
 #[derive(Debug)]
 pub struct Service {
@@ -153,7 +162,7 @@ impl Service {
             Ok(Acquired::Busy { owner }) => Err(HostError::runtime(format!(
                 "session {id} is served by node {owner}, which did not hand it off in time; try again"
             ))
-            .with_detail(serde_json::json!({ "reason": "session_in_use", "owner": owner }))),
+            .with_detail(serde_json::json!({ "reason": IN_USE, "owner": owner }))),
             Err(err) => Err(HostError::runtime(format!("the store could not be read: {err}"))),
         }
     }

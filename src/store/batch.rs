@@ -580,7 +580,10 @@ pub(super) fn end_session(dialect: Dialect, session: &str, ops: &mut Vec<Op>) {
 /// A session's lease goes (it expired: no node serves it).
 pub(super) fn drop_lease(dialect: Dialect, session: &str, ops: &mut Vec<Op>) {
     let p = first(dialect);
-    ops.push(Op { sql: format!("DELETE FROM leases WHERE session_id = {p}"), args: vec![Arg::Text(session.to_owned())] });
+    ops.push(Op {
+        sql: format!("DELETE FROM leases WHERE session_id = {p}"),
+        args: vec![Arg::Text(session.to_owned())],
+    });
 }
 
 fn key_args<const N: usize>(session: &str, id: SubagentId, rest: [Arg; N]) -> Vec<Arg> {

@@ -197,7 +197,9 @@ pub fn open(
     match url {
         StoreUrl::Memory => Ok(StoreHandle::memory()),
         StoreUrl::Sqlite(_) => writer::start(url.clone(), settings, None),
-        StoreUrl::Postgres(_) => writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh))),
+        StoreUrl::Postgres(_) => {
+            writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh)))
+        }
     }
 }
 

@@ -18,8 +18,8 @@ use super::batch::{self, Arg, Op};
 use super::cluster::{self, Fence};
 use super::writer::WriterSettings;
 use super::{
-    Change, CommitError, CommitFuture, Checkpoint, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession, StoredSubagent, StoredTask,
-    SubagentRow,
+    Change, Checkpoint, CommitError, CommitFuture, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession,
+    StoredSubagent, StoredTask, SubagentRow,
 };
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
@@ -29,7 +29,12 @@ use crate::runtime::memory::InboxMessage;
 /// The migrations this build knows, oldest first, for either engine (the
 /// cluster's tables exist on both; its functions only on PostgreSQL).
 const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
-    (1, "initial", include_str!("../../migrations/0001_initial.sql"), include_str!("../../migrations/0001_initial.sql")),
+    (
+        1,
+        "initial",
+        include_str!("../../migrations/0001_initial.sql"),
+        include_str!("../../migrations/0001_initial.sql"),
+    ),
     (
         2,
         "cluster",

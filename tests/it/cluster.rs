@@ -270,7 +270,8 @@ impl HttpSession {
         };
         let mut session =
             Self { front: front.to_owned(), id, stream: None, last_id: 0, seen: Vec::new(), node, reconnects: 0, n: 0 };
-        let reply = session.request(json!({ "type": "handshake/req", "agent_id": "client", "agent_caps": ["multi_agent"] }));
+        let reply =
+            session.request(json!({ "type": "handshake/req", "agent_id": "client", "agent_caps": ["multi_agent"] }));
         assert_eq!(reply["ok"], true, "{reply}");
         assert_eq!(reply["session_id"], session.id.as_str());
         session
@@ -357,7 +358,8 @@ impl HttpSession {
     }
 
     fn spawn(&mut self, name: &str) -> String {
-        let reply = self.request(json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": name, "model": "scripted" } }));
+        let reply =
+            self.request(json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": name, "model": "scripted" } }));
         reply["subagent_id"].as_str().unwrap_or_else(|| panic!("spawn {name}: {reply}")).to_owned()
     }
 
@@ -418,7 +420,8 @@ struct TcpSession {
 impl TcpSession {
     fn connect(front: &str, resume: Option<&str>) -> Result<Self, Value> {
         let mut lines = LineClient::connect(front);
-        let mut handshake = json!({ "type": "handshake/req", "id": "h", "agent_id": "tcp-client", "agent_caps": ["multi_agent"] });
+        let mut handshake =
+            json!({ "type": "handshake/req", "id": "h", "agent_id": "tcp-client", "agent_caps": ["multi_agent"] });
         if let Some(id) = resume {
             handshake["resume_session_id"] = json!(id);
         }
@@ -601,15 +604,21 @@ fn failover(cluster: &mut Cluster, front: &str) {
 fn tcp_failover(cluster: &mut Cluster) {
     let tcp_front = cluster.haproxy.tcp.clone();
     let counts = |cluster: &Cluster| -> HashMap<String, u64> {
-        cluster.running().into_iter().map(|n| (n.clone(), cluster.health(&n)["sessions"].as_u64().unwrap_or(0))).collect()
+        cluster
+            .running()
+            .into_iter()
+            .map(|n| (n.clone(), cluster.health(&n)["sessions"].as_u64().unwrap_or(0)))
+            .collect()
     };
     let before = counts(cluster);
     let mut session = TcpSession::connect(&tcp_front, None).expect("handshake through HAProxy");
     let after = counts(cluster);
     let owner = after.iter().find(|(node, n)| **n > before[*node]).map(|(node, _)| node.clone()).expect("its node");
-    let spawned = session.request("s", json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "steady", "model": "scripted" } }));
+    let spawned = session
+        .request("s", json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "steady", "model": "scripted" } }));
     let steady = spawned["subagent_id"].as_str().expect("id").to_owned();
-    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": steps(4, 300, json!({ "tcp": "done" })) } });
+    let task =
+        json!({ "name": "t", "instruction": "i", "metadata": { "script": steps(4, 300, json!({ "tcp": "done" })) } });
     session.request("d", json!({ "type": "SUBAGENT_DELEGATE_REQ", "subagent_id": steady, "task": task }));
     std::thread::sleep(Duration::from_millis(400));
     let id = session.id.clone();

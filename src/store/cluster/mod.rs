@@ -27,10 +27,10 @@
 mod node;
 mod sql;
 
+use sqlx::postgres::PgPool;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use sqlx::postgres::PgPool;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -299,6 +299,11 @@ impl Cluster {
 
     fn disown(&self, id: &str) -> Option<i64> {
         lock(&self.owned).remove(id)
+    }
+
+    // Whether this node holds a committed lease on `id`.
+    fn holds(&self, id: &str) -> bool {
+        lock(&self.owned).get(id).is_some_and(|epoch| *epoch > 0)
     }
 
     // The sessions owned with a committed lease, and their epochs.

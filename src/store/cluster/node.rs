@@ -21,7 +21,9 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
     let node = cluster.node_id().to_owned();
     let mut presence = presence(&pool, &node).await?;
     let started_ms = crate::store::writer::now_ms();
-    sql::renew(&pool, &cluster, started_ms).await.map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
+    sql::renew(&pool, &cluster, started_ms)
+        .await
+        .map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
     let mut listener = PgListener::connect_with(&pool).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
     listener.listen(CHANNEL).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
     log::info!("cluster: node {node} joined (lease {} ms)", cluster.lease_ms());
@@ -112,12 +114,10 @@ async fn listen(mut listener: PgListener, cluster: Arc<Cluster>, release: Releas
         };
         let mut words = message.payload().split(' ');
         match (words.next(), words.next(), words.next(), words.next()) {
-            (Some("handoff"), Some(id), Some(owner), Some(to)) if owner == cluster.node_id() => {
-                if cluster.leased().contains_key(id) {
-                    log::info!("cluster: node {to} asks for session {id}: handing it off");
-                    cluster.give_up(id, &format!("handed off to node {to}"));
-                    release(id.to_owned());
-                }
+            (Some("handoff"), Some(id), Some(owner), Some(to)) if owner == cluster.node_id() && cluster.holds(id) => {
+                log::info!("cluster: node {to} asks for session {id}: handing it off");
+                cluster.give_up(id, &format!("handed off to node {to}"));
+                release(id.to_owned());
             }
             (Some("released"), Some(id), None, None) => cluster.was_released(id),
             _ => {}

@@ -80,7 +80,11 @@ pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<usize, sqlx::Erro
 
 /// Renews every lease of this node and its heartbeat, in one statement;
 /// returns the sessions renewed, with their epochs.
-pub(super) async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> Result<HashSet<(String, i64)>, sqlx::Error> {
+pub(super) async fn renew(
+    pool: &PgPool,
+    cluster: &Cluster,
+    started_ms: i64,
+) -> Result<HashSet<(String, i64)>, sqlx::Error> {
     let rows = sqlx::query(
         "WITH renewed AS (UPDATE leases SET lease_until_ms = subagentd_now_ms() + $2 \
          WHERE node_id = $1 RETURNING session_id, epoch), \

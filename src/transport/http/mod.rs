@@ -275,9 +275,9 @@ fn offer(session: &HttpEntry, frame: Frame, accepted: &mut usize) -> Result<(), 
 // served here (another node took it): it was not kept, the client sends it
 // again (and is routed to the session's new node).
 fn moved() -> HttpResponse {
-    HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
-        .insert_header((header::RETRY_AFTER, "0"))
-        .json(json!({ "ok": false, "error": "session moved to another node while this request arrived; send it again" }))
+    HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE).insert_header((header::RETRY_AFTER, "0")).json(
+        json!({ "ok": false, "error": "session moved to another node while this request arrived; send it again" }),
+    )
 }
 
 async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
