@@ -9,7 +9,9 @@
 //!   tokio's paused clock for timeouts.
 //! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
 //! - `cluster`: three (then four) nodes on one PostgreSQL behind a real
-//!   HAProxy: spread, fencing, failover, a node added, handoffs.
+//!   HAProxy: spread, fencing, failover, a node added, handoffs;
+//!   `cluster_store`: the same ownership rules on the store writers of
+//!   several nodes in-process.
 //! - `durable`: the real binary killed (SIGKILL, SIGTERM) and restarted on
 //!   SQLite and PostgreSQL; sessions resume and running tasks go on.
 //! - `golden`: request line in, reply line out, for both namespaces.
@@ -36,6 +38,7 @@ mod actor_tree;
 mod adapter_command;
 mod adapter_openai;
 mod cluster;
+mod cluster_store;
 mod durable;
 mod e2e_http;
 mod e2e_sdk_flow;

@@ -19,7 +19,7 @@ fn pg_help(problem: &str) -> String {
 
 /// Runs one statement over a connection to `url`, on a thread and runtime
 /// of its own (callers may be inside a runtime already).
-fn pg_execute(url: &str, sql: &str) -> Result<(), String> {
+pub(crate) fn pg_execute(url: &str, sql: &str) -> Result<(), String> {
     let (url, sql) = (url.to_owned(), sql.to_owned());
     std::thread::spawn(move || pg_execute_here(&url, &sql))
         .join()

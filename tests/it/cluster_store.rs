@@ -1,0 +1,104 @@
+//! Session ownership on PostgreSQL, in-process: the store writers of
+//! several nodes on one database. A node that lost a session without
+//! knowing (another took it while it was paused) has its next write refused
+//! whole and is told to stop serving the session; a node that asks for a
+//! session a live node holds gets it once that node hands it off.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use subagent_host::event::NullSink;
+use subagent_host::protocol::wire::{SpawnRequest, SubagentConfig};
+use subagent_host::store::{
+    self, Acquired, ClusterSettings, SessionLog, SessionOwner, SessionRow, StoreHandle, StoreUrl, WriterSettings,
+};
+use subagent_host::{Host, HostConfig};
+
+use crate::test_database::{pg_execute, TestDatabase};
+
+/// What a node was told to stop serving, and why.
+#[derive(Default)]
+struct GivenUp(Mutex<Vec<(String, String)>>);
+
+impl SessionOwner for GivenUp {
+    fn give_up(&self, id: &str, reason: &str) -> bool {
+        self.0.lock().unwrap().push((id.to_owned(), reason.to_owned()));
+        true
+    }
+}
+
+impl GivenUp {
+    fn reasons(&self, id: &str) -> Vec<String> {
+        self.0.lock().unwrap().iter().filter(|(s, _)| s == id).map(|(_, reason)| reason.clone()).collect()
+    }
+}
+
+fn node(url: &str, id: &str) -> (StoreHandle, Arc<GivenUp>) {
+    let settings =
+        ClusterSettings { node_id: id.into(), lease: Duration::from_millis(500), http_addr: None, tcp_addr: None };
+    let url = StoreUrl::parse(url).expect("a store URL");
+    let handle = store::open(&url, WriterSettings::default(), Some(settings)).expect("open the store");
+    let given_up = Arc::new(GivenUp::default());
+    let owner: Weak<dyn SessionOwner> = Arc::downgrade(&given_up) as Weak<dyn SessionOwner>;
+    handle.set_session_owner(owner);
+    (handle, given_up)
+}
+
+fn spawn_request(name: &str) -> SpawnRequest {
+    SpawnRequest { agent: SubagentConfig::new(name, "scripted"), parent_agent_id: None, root_agent_id: None }
+}
+
+async fn stored_names(handle: &StoreHandle, id: &str) -> Vec<String> {
+    let stored = handle.load(id).await.expect("load").expect("the session is stored");
+    stored.subagents.iter().map(|s| s.row.config.name.clone()).collect()
+}
+
+#[actix_rt::test]
+async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
+    let db = TestDatabase::create();
+    let (a, given_up_by_a) = node(&db.url, "a");
+    let log = SessionLog::new("s1", a.clone());
+    log.open(SessionRow {
+        id: "s1".into(),
+        agent_id: "client".into(),
+        capabilities: vec!["multi_agent".into()],
+        principal: None,
+        transport: "tcp".into(),
+    });
+    let host = Host::new(HostConfig::default());
+    let tree = host.open_logged_tree(Arc::new(NullSink), log);
+    tree.spawn(spawn_request("kept")).await.expect("spawn");
+    a.flush().await;
+    assert_eq!(a.owned_sessions(), 1);
+
+    // Another node takes the session behind a's back, as when a was paused
+    // past its lease; a does not know yet.
+    pg_execute(&db.url, "UPDATE leases SET node_id = 'gone', epoch = epoch + 1 WHERE session_id = 's1'")
+        .expect("move the lease");
+    tree.spawn(spawn_request("lost")).await.expect("spawn");
+    a.flush().await;
+    let reasons = given_up_by_a.reasons("s1");
+    assert!(reasons.iter().any(|r| r.contains("refused its write")), "a was told it lost s1: {reasons:?}");
+    assert_eq!(a.owned_sessions(), 0);
+
+    // b takes it at once: its holder `gone` has no presence lock (no live
+    // process), so no lease need lapse. The refused spawn is not stored.
+    let (b, given_up_by_b) = node(&db.url, "b");
+    assert_eq!(b.acquire("s1").await.expect("acquire"), Acquired::Owned);
+    assert_eq!(stored_names(&b, "s1").await, ["kept"], "a's write after it lost the session was refused whole");
+    tree.spawn(spawn_request("after")).await.expect("spawn");
+    a.flush().await;
+    assert_eq!(stored_names(&b, "s1").await, ["kept"], "a writes nothing more of a session it no longer owns");
+
+    // c asks for it while b is alive: b hands it off (told to stop serving
+    // it), releases it, and c owns it well within the lease.
+    let (c, _) = node(&db.url, "c");
+    let asked = std::time::Instant::now();
+    assert_eq!(c.acquire("s1").await.expect("acquire"), Acquired::Owned);
+    assert!(asked.elapsed() < Duration::from_millis(500), "a handoff, not a lapse: {:?}", asked.elapsed());
+    let reasons = given_up_by_b.reasons("s1");
+    assert_eq!(reasons, ["handed off to node c"]);
+    assert_eq!((b.owned_sessions(), c.owned_sessions()), (0, 1));
+    // An unknown session is not taken.
+    assert_eq!(c.acquire("nope").await.expect("acquire"), Acquired::Unknown);
+    tree.close().await;
+}
