@@ -19,7 +19,9 @@
 //!   and new sessions reach the new node;
 //! - **HAProxy restarted** (its stick table lost): sessions hashed to
 //!   another node are handed off by their live owner, with nothing lost;
-//! - **a node shut down** (SIGTERM) hands its sessions off at once.
+//! - **a node shut down** (SIGTERM) hands its sessions off at once;
+//! - **a node cut off from PostgreSQL** answers 503 on `/ready` and takes no
+//!   new sessions until the store is back (a relay the test cuts).
 //!
 //! HAProxy must be installed (`.ci/run` installs Debian's `haproxy`).
 
@@ -29,6 +31,8 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The lease: long enough that a node handing off (or dead) is visibly
@@ -704,4 +708,87 @@ fn shutdown_hands_off(cluster: &mut Cluster, front: &str) {
 fn signal_pid(pid: u32, name: &str) {
     let status = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().expect("run kill");
     assert!(status.success());
+}
+
+/// A TCP relay to PostgreSQL that the test can cut (every connection
+/// through it dropped, new ones refused at once) and mend.
+struct StoreLink {
+    port: u16,
+    down: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl StoreLink {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        let port = listener.local_addr().expect("addr").port();
+        let down = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (accept_down, accept_open) = (down.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                if accept_down.load(Ordering::Acquire) {
+                    continue; // dropped at once: the connection fails
+                }
+                let Ok(server) = TcpStream::connect("127.0.0.1:5432") else { continue };
+                let mut sockets = accept_open.lock().unwrap();
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                sockets.extend([client, server]);
+            }
+        });
+        Self { port, down, open }
+    }
+
+    fn cut(&self) {
+        self.down.store(true, Ordering::Release);
+        for socket in self.open.lock().unwrap().drain(..) {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn mend(&self) {
+        self.down.store(false, Ordering::Release);
+    }
+}
+
+/// A node that cannot reach PostgreSQL says so on `/ready` (so HAProxy
+/// takes it out) and takes no new sessions, until the store is back.
+#[test]
+fn a_node_cut_off_from_its_store_takes_no_new_sessions() {
+    let db = TestDatabase::create();
+    let link = StoreLink::start();
+    let (_, name) = db.url.rsplit_once('/').expect("a database in the URL");
+    let url = format!("postgres://postgres@127.0.0.1:{}/{name}", link.port);
+    let server = Server::start(&["--http", "127.0.0.1:0", "--store", &url, "--node-id", "cut"], Some(CONFIG));
+    let addr = server.http.clone().expect("http");
+    let ready = || http(&addr, "GET", "/ready", &[], "");
+    let wait_ready = |want: u16| {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (status, body) = ready();
+            if status == want {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "/ready never answered {want} (last: {status} {body})");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_ready(200);
+    link.cut();
+    let body = wait_ready(503);
+    assert_eq!(body["ready"], false, "{body}");
+    server.wait_stderr("the node saying why", |line| line.contains("taking no new sessions"));
+    let (status, body) = http(&addr, "POST", "/session", &[], "");
+    assert_eq!(status, 503, "no new session while the store is out of reach: {body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("cannot reach its store"), "{body}");
+    link.mend();
+    wait_ready(200);
+    let (status, body) = http(&addr, "POST", "/session", &[], "");
+    assert_eq!(status, 200, "new sessions again once the store is back: {body}");
 }
