@@ -5,6 +5,9 @@
 //! is full. Records are instead handed to a dedicated thread through a
 //! bounded queue and dropped when it is full. The default level is `warn`,
 //! which logs nothing per request; `RUST_LOG` overrides it.
+//!
+//! Records are text (env_logger's format) or, for log shippers, one JSON
+//! object per line: `{"ts", "level", "target", "message"}`.
 
 use std::io::Write;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -14,8 +17,18 @@ const QUEUE: usize = 1_024;
 /// Bytes buffered before a record without a newline is sent anyway.
 const MAX_PENDING: usize = 64 * 1024;
 
+/// How log records are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// env_logger's text: `[ts LEVEL target] message`.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// Installs the logger. Call once, first thing in `main`.
-pub fn init() {
+pub fn init(format: LogFormat) {
     let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE);
     let spawned = std::thread::Builder::new().name("stderr-log".into()).spawn(move || {
         let stderr = std::io::stderr();
@@ -29,9 +42,20 @@ pub fn init() {
         return;
     }
     let writer = NonBlockingStderr { tx, pending: Vec::new() };
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .target(env_logger::Target::Pipe(Box::new(writer)))
-        .try_init();
+    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"));
+    builder.target(env_logger::Target::Pipe(Box::new(writer)));
+    if format == LogFormat::Json {
+        builder.format(|out, record| {
+            let line = serde_json::json!({
+                "ts": out.timestamp_millis().to_string(),
+                "level": record.level().as_str(),
+                "target": record.target(),
+                "message": record.args().to_string(),
+            });
+            writeln!(out, "{line}")
+        });
+    }
+    let _ = builder.try_init();
 }
 
 struct NonBlockingStderr {

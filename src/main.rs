@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use subagent_host::config::{FileConfig, SqliteSync};
+use subagent_host::logging::LogFormat;
 use subagent_host::server::{self, Listeners, Settings};
 use subagent_host::session::Auth;
 use subagent_host::store::{self, ClusterSettings, DataDirLock, StoreUrl, WriterSettings};
@@ -74,11 +75,25 @@ struct ServeArgs {
     /// share one.
     #[arg(long, value_name = "ID")]
     node_id: Option<String>,
+    /// How log records are written to stderr (`RUST_LOG` picks which):
+    /// text, or one JSON object per line for log shippers.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormatArg,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 fn main() -> ExitCode {
-    subagent_host::logging::init();
     let Command::Serve(args) = Cli::parse().command;
+    subagent_host::logging::init(match args.log_format {
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
+    });
     match serve(args) {
         Ok(()) => {
             // Threads blocked on stdin must not keep the process alive.

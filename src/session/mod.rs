@@ -143,6 +143,10 @@ pub struct Connection {
     // Journaled frames numbered up to this one were handed over before a
     // restart: they are being served again.
     replayed_up_to: u64,
+    // When the connection opened, and the requests it decoded (for the log
+    // line at its end).
+    opened: std::time::Instant,
+    requests: std::sync::atomic::AtomicU64,
 }
 
 // What the handshakes granted so far.
@@ -197,6 +201,8 @@ impl Connection {
             transport: "tcp",
             restored: None,
             replayed_up_to: 0,
+            opened: std::time::Instant::now(),
+            requests: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -346,7 +352,12 @@ impl Connection {
             log::warn!("session {id} from {peer}: client not reading its replies (outbox past its bounds, or full with nothing taken for client_stall_ms); closed");
         } else if end != ConnectionEnd::Unauthenticated {
             // (An unauthenticated end was logged at its cause.)
-            log::info!("session {id} from {peer} closed: {end:?}");
+            log::info!(
+                "session {id} ended: transport={} peer={peer} duration={:.3}s requests={} end={end:?}",
+                self.transport,
+                self.opened.elapsed().as_secs_f64(),
+                self.requests.load(std::sync::atomic::Ordering::Relaxed)
+            );
         }
         end
     }
@@ -413,6 +424,13 @@ impl Connection {
     // Stores the session as its handshake shaped it (from now on its changes
     // are recorded), and marks it in use in this process.
     fn store_session(&self, req: &HandshakeRequest) {
+        log::info!(
+            "session {} started: transport={} peer={} agent={}",
+            self.session_id,
+            self.transport,
+            self.peer,
+            req.agent_id
+        );
         self.service.claim_session(&self.session_id);
         self.service.serve_session(&self.session_id, &self.log, &self.stop);
         self.log.open(SessionRow {
@@ -435,7 +453,10 @@ impl Connection {
         };
         let line_len = line.len();
         let Incoming { id, request } = match decode_line(&line) {
-            Ok(Some(incoming)) => incoming,
+            Ok(Some(incoming)) => {
+                self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                incoming
+            }
             Ok(None) => return None,
             Err(bad) if bad.error.code == ErrorCode::VersionMismatch && bad.kind.as_deref() == Some(HANDSHAKE) => {
                 // A handshake in another version is refused by its own reply type.
@@ -483,7 +504,7 @@ impl Connection {
             }
             request => {
                 if let Err(err) = bounds::check(&request, line_len, self.service.limits()) {
-                    log::info!("session {}: request {id:?} refused: {}", self.session_id, err.message);
+                    log::warn!("session {}: request {id:?} refused: {}", self.session_id, err.message);
                     self.outbox.push(encode::error(&err, &id));
                     return None;
                 }

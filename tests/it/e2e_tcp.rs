@@ -416,3 +416,51 @@ fn a_blank_auth_token_stops_start_up() {
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("SUBAGENTD_TEST_BLANK_TOKEN") && err.contains("blank"), "{err}");
 }
+
+/// `--log-format json`: every log record is one JSON object per line, with
+/// one line at a session's start and one at its end (transport, peer,
+/// duration, requests), and a task's end at DEBUG.
+#[test]
+fn json_logs_one_line_per_session_start_and_end() {
+    let args = ["--tcp", "127.0.0.1:0", "--log-format", "json"];
+    let server = Server::start_with(Some("export RUST_LOG=info,subagent_host=debug"), &args, None);
+    let mut client = LineClient::connect(server.tcp.as_deref().expect("tcp"));
+    handshake(&mut client);
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "logged", "model": "m" } }));
+    let id = client.reply("s")["subagent_id"].as_str().expect("id").to_owned();
+    let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "fail": "on purpose" }] } });
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": id, "task": task }));
+    client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": id }));
+    assert_eq!(client.reply("a")["status"], "FAILED");
+    drop(client);
+    let lines = server.wait_stderr("the session's end", |line| line.contains(" ended: transport=tcp"));
+    let records: Vec<serde_json::Value> = lines
+        .iter()
+        .filter(|line| !line.starts_with("subagentd: "))
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("not a JSON record ({err}): {line}")))
+        .collect();
+    let message = |needle: &str| -> String {
+        records
+            .iter()
+            .map(|r| r["message"].as_str().unwrap_or_default())
+            .find(|m| m.contains(needle))
+            .unwrap_or_else(|| panic!("no record with {needle:?} in {records:#?}"))
+            .to_owned()
+    };
+    for record in &records {
+        for key in ["ts", "level", "target", "message"] {
+            assert!(record[key].is_string(), "{key} in {record}");
+        }
+    }
+    let started = message(" started: ");
+    assert!(
+        started.contains("transport=tcp") && started.contains("peer=127.0.0.1:") && started.contains("agent=a"),
+        "{started}"
+    );
+    let ended = message(" ended: ");
+    assert!(ended.contains("requests=4") && ended.contains("end=InputClosed"), "{ended}");
+    assert!(ended.contains("duration="), "{ended}");
+    let task_end = message(&format!("subagent {id} (logged): task ended FAILED: on purpose"));
+    let level = records.iter().find(|r| r["message"] == task_end.as_str()).map(|r| r["level"].clone());
+    assert_eq!(level, Some(json!("DEBUG")));
+}

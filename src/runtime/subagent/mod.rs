@@ -134,6 +134,14 @@ impl SubagentActor {
     /// Records how its task ended, with its memory and mailbox as they are
     /// now, before anyone is told.
     fn record_task_end(&self) {
+        log::debug!(
+            "session {} subagent {} ({}): task ended {}{}",
+            self.log.id(),
+            self.id,
+            self.config.name,
+            self.status.as_str(),
+            self.error.as_deref().map(|error| format!(": {error}")).unwrap_or_default()
+        );
         self.log.record(|session| Change::TaskEnded {
             session,
             id: self.id,
