@@ -24,7 +24,16 @@
 //!   with one last event, `event: closed` with `data:` an A2E `error`
 //!   (`code` `invalid_state`, `detail.reason` `stream_replaced`), so an SSE
 //!   client that ignores `event:` lines sees it as a message too.
-//! - `GET /health` → `{"status": "ok", "sessions": N, "streams": M}`.
+//! - `GET /health` → `{"status": "ok", "sessions": N, "streams": M, …}`;
+//!   `GET /ready` → 200 while the node can serve, 503 while its store is out
+//!   of reach or it shuts down.
+//! - `POST /session`, `/send` and `/stream` name the session in an
+//!   `X-Session-Id` response header (a router learns where it is served),
+//!   and on a cluster node the node in `X-Subagentd-Node`. A request naming
+//!   a session that another node took is served by taking it back from the
+//!   store (see `crate::store` and its cluster module); a `/send` line that
+//!   arrives just as its session moves away is refused with 503 to be sent
+//!   again.
 //!
 //! SSE has no acknowledgements: a message written into a connection that
 //! died before the host noticed is lost. A client closing its connection is
