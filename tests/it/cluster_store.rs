@@ -100,5 +100,15 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
     assert_eq!((b.owned_sessions(), c.owned_sessions()), (0, 1));
     // An unknown session is not taken.
     assert_eq!(c.acquire("nope").await.expect("acquire"), Acquired::Unknown);
+
+    // c shuts down: its leases go back and it leaves the node list, and no
+    // renewal (every 166 ms here) takes either back afterwards.
+    c.freeze().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let check = "DO $$ BEGIN \
+        IF (SELECT lease_until_ms FROM leases WHERE session_id = 's1') <> 0 THEN RAISE EXCEPTION 'lease renewed after leaving'; END IF; \
+        IF EXISTS (SELECT 1 FROM nodes WHERE id = 'c') THEN RAISE EXCEPTION 'node listed after leaving'; END IF; \
+        END $$";
+    pg_execute(&db.url, check).expect("c's lease stays released and c stays gone");
     tree.close().await;
 }

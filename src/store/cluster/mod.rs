@@ -118,6 +118,9 @@ pub(super) struct Cluster {
     owner: OnceLock<Weak<dyn SessionOwner>>,
     // Whether the last renewal succeeded (else the node takes no new sessions).
     healthy: AtomicBool,
+    // Held by a renewal while it runs, and by the node's leaving: a renewal
+    // never runs after the node left (it would take its leases back).
+    renewing: tokio::sync::Mutex<bool>,
 }
 
 impl std::fmt::Debug for dyn SessionOwner {
@@ -138,6 +141,7 @@ impl Cluster {
             released: Mutex::default(),
             owner: OnceLock::new(),
             healthy: AtomicBool::new(true),
+            renewing: tokio::sync::Mutex::new(false),
         }
     }
 
@@ -286,6 +290,8 @@ impl Cluster {
 
     /// The node shuts down: every lease goes back, and the node leaves the list.
     pub(super) async fn leave(&self, pool: &PgPool) {
+        let mut left = self.renewing.lock().await;
+        *left = true;
         lock(&self.owned).clear();
         match sql::leave(pool, self.node_id()).await {
             Ok(n) => log::info!("cluster: node {} left, releasing {n} sessions", self.node_id()),

@@ -36,7 +36,10 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
         loop {
             tick.tick().await;
             presence = keep_present(&renew_pool, &renewing, presence).await;
-            renew(&renew_pool, &renewing, started_ms).await;
+            if !renew(&renew_pool, &renewing, started_ms).await {
+                // The node left; its presence lock goes with the connection.
+                return;
+            }
         }
     });
     tokio::spawn(listen(listener, cluster, release));
@@ -80,7 +83,12 @@ async fn keep_present(pool: &PgPool, cluster: &Cluster, mut conn: PgConnection) 
 }
 
 // Renews every lease; a session not renewed at its epoch was taken over.
-async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) {
+// Returns `false` once the node has left (nothing more is renewed).
+async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> bool {
+    let left = cluster.renewing.lock().await;
+    if *left {
+        return false;
+    }
     let before = cluster.leased();
     match sql::renew(pool, cluster, started_ms).await {
         Ok(renewed) => {
@@ -98,6 +106,7 @@ async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) {
             }
         }
     }
+    true
 }
 
 // Serves handoff requests for this node's sessions, and wakes those

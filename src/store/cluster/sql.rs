@@ -79,7 +79,8 @@ pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<usize, sqlx::Erro
 }
 
 /// Renews every lease of this node and its heartbeat, in one statement;
-/// returns the sessions renewed, with their epochs.
+/// returns the sessions renewed, with their epochs. A lease it released
+/// (expiry 0) stays released, even when this renewal raced the release.
 pub(super) async fn renew(
     pool: &PgPool,
     cluster: &Cluster,
@@ -87,7 +88,7 @@ pub(super) async fn renew(
 ) -> Result<HashSet<(String, i64)>, sqlx::Error> {
     let rows = sqlx::query(
         "WITH renewed AS (UPDATE leases SET lease_until_ms = subagentd_now_ms() + $2 \
-         WHERE node_id = $1 RETURNING session_id, epoch), \
+         WHERE node_id = $1 AND lease_until_ms > 0 RETURNING session_id, epoch), \
          beat AS (INSERT INTO nodes (id, http_addr, tcp_addr, started_ms, heartbeat_ms) \
          VALUES ($1, $3, $4, $5, subagentd_now_ms()) ON CONFLICT (id) DO UPDATE SET \
          http_addr = excluded.http_addr, tcp_addr = excluded.tcp_addr, heartbeat_ms = excluded.heartbeat_ms) \
