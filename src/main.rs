@@ -132,9 +132,14 @@ fn bind(flag: &str, text: &str, auth: &Auth, insecure: bool) -> Result<std::net:
 // Tests and scripts read the address (port 0 picks a free one) from here:
 // printed only once the signal handlers are in place.
 fn announce(flag: &str, listener: &Option<std::net::TcpListener>) {
-    if let Some(addr) = listener.as_ref().and_then(|listener| listener.local_addr().ok()) {
+    if let Some(addr) = bound(listener) {
         eprintln!("subagentd: {flag} listening on {addr}");
     }
+}
+
+// Where `listener` (if any) takes connections.
+fn bound(listener: &Option<std::net::TcpListener>) -> Option<SocketAddr> {
+    listener.as_ref().and_then(|listener| listener.local_addr().ok())
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
@@ -176,14 +181,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // Bound before the store opens: a cluster node registers its addresses.
     let tcp = args.tcp.as_deref().map(|addr| bind("tcp", addr, &settings.auth, args.insecure)).transpose()?;
     let http = args.http.as_deref().map(|addr| bind("http", addr, &settings.auth, args.insecure)).transpose()?;
-    let address = |listener: &Option<std::net::TcpListener>| {
-        listener.as_ref().and_then(|l| l.local_addr().ok()).map(|addr| addr.to_string())
-    };
     let cluster = ClusterSettings {
         node_id: args.node_id.clone().unwrap_or_else(|| ClusterSettings::fresh().node_id),
         lease: std::time::Duration::from_millis(file.cluster.lease_ms.max(100)),
-        http_addr: address(&http),
-        tcp_addr: address(&tcp),
+        http_addr: bound(&http).map(|addr| addr.to_string()),
+        tcp_addr: bound(&tcp).map(|addr| addr.to_string()),
     };
     settings.store = store::open(&url, writer, Some(cluster))?;
     log::info!("store: {}", url.describe());

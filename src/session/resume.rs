@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::handshake::{self, Grant};
 use super::outbox::OutboxSink;
-use super::{service, Connection, Ending, Service, State};
+use super::{service, Connection, Ending, State};
 use crate::protocol::encode;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{SessionLog, SessionRow};
@@ -60,17 +60,13 @@ impl Connection {
                 return None;
             }
         };
-        let given_back = |service: &Service| {
-            service.release_session(wanted);
-            service.store().release(wanted);
-        };
         if stored.row.principal != service.auth().principal(req.auth_token.as_deref()) {
-            given_back(&service);
+            service.give_back(wanted);
             refuse(self, "auth_failed");
             return self.handshake_failed(state, "auth_failed (another principal's session)");
         }
         if let Err(err) = self.slot.authenticate() {
-            given_back(&service);
+            service.give_back(wanted);
             self.outbox.push(encode::error(&err, req_id));
             return None;
         }
@@ -84,7 +80,7 @@ impl Connection {
         let resumed = match tree.restore(stored.subagents).await {
             Ok(resumed) => resumed,
             Err(err) => {
-                given_back(&service);
+                service.give_back(wanted);
                 self.outbox.attach_log(self.log.clone());
                 self.outbox.push(encode::error(&err, req_id));
                 return None;

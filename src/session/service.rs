@@ -152,6 +152,13 @@ impl Service {
         self.in_use().remove(id);
     }
 
+    /// A session claimed and taken from the store will not be served here
+    /// after all: it is released here and its ownership given back.
+    pub fn give_back(&self, id: &str) {
+        self.release_session(id);
+        self.store.release(id);
+    }
+
     /// Takes stored session `id` for this node (see [`StoreHandle::acquire`]);
     /// `Ok(false)` when the store does not have it. An owner that would not
     /// hand it off is a `runtime_error` (retryable).
@@ -208,11 +215,8 @@ impl Service {
                 return other.map(|_| None);
             }
         };
-        let given_back = |this: &Self| {
-            this.release_session(id);
-            this.store.release(id);
-        };
-        self.take(&self.authenticated, "max_sessions", self.limits().max_sessions).inspect_err(|_| given_back(self))?;
+        self.take(&self.authenticated, "max_sessions", self.limits().max_sessions)
+            .inspect_err(|_| self.give_back(id))?;
         let slot = PoolSlot::new(self.clone(), true);
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let log = SessionLog::restored(id, self.store.clone(), stored.next_seq);
@@ -220,7 +224,7 @@ impl Service {
         log.keep_lines(true);
         outbox.attach_log(log.clone());
         let tree = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
-        let resumed = tree.restore(stored.subagents).await.inspect_err(|_| given_back(self))?;
+        let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.give_back(id))?;
         let (input, input_rx) =
             input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
         for (seq, frame) in stored.inbound {

@@ -218,11 +218,8 @@ impl StoreHandle {
     /// are renewed).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let Some(tx) = &self.inner.tx else { return Ok(()) };
-        if self.inner.stats.failing.load(Ordering::Acquire) {
-            return Err(StoreError("the last commit failed".into()));
-        }
-        if self.inner.cluster.as_ref().is_some_and(|cluster| !cluster.is_healthy()) {
-            return Err(StoreError("the leases could not be renewed".into()));
+        if let Some(why) = self.unhealthy() {
+            return Err(StoreError(why.into()));
         }
         let (reply, answer) = oneshot::channel();
         tx.send(Command::Ping(reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
@@ -232,8 +229,18 @@ impl StoreHandle {
     /// Whether new sessions can be taken: the last commit succeeded and, on
     /// a cluster node, the last renewal of its leases.
     pub fn is_healthy(&self) -> bool {
-        !self.inner.stats.failing.load(Ordering::Acquire)
-            && self.inner.cluster.as_ref().is_none_or(|cluster| cluster.is_healthy())
+        self.unhealthy().is_none()
+    }
+
+    // Why new sessions cannot be kept now, if they cannot.
+    fn unhealthy(&self) -> Option<&'static str> {
+        if self.inner.stats.failing.load(Ordering::Acquire) {
+            return Some("the last commit failed");
+        }
+        if self.inner.cluster.as_ref().is_some_and(|cluster| !cluster.is_healthy()) {
+            return Some("the leases could not be renewed");
+        }
+        None
     }
 
     /// The process is stopping: commits what was recorded, then records
@@ -532,21 +539,23 @@ async fn run(
                 Command::Ping(reply) => {
                     let _ = reply.send(store.ping().await);
                 }
-                Command::Acquire(id, reply) => match &node {
+                Command::Acquire(id, reply) => {
                     // It sees every change recorded before it (the end of a
                     // session, say), and may wait for a handoff: the writer
                     // goes on meanwhile.
-                    Some((cluster, pool)) => {
-                        commit(&*store, &mut batch, &settings, &stats, Some(cluster)).await;
-                        let (cluster, pool) = (cluster.clone(), pool.clone());
-                        tokio::spawn(async move {
-                            let _ = reply.send(cluster.acquire(&pool, &id).await);
-                        });
+                    commit(&*store, &mut batch, &settings, &stats, cluster).await;
+                    match &node {
+                        Some((cluster, pool)) => {
+                            let (cluster, pool) = (cluster.clone(), pool.clone());
+                            tokio::spawn(async move {
+                                let _ = reply.send(cluster.acquire(&pool, &id).await);
+                            });
+                        }
+                        None => {
+                            let _ = reply.send(Ok(Acquired::Owned));
+                        }
                     }
-                    None => {
-                        let _ = reply.send(Ok(Acquired::Owned));
-                    }
-                },
+                }
                 Command::Release(id) => {
                     // Everything recorded of it before is committed first.
                     commit(&*store, &mut batch, &settings, &stats, cluster).await;

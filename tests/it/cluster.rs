@@ -509,8 +509,7 @@ fn fencing(cluster: &mut Cluster, front: &str) {
     let sleeper = session.spawn("sleeper");
     session.delegate(&sleeper, json!([{ "sleep_ms": 3000 }, { "return": { "by": "the paused node" } }]));
     let paused = session.node.clone();
-    let pid = cluster.server(&paused).pid();
-    signal_pid(pid, "STOP");
+    cluster.server(&paused).signal("STOP");
     let stopped = Instant::now();
     // A client whose stream went quiet reconnects; HAProxy first takes the
     // paused node out.
@@ -528,7 +527,7 @@ fn fencing(cluster: &mut Cluster, front: &str) {
 
     // The paused node wakes: its task's sleep is over, it completes, and the
     // store refuses the write.
-    signal_pid(pid, "CONT");
+    cluster.server(&paused).signal("CONT");
     cluster.server(&paused).wait_stderr("the paused node's refused write", |line| {
         line.contains(&session.id) && line.contains("no longer this node's")
     });
@@ -703,11 +702,6 @@ fn shutdown_hands_off(cluster: &mut Cluster, front: &str) {
     assert_eq!(listed["steady"].len(), 1);
     let answer = session.await_result(&steady);
     assert_eq!(answer["result"]["steady"], "done", "{answer}");
-}
-
-fn signal_pid(pid: u32, name: &str) {
-    let status = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().expect("run kill");
-    assert!(status.success());
 }
 
 /// A TCP relay to PostgreSQL that the test can cut (every connection

@@ -147,6 +147,11 @@ impl Server {
         wait(&mut self.child)
     }
 
+    /// Sends signal `name` (`STOP`, `CONT` …) without waiting.
+    pub fn signal(&self, name: &str) {
+        signal(&self.child, name);
+    }
+
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
         signal(&self.child, "TERM");
