@@ -1576,6 +1576,13 @@ fn durable_a_command_task_running_at_a_crash_fails_host_restarted_or_reruns() {
         assert!(Instant::now() < deadline, "the command tasks never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The crash must come after both programs' pid checkpoints are
+    // committed: a program can write its pid before its host has recorded
+    // it, and a crash in between leaves nothing to find it by.
+    while checkpointed_programs(&node.backing) < 2 {
+        assert!(Instant::now() < deadline, "the command tasks' pids were never checkpointed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     node.kill9();
     node.restart();
     let mut client = LineClient::connect(node.tcp());
@@ -1627,6 +1634,20 @@ fn durable_a_command_task_running_at_a_crash_fails_host_restarted_or_reruns() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// How many running tasks of the SQLite store `backing` have a command's
+/// process checkpointed (read from the store file, beside the host).
+fn checkpointed_programs(backing: &Backing) -> i64 {
+    use sqlx::{Connection, Row};
+    let Backing::Sqlite(dir) = backing else { panic!("a SQLite store") };
+    let url = format!("sqlite://{}?mode=ro", dir.path().join("subagentd.sqlite3").display());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let Ok(mut conn) = sqlx::SqliteConnection::connect(&url).await else { return 0 };
+        let query = "SELECT count(*) FROM tasks WHERE checkpoint LIKE '%\"pgid\"%'";
+        sqlx::query(query).fetch_one(&mut conn).await.map_or(0, |row| row.get::<i64, _>(0))
+    })
 }
 
 // ---------------------------------------------------------------------------
