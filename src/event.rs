@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentStatus};
+use crate::protocol::wire::{JsonObject, SubagentStatus, Usage};
 
 /// The `event` field of a `SUBAGENT_EVENT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +42,12 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Whether the event ends a task (or the subagent): its content then
+    /// carries the subagent's token usage.
+    pub fn ends_task(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Timeout | Self::Cancelled | Self::Terminated)
+    }
+
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -108,6 +114,18 @@ pub struct Event {
     pub error: Option<Arc<str>>,
     /// Kind-specific payload.
     pub detail: EventDetail,
+    /// For an event that ends a task: the subagent's own and subtree token
+    /// usage (`usage`, `subtree_usage` in its content).
+    pub usage: Option<TaskUsage>,
+}
+
+/// A subagent's token counts as an event that ends a task reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskUsage {
+    /// Its own tasks' tokens.
+    pub own: Usage,
+    /// Its subtree's tokens, its own included.
+    pub subtree: Usage,
 }
 
 /// The wire body of an event (`SUBAGENT_EVENT` without the envelope),
@@ -139,6 +157,10 @@ impl Serialize for WireContent<'_> {
         map.serialize_entry("depth", &event.depth)?;
         if let Some(error) = &event.error {
             map.serialize_entry("error", &**error)?;
+        }
+        if let Some(usage) = &event.usage {
+            map.serialize_entry("usage", &usage.own)?;
+            map.serialize_entry("subtree_usage", &usage.subtree)?;
         }
         match &event.detail {
             EventDetail::None => {}

@@ -34,7 +34,9 @@
 //!   encoder (every outgoing line), NDJSON framing.
 //! - [`config`]: plain data: [`config::Limits`] and the TOML file.
 //! - Shared by all: [`error`] (the error codes, [`HostError`]), [`event`]
-//!   (lifecycle events and their sink), [`ids`] (subagent ids).
+//!   (lifecycle events and their sink), [`ids`] (subagent ids), [`metrics`]
+//!   (the Prometheus metrics); `telemetry` (feature `otlp`): the OTLP span
+//!   exporter.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]
@@ -46,11 +48,14 @@ pub mod event;
 pub mod ids;
 #[cfg(feature = "cli")]
 pub mod logging;
+pub mod metrics;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
 pub mod session;
 pub mod store;
+#[cfg(feature = "otlp")]
+pub mod telemetry;
 pub mod transport;
 
 pub use error::{ErrorCode, HostError};

@@ -79,6 +79,11 @@ struct ServeArgs {
     /// text, or one JSON object per line for log shippers.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormatArg,
+    /// Serve `GET /metrics` (Prometheus) on HOST:PORT of its own, for a
+    /// service without --http (a bare PORT means 127.0.0.1:PORT). With
+    /// --http, /metrics is there too.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics: Option<String>,
 }
 
 /// `--log-format`.
@@ -151,6 +156,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         None => FileConfig::default(),
     };
     let mut settings = Settings::from_file(&file)?;
+    // Flushed when `serve` returns (the process exits right after).
+    let _telemetry = subagent_host::telemetry::init_from_env()?;
     let url = match &args.store {
         Some(text) => StoreUrl::parse(text)?,
         None => match file.store.configured_url()? {
@@ -181,6 +188,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // Bound before the store opens: a cluster node registers its addresses.
     let tcp = args.tcp.as_deref().map(|addr| bind("tcp", addr, &settings.auth, args.insecure)).transpose()?;
     let http = args.http.as_deref().map(|addr| bind("http", addr, &settings.auth, args.insecure)).transpose()?;
+    let metrics =
+        args.metrics.as_deref().map(|addr| bind("metrics", addr, &settings.auth, args.insecure)).transpose()?;
     let cluster = ClusterSettings {
         node_id: args.node_id.clone().unwrap_or_else(|| ClusterSettings::fresh().node_id),
         lease: std::time::Duration::from_millis(file.cluster.lease_ms.max(100)),
@@ -195,7 +204,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let stop_signal = signals().map_err(|err| format!("cannot install signal handlers: {err}"))?;
         announce("tcp", &tcp);
         announce("http", &http);
-        let listeners = Listeners { tcp, http, stdio: args.stdio };
+        announce("metrics", &metrics);
+        let listeners = Listeners { tcp, http, stdio: args.stdio, metrics };
         server::run(settings, listeners, stop_signal).await
     })
 }

@@ -81,6 +81,8 @@ pub struct Listeners {
     pub http: Option<std::net::TcpListener>,
     /// One session on stdin/stdout (alone: not with `tcp` or `http`).
     pub stdio: bool,
+    /// `GET /metrics` alone (`--metrics`), beside any of the others.
+    pub metrics: Option<std::net::TcpListener>,
 }
 
 fn threads(configured: usize) -> usize {
@@ -107,6 +109,15 @@ pub async fn run(
         Workers::InPlace => Vec::new(),
     };
     let handles = workers.iter().map(|worker| worker.handle()).collect();
+    let metrics_server = match listeners.metrics {
+        Some(listener) => {
+            let server = http::metrics::server(listener).map_err(|err| format!("metrics: {err}"))?;
+            let handle = server.handle();
+            actix_rt::spawn(server);
+            Some(handle)
+        }
+        None => None,
+    };
     let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
     let store = settings.store.clone();
     let service = Service::with_store(Host::with_workers(config, handles), settings.auth, settings.store);
@@ -119,8 +130,11 @@ pub async fn run(
         stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
     } else {
         let http = (settings.http_workers, settings.journal_retained);
-        serve_network(service, listeners, http, settings.final_flush, shutdown).await
+        serve_network(service, listeners.tcp, listeners.http, http, settings.final_flush, shutdown).await
     };
+    if let Some(handle) = metrics_server {
+        handle.stop(false).await;
+    }
     for worker in workers {
         worker.stop();
     }
@@ -139,19 +153,20 @@ async fn stop_sessions(service: &Service) {
 
 async fn serve_network(
     service: Arc<Service>,
-    listeners: Listeners,
+    tcp: Option<std::net::TcpListener>,
+    http: Option<std::net::TcpListener>,
     (http_workers, journal_retained): (usize, usize),
     final_flush: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
-    if let Some(listener) = listeners.tcp {
+    if let Some(listener) = tcp {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("tcp {addr}: {err}"))?;
         let listener = tokio::net::TcpListener::from_std(listener).map_err(|err| format!("tcp {addr}: {err}"))?;
         actix_rt::spawn(tcp::serve(listener, service.clone(), final_flush));
     }
     let mut http_handle = None;
-    if let Some(listener) = listeners.http {
+    if let Some(listener) = http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
         let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, journal_retained);

@@ -21,14 +21,16 @@ pub use scripted::ScriptedAdapter;
 /// keys it needs and none it ignores; an openai adapter gets the default
 /// [`openai::ToolPolicy`].
 pub fn build_route(route: &RouteConfig) -> Result<Arc<dyn AgentAdapter>, String> {
-    build_route_with_policy(route, &openai::ToolPolicy::default())
+    build_route_with_policy(route, &openai::ToolPolicy::default(), false)
 }
 
 /// [`build_route`] with the host's tool policy (the config's `[policy]`
-/// table), which decides what the openai adapter's `restricted` scope allows.
+/// table), which decides what the openai adapter's `restricted` scope
+/// allows, and whether spans record content (`[telemetry] record_content`).
 pub fn build_route_with_policy(
     route: &RouteConfig,
     policy: &openai::ToolPolicy,
+    record_content: bool,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", route.model);
     let adapter = route.adapter.as_str();
@@ -58,6 +60,8 @@ pub fn build_route_with_policy(
             config.api_key_env = route.api_key_env.clone();
             config.upstream_model = route.upstream_model.clone();
             config.policy = policy.clone();
+            config.route_model = Some(route.model.clone());
+            config.record_content = record_content;
             Ok(Arc::new(openai::OpenAiAdapter::new(config).map_err(fail)?))
         }
         AdapterKind::Command => {
@@ -89,7 +93,8 @@ pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
     let policy = tool_policy(file)?;
     let mut router = AdapterRouter::default();
     for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build_route_with_policy(route, &policy).map_err(|err| format!("routes[{index}]: {err}"))?;
+        let adapter = build_route_with_policy(route, &policy, file.telemetry.record_content)
+            .map_err(|err| format!("routes[{index}]: {err}"))?;
         router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
     }
     Ok(router)

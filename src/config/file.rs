@@ -37,6 +37,20 @@ pub struct FileConfig {
     /// Several hosts sharing one PostgreSQL store.
     #[serde(default)]
     pub cluster: ClusterConfig,
+    /// What the spans (traces) record.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: what the exported spans may contain.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Record message content on spans: the messages of model calls
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`) and tool
+    /// arguments and results. Off by default: prompts and answers often
+    /// hold what a trace store must not keep.
+    pub record_content: bool,
 }
 
 /// `[cluster]` (with a PostgreSQL store).

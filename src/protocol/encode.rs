@@ -81,6 +81,7 @@ fn message_id(buffer: &mut [u8; 32]) -> &str {
 
 /// The `error` reply for `err`: the one place errors meet the wire.
 pub fn error(err: &HostError, req_id: &str) -> String {
+    crate::metrics::metrics().error(err.code);
     let body = json!({
         "code": err.code.as_str(),
         "message": err.message,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::wire::{
     AwaitResponse, DelegateResponse, JsonObject, SpawnRequest, SpawnResponse, SubagentConfig, SubagentInfo,
-    SubagentStatus, TaskDefinition,
+    SubagentStatus, TaskDefinition, Usage,
 };
 use crate::ids::SubagentId;
 
@@ -171,6 +171,10 @@ pub struct AgentAwaitResponse {
     pub result: Option<std::sync::Arc<JsonObject>>,
     /// The last task's error.
     pub error: Option<std::sync::Arc<str>>,
+    /// Tokens its own tasks used (an addition to the SDK's fields).
+    pub usage: Usage,
+    /// Tokens its whole subtree used, its own included.
+    pub subtree_usage: Usage,
 }
 
 impl From<AwaitResponse> for AgentAwaitResponse {
@@ -179,7 +183,14 @@ impl From<AwaitResponse> for AgentAwaitResponse {
             SubagentStatus::Cancelled => Some("cancelled".into()),
             _ => reply.error,
         };
-        Self { subagent_id: reply.subagent_id, status: status(reply.status), result: reply.result, error }
+        Self {
+            subagent_id: reply.subagent_id,
+            status: status(reply.status),
+            result: reply.result,
+            error,
+            usage: reply.usage,
+            subtree_usage: reply.subtree_usage,
+        }
     }
 }
 
@@ -204,6 +215,8 @@ impl Serialize for AgentListResponse {
             root_agent_id: Option<&'a str>,
             depth: u32,
             config: &'a SubagentConfig,
+            usage: Usage,
+            subtree_usage: Usage,
         }
         struct Rows<'a>(&'a [SubagentInfo]);
         impl Serialize for Rows<'_> {
@@ -216,6 +229,8 @@ impl Serialize for AgentListResponse {
                     root_agent_id: info.root_agent_id.as_deref(),
                     depth: info.depth,
                     config: &info.config,
+                    usage: info.usage,
+                    subtree_usage: info.subtree_usage,
                 }))
             }
         }

@@ -94,6 +94,50 @@ pub enum Request {
     AgentTerminate(AgentTargetRequest),
 }
 
+impl Request {
+    /// Every request type's wire name, in [`Request::type_index`] order.
+    pub const WIRE_TYPES: [&'static str; 16] = [
+        "handshake/req",
+        "ping",
+        "shutdown",
+        "SUBAGENT_SPAWN_REQ",
+        "SUBAGENT_DELEGATE_REQ",
+        "SUBAGENT_AWAIT_REQ",
+        "SUBAGENT_MESSAGE_REQ",
+        "SUBAGENT_LIST_REQ",
+        "SUBAGENT_CANCEL_REQ",
+        "SUBAGENT_TERMINATE_REQ",
+        "SUBAGENT_MERGE_REQ",
+        "multi_agent/spawn",
+        "multi_agent/delegate",
+        "multi_agent/await",
+        "multi_agent/list",
+        "multi_agent/terminate",
+    ];
+
+    /// This request's place in [`Request::WIRE_TYPES`].
+    pub fn type_index(&self) -> usize {
+        match self {
+            Self::Handshake(_) => 0,
+            Self::Ping => 1,
+            Self::Shutdown(_) => 2,
+            Self::Spawn(_) => 3,
+            Self::Delegate(_) => 4,
+            Self::Await(_) => 5,
+            Self::Message(_) => 6,
+            Self::List(_) => 7,
+            Self::Cancel(_) => 8,
+            Self::Terminate(_) => 9,
+            Self::Merge(_) => 10,
+            Self::AgentSpawn(_) => 11,
+            Self::AgentDelegate(_) => 12,
+            Self::AgentAwait(_) => 13,
+            Self::AgentList(_) => 14,
+            Self::AgentTerminate(_) => 15,
+        }
+    }
+}
+
 /// Where a request's typed body comes from: the line's text (fast path) or
 /// an already parsed `Value` (slow path, which words errors). One table,
 /// [`lookup`], serves both.

@@ -193,6 +193,12 @@ pub struct SubagentInfo {
     pub depth: u32,
     /// Full configuration.
     pub config: Arc<SubagentConfig>,
+    /// Tokens its own tasks used (an addition to the spec's fields).
+    #[serde(default)]
+    pub usage: Usage,
+    /// Tokens its whole subtree used, its own included.
+    #[serde(default)]
+    pub subtree_usage: Usage,
 }
 
 /// `SubagentMessagePayload`: what one agent sends another.
@@ -280,6 +286,25 @@ pub struct AwaitResponse {
     /// Error message if failed.
     #[serde(default)]
     pub error: Option<Arc<str>>,
+    /// Tokens its own tasks used (an addition to the spec's fields).
+    #[serde(default)]
+    pub usage: Usage,
+    /// Tokens its whole subtree used, its own included.
+    #[serde(default)]
+    pub subtree_usage: Usage,
+}
+
+/// Model tokens used (by a subagent's own tasks, or by its whole subtree):
+/// the `usage` and `subtree_usage` objects of await replies, list rows and
+/// the events that end a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Completion tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
 }
 
 /// `SUBAGENT_MESSAGE_REQ` body.

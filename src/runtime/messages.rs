@@ -42,7 +42,14 @@ pub(crate) struct Delegate {
     pub id: SubagentId,
     pub task: TaskDefinition,
     pub deadline_cap: Option<Instant>,
+    // The span of the task that delegates it (its task's span's parent).
+    pub parent_span: Option<tracing::Span>,
 }
+
+/// A task recorded token usage: listed rows must be built again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct UsageChanged;
 
 /// Wait for a subagent's task to end.
 #[derive(Message)]
@@ -117,6 +124,7 @@ pub(crate) struct Report {
 pub(crate) struct RunTask {
     pub task: TaskDefinition,
     pub deadline_cap: Option<Instant>,
+    pub parent_span: Option<tracing::Span>,
     pub reply: DelegateReply,
     // Set when the task ran before the host restarted: it resumes.
     pub resume: Option<Resume>,

@@ -10,6 +10,8 @@
 //! - [`merge`]: merge strategies.
 //! - [`task`]: what runs a task: the adapter trait, the task's context, the
 //!   router.
+//! - [`trace`]: the spans of a task (`invoke_agent`, `chat`, `execute_tool`).
+//! - `usage`: token counts per subagent, summed up the tree as they are spent.
 
 pub mod memory;
 pub mod merge;
@@ -17,6 +19,8 @@ pub(crate) mod messages;
 pub(crate) mod subagent;
 pub(crate) mod supervisor;
 pub mod task;
+pub mod trace;
+pub(crate) mod usage;
 
 use actix::prelude::*;
 use std::fmt;
@@ -208,7 +212,7 @@ impl Tree {
 
     /// `SUBAGENT_DELEGATE_REQ`.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
-        self.inner.addr.send(msg::Delegate { id, task, deadline_cap: None }).await?
+        self.inner.addr.send(msg::Delegate { id, task, deadline_cap: None, parent_span: None }).await?
     }
 
     /// `SUBAGENT_AWAIT_REQ`: replies when the task ends (at once when none runs).

@@ -16,7 +16,13 @@ use crate::protocol::request::Request;
 
 /// `invalid_message` naming the bound `limit` (its config key) when `part`
 /// of a request encodes to more than `max` bytes.
-fn within<T: Serialize>(what: &str, part: &T, line_len: usize, limit: &str, max: usize) -> Result<(), HostError> {
+fn within<T: Serialize>(
+    what: &str,
+    part: &T,
+    line_len: usize,
+    limit: &'static str,
+    max: usize,
+) -> Result<(), HostError> {
     if line_len <= max {
         return Ok(());
     }
@@ -24,6 +30,7 @@ fn within<T: Serialize>(what: &str, part: &T, line_len: usize, limit: &str, max:
     if bytes <= max {
         return Ok(());
     }
+    crate::metrics::metrics().bound_rejected(limit);
     Err(HostError::new(ErrorCode::InvalidMessage, format!("{what} is {bytes} bytes, over {limit} ({max} bytes)"))
         .with_detail(json!({ "limit": limit, limit: max, "bytes": bytes })))
 }

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
+use crate::metrics::metrics;
 use crate::protocol::codec::Frame;
 use crate::protocol::encode;
 use crate::protocol::request::{decode_line, HandshakeRequest, Incoming, Request};
@@ -158,6 +159,9 @@ struct State {
     // The client's own `agent_id` from its last successful handshake: a
     // `from_subagent_id` naming the client itself.
     agent_id: String,
+    // Counts the session in `subagentd_sessions_open` from its first
+    // successful handshake (or its restore) until it ends.
+    open: Option<crate::metrics::OpenSession>,
     // Handshakes refused so far (the `max_failed_handshakes` bound).
     failed_handshakes: u32,
     // A handshake has succeeded: the `handshake_timeout_ms` deadline is off.
@@ -260,6 +264,7 @@ impl Connection {
             state.grant = Some(grant);
             state.agent_id = agent_id;
             state.handshaken = true;
+            state.open = Some(metrics().session_opened(self.transport));
         }
         actix_rt::spawn(self.outbox.clone().watch_stall(self.service.limits().client_stall()));
         let overflowed = self.outbox.overflowed().clone();
@@ -349,6 +354,7 @@ impl Connection {
         self.outbox.close();
         let (id, peer) = (&self.session_id, &self.peer);
         if self.outbox.overflowed().is_cancelled() && !self.outbox.client_gone() {
+            metrics().bound_rejected("outbox_max_bytes");
             log::warn!("session {id} from {peer}: client not reading its replies (outbox past its bounds, or full with nothing taken for client_stall_ms); closed");
         } else if end != ConnectionEnd::Unauthenticated {
             // (An unauthenticated end was logged at its cause.)
@@ -366,6 +372,7 @@ impl Connection {
     // the client why.
     fn handshake_timed_out(&self) -> ConnectionEnd {
         let ms = self.service.limits().handshake_timeout_ms;
+        metrics().bound_rejected("handshake_timeout_ms");
         log::warn!(
             "session {} from {}: no successful handshake within handshake_timeout_ms ({ms} ms); closing",
             self.session_id,
@@ -388,9 +395,13 @@ impl Connection {
         let max = self.service.limits().max_failed_handshakes;
         let (id, peer, n) = (&self.session_id, &self.peer, state.failed_handshakes);
         log::warn!("session {id} from {peer}: handshake refused ({reason}): failure {n} of {max}");
+        if reason == "auth_failed" {
+            metrics().auth_failed(self.transport);
+        }
         if n < max {
             return None;
         }
+        metrics().bound_rejected("max_failed_handshakes");
         log::warn!("session {id} from {peer}: {n} failed handshakes; closing");
         Some(Ending::End(ConnectionEnd::Unauthenticated))
     }
@@ -416,6 +427,9 @@ impl Connection {
         state.grant = Some(grant);
         state.handshaken = true;
         state.agent_id.clone_from(&req.agent_id);
+        if state.open.is_none() {
+            state.open = Some(metrics().session_opened(self.transport));
+        }
         self.store_session(req);
         self.outbox.push(reply);
         None
@@ -447,6 +461,7 @@ impl Connection {
             Frame::Line(line) => (line, Served(None)),
             Frame::Journaled { seq, line } => (line, Served(Some((self.log.clone(), seq)))),
             Frame::TooLong { limit } => {
+                metrics().bound_rejected("max_line_bytes");
                 self.outbox.push(encode::error(&drain::too_long(limit), ""));
                 return None;
             }
@@ -455,6 +470,7 @@ impl Connection {
         let Incoming { id, request } = match decode_line(&line) {
             Ok(Some(incoming)) => {
                 self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                metrics().request(&incoming.request);
                 incoming
             }
             Ok(None) => return None,

@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
+use crate::metrics::metrics;
 use crate::protocol::encode;
 use crate::store::{Change, CommitGate, SessionLog};
 
@@ -69,8 +70,16 @@ impl Shared {
     fn release(&self, bytes: usize) {
         if bytes > 0 {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
+            metrics().outbox_shrank(bytes);
             self.room.notify_waiters();
         }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // What the transport never took leaves the process-wide count too.
+        metrics().outbox_shrank(*self.used.get_mut());
     }
 }
 
@@ -179,12 +188,17 @@ impl Outbox {
     // Takes `bytes` when they fit (or the outbox is empty).
     fn try_reserve(&self, bytes: usize) -> bool {
         let max = self.max_bytes;
-        self.shared
+        let reserved = self
+            .shared
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 (used == 0 || used.saturating_add(bytes) <= max).then(|| used.saturating_add(bytes))
             })
-            .is_ok()
+            .is_ok();
+        if reserved {
+            metrics().outbox_grew(bytes);
+        }
+        reserved
     }
 
     /// Sets `bytes` aside for a reply about to be built, waiting while the
@@ -273,6 +287,12 @@ impl Outbox {
         let reserved = reservation.as_mut().and_then(|r| r.shared.take().map(|_| r.bytes)).unwrap_or(0);
         if reserved > 0 {
             self.shared.used.fetch_sub(reserved, Ordering::AcqRel);
+        }
+        // One update of the process-wide count, by the difference.
+        if len >= reserved {
+            metrics().outbox_grew(len - reserved);
+        } else {
+            metrics().outbox_shrank(reserved - len);
         }
         if before == reserved {
             // Nothing of the client's was waiting: it is keeping up.

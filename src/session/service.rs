@@ -341,7 +341,7 @@ impl Service {
 
     // Takes one place in `pool` (bounded by `max`, the limit named `name`)
     // and counts the session as open.
-    fn take(&self, pool: &AtomicUsize, name: &str, max: usize) -> Result<(), HostError> {
+    fn take(&self, pool: &AtomicUsize, name: &'static str, max: usize) -> Result<(), HostError> {
         if pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_err() {
             return Err(full(name, max));
         }
@@ -387,7 +387,8 @@ impl SessionOwner for Service {
 }
 
 // The `runtime_error` (retryable) for a full pool.
-fn full(name: &str, max: usize) -> HostError {
+fn full(name: &'static str, max: usize) -> HostError {
+    crate::metrics::metrics().bound_rejected(name);
     HostError::runtime(format!("{name} ({max}) reached; try again later"))
         .with_detail(serde_json::json!({ "limit": name, "value": max }))
 }

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use super::cluster::{self, Acquired, Cluster, ClusterSettings, SessionOwner};
 use super::sql::SqlStore;
 use super::{Change, CommitError, SessionRow, Store, StoreError, StoreUrl, StoredSession};
+use crate::metrics::metrics;
 
 /// How the writer batches and retains.
 #[derive(Debug, Clone)]
@@ -604,6 +605,7 @@ async fn commit(
     cluster: Option<&Cluster>,
 ) {
     let mut backoff = Duration::from_millis(10);
+    let mut started = Instant::now();
     loop {
         let fence = cluster.map(|cluster| cluster.fence(batch));
         if batch.is_empty() {
@@ -626,11 +628,14 @@ async fn commit(
             },
             Err(CommitError::Store(err)) => {
                 stats.failures.fetch_add(1, Ordering::Relaxed);
+                metrics().store_commit_failed();
                 if !stats.failing.swap(true, Ordering::AcqRel) {
                     log::error!("store: commit of {} changes failed, retrying: {err}", batch.len());
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
+                // The latency measured is the successful transaction's.
+                started = Instant::now();
             }
         }
     }
@@ -639,6 +644,7 @@ async fn commit(
     }
     stats.commits.fetch_add(1, Ordering::Relaxed);
     stats.changes.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    metrics().store_committed(batch.len(), started.elapsed());
     let mut released: HashMap<*const CommitGate, (Arc<CommitGate>, u64)> = HashMap::new();
     for change in batch.drain(..) {
         if let Change::Line { seq, gate: Some(gate), .. } = change {

@@ -48,10 +48,24 @@ fn await_request_example_round_trips() {
 }
 
 #[test]
-fn await_response_example_round_trips() {
-    round_trip::<AwaitResponse>(
-        r#"{"type":"SUBAGENT_AWAIT_RESP","subagent_id":"sub_a1b2c3d4","status":"COMPLETED","result":{"summary":"Quantum computing advances in 2024 include...","papers":["paper1","paper2","paper3"]},"error":null}"#,
-    );
+fn await_response_example_round_trips_with_usage_alongside() {
+    let example = r#"{"subagent_id":"sub_a1b2c3d4","status":"COMPLETED","result":{"summary":"Quantum computing advances in 2024 include...","papers":["paper1","paper2","paper3"]},"error":null}"#;
+    let typed: AwaitResponse = serde_json::from_str(example).expect("decodes");
+    let mut encoded = serde_json::to_value(&typed).expect("encodes");
+    // The host's additions: zero when nothing was spent.
+    let zero = json!({ "input_tokens": 0, "output_tokens": 0 });
+    let fields = encoded.as_object_mut().expect("object");
+    assert_eq!(fields.remove("usage"), Some(zero.clone()));
+    assert_eq!(fields.remove("subtree_usage"), Some(zero));
+    assert_eq!(encoded, serde_json::from_str::<Value>(example).unwrap(), "the spec's fields round trip");
+    let spent: AwaitResponse = serde_json::from_value(json!({
+        "subagent_id": "sub_a1b2c3d4", "status": "RUNNING",
+        "usage": { "input_tokens": 7, "output_tokens": 2 },
+        "subtree_usage": { "input_tokens": 70, "output_tokens": 20 },
+    }))
+    .expect("decodes with usage");
+    assert_eq!(spent.usage, Usage { input_tokens: 7, output_tokens: 2 });
+    assert_eq!(spent.subtree_usage, Usage { input_tokens: 70, output_tokens: 20 });
 }
 
 #[test]

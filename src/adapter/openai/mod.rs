@@ -38,10 +38,13 @@ pub mod schemas;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
-use crate::protocol::wire::JsonObject;
+use crate::metrics::metrics;
+use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
+use crate::runtime::trace;
 use client::{ChatClient, Usage};
 
 pub use client::RetryPolicy;
@@ -62,6 +65,13 @@ pub struct OpenAiConfig {
     pub retry: RetryPolicy,
     /// Which tools the `restricted` scope (and a top-level subagent) may call.
     pub policy: ToolPolicy,
+    /// The `model` of the config route this adapter serves, as written (a
+    /// glob stays a glob): the `model` label of its token metrics, so the
+    /// label takes only configured values. `None`: `unrouted`.
+    pub route_model: Option<String>,
+    /// Whether its spans record message content and tool arguments and
+    /// results (`[telemetry] record_content`).
+    pub record_content: bool,
 }
 
 impl OpenAiConfig {
@@ -74,6 +84,8 @@ impl OpenAiConfig {
             upstream_model: None,
             retry: RetryPolicy::default(),
             policy: ToolPolicy::default(),
+            route_model: None,
+            record_content: false,
         }
     }
 }
@@ -163,7 +175,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
     };
     // The tool calls of a reply that was in flight when the host stopped.
     for call in unanswered_calls(&messages) {
-        let output = dispatch::call(ctx, &allowed, &call).await;
+        let output = traced_call(ctx, config, &allowed, &call).await;
         say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
         save(ctx, &messages, usage);
     }
@@ -176,7 +188,31 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         if !allowed.is_empty() {
             body["tools"] = tool_definitions.clone();
         }
-        let completion = client.complete(&body, |note| ctx.progress(note)).await?;
+        let span = trace::chat(ctx.span(), "openai", &model);
+        if config.record_content && !span.is_disabled() {
+            span.record("gen_ai.input.messages", body["messages"].to_string());
+        }
+        let started = Instant::now();
+        let completion = client.complete(&body, |note| ctx.progress(note)).await;
+        metrics().model_call("openai", completion.is_ok(), started.elapsed());
+        let completion = match completion {
+            Ok(completion) => completion,
+            Err(err) => {
+                trace::chat_usage(&span, Err(&err.0));
+                return Err(err);
+            }
+        };
+        let used = TokenUsage {
+            input_tokens: completion.usage.prompt_tokens,
+            output_tokens: completion.usage.completion_tokens,
+        };
+        trace::chat_usage(&span, Ok(used));
+        if config.record_content && !span.is_disabled() {
+            span.record("gen_ai.output.messages", completion.assistant_message().to_string());
+        }
+        drop(span);
+        metrics().tokens(config.route_model.as_deref().unwrap_or("unrouted"), used.input_tokens, used.output_tokens);
+        ctx.record_usage(used);
         usage.add(completion.usage);
         say(completion.assistant_message(), &mut messages);
         save(ctx, &messages, usage);
@@ -189,11 +225,24 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         }
         for call in &completion.tool_calls {
             ctx.progress(format!("step {step}: tool {}", call.name));
-            let output = dispatch::call(ctx, &allowed, call).await;
+            let output = traced_call(ctx, config, &allowed, call).await;
             say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
             save(ctx, &messages, usage);
         }
     }
+}
+
+/// Carries out one tool call under its `execute_tool` span.
+async fn traced_call(ctx: &TaskContext, config: &OpenAiConfig, allowed: &[&str], call: &client::ToolCall) -> Value {
+    let span = trace::execute_tool(ctx.span(), &call.name, &call.id);
+    if config.record_content && !span.is_disabled() {
+        span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+    }
+    let output = dispatch::call(ctx, allowed, call).await;
+    if config.record_content && !span.is_disabled() {
+        span.record("gen_ai.tool.call.result", output.to_string());
+    }
+    output
 }
 
 /// A conversation's checkpoint.

@@ -18,10 +18,12 @@ use super::memory::{InboxMessage, Mailbox, Memory};
 use super::messages::*;
 use super::supervisor::Supervisor;
 use super::task::AgentAdapter;
+use super::usage::UsageMeter;
 use super::{HostContext, TreeStats};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
+use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::store::{Change, Held, SessionLog};
 
@@ -70,6 +72,8 @@ pub(crate) struct SubagentSeed {
     pub status: SubagentStatus,
     pub result: Option<Arc<JsonObject>>,
     pub error: Option<Arc<str>>,
+    // Its token counts (the record's meter).
+    pub usage: Arc<UsageMeter>,
 }
 
 /// One subagent of a session's tree.
@@ -95,6 +99,7 @@ pub(crate) struct SubagentActor {
     terminating: bool,
     log: Arc<SessionLog>,
     memory_owner: SubagentId,
+    usage: Arc<UsageMeter>,
     _alive: AliveGuard,
 }
 
@@ -128,6 +133,7 @@ impl SubagentActor {
             terminating: false,
             log: seed.log,
             memory_owner: seed.memory_owner,
+            usage: seed.usage,
         }
     }
 
@@ -167,6 +173,8 @@ impl SubagentActor {
             status: self.current_status(),
             result: self.result.clone(),
             error: self.error.clone(),
+            usage: self.usage.own(),
+            subtree_usage: self.usage.subtree(),
         }
     }
 
@@ -225,6 +233,8 @@ impl Actor for SubagentActor {
             log::warn!("{} stopped unexpectedly", self.id);
             if let Some(task) = self.task.take() {
                 task.abort.abort();
+                metrics().task_ended(TaskOutcome::Terminated, task.started.elapsed());
+                task.trace_end(self.usage.own(), Some("terminated"));
             }
             self.terminating = true;
             self.finish_terminated();
@@ -254,7 +264,7 @@ impl Handler<RunTask> for SubagentActor {
             self.report(EventKind::Failed, EventDetail::None);
             return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Failed });
         }
-        self.start_task(msg.task, msg.deadline_cap, msg.resume, ctx);
+        self.start_task(msg.task, msg.deadline_cap, msg.parent_span, msg.resume, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
     }
 }
@@ -268,6 +278,7 @@ impl Handler<AwaitTask> for SubagentActor {
             return reply.send(Ok(self.record()));
         }
         if self.awaiters.len() >= self.host.limits.max_awaiters_per_subagent {
+            metrics().bound_rejected("max_awaiters_per_subagent");
             return reply.send(Err(HostError::new(
                 ErrorCode::QuotaExceeded,
                 format!("{} already has {} pending awaits", self.id, self.awaiters.len()),
@@ -286,6 +297,7 @@ impl Handler<Deliver> for SubagentActor {
         }
         let detail = EventDetail::Message { from: msg.from.clone(), kind: msg.payload.kind.clone() };
         if self.mailbox.push(InboxMessage { from: msg.from, payload: msg.payload }).is_err() {
+            metrics().bound_rejected("mailbox_capacity");
             return Err(HostError::new(ErrorCode::MailboxFull, format!("the mailbox of {} is full", self.id))
                 .with_detail(serde_json::json!({
                     "capacity": self.host.limits.mailbox_capacity,
@@ -334,6 +346,8 @@ impl Handler<StopActor> for SubagentActor {
         let own = self.task.as_mut().map(|task| {
             task.cancel.cancel();
             task.abort.abort();
+            metrics().task_ended(TaskOutcome::Terminated, task.started.elapsed());
+            task.trace_end(self.usage.own(), Some("terminated"));
             task.settled()
         });
         Box::pin(

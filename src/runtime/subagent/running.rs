@@ -15,10 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
+use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::encode::approx_object_len;
 use crate::protocol::wire::*;
 use crate::runtime::messages::Resume;
 use crate::runtime::task::TaskContext;
+use crate::runtime::trace;
 use crate::runtime::TreeStats;
 use crate::store::Change;
 
@@ -54,12 +56,27 @@ pub(super) struct RunningTask {
     pub(super) cancel_requested: bool,
     // For the timeout error text.
     pub(super) timeout_seconds: u64,
+    // When it started (the task duration metric).
+    pub(super) started: std::time::Instant,
+    // Its `invoke_agent` span, and its subagent's own usage when it started
+    // (the span reports what this task used).
+    pub(super) span: tracing::Span,
+    pub(super) usage_before: Usage,
 }
 
 impl RunningTask {
     /// Fires once the task has ended.
     pub(super) fn settled(&mut self) -> CancellationToken {
         self.settled.get_or_insert_with(CancellationToken::new).clone()
+    }
+
+    /// Records on its span what it used and how it failed, if it did.
+    pub(super) fn trace_end(&self, usage_now: Usage, error: Option<&str>) {
+        let used = Usage {
+            input_tokens: usage_now.input_tokens.saturating_sub(self.usage_before.input_tokens),
+            output_tokens: usage_now.output_tokens.saturating_sub(self.usage_before.output_tokens),
+        };
+        trace::task_ended(&self.span, used, error);
     }
 
     pub(super) fn fire_settled(&self) {
@@ -90,6 +107,7 @@ impl SubagentActor {
         &mut self,
         task: TaskDefinition,
         deadline_cap: Option<Instant>,
+        parent_span: Option<tracing::Span>,
         resume: Option<Resume>,
         ctx: &mut Context<Self>,
     ) {
@@ -115,6 +133,7 @@ impl SubagentActor {
         }
         let cancel = CancellationToken::new();
         let waiting = Rc::new(Cell::new(false));
+        let span = trace::invoke_agent(parent_span.as_ref(), self.log.id(), self.id, &self.config);
         let task_ctx = TaskContext {
             subagent_id: self.id,
             parent_id: self.parent_id,
@@ -132,6 +151,8 @@ impl SubagentActor {
             task_no: generation,
             attempt,
             resume_from: resume.and_then(|r| r.checkpoint),
+            usage: self.usage.clone(),
+            span: span.clone(),
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
@@ -160,7 +181,11 @@ impl SubagentActor {
             settled: None,
             cancel_requested: false,
             timeout_seconds,
+            started: std::time::Instant::now(),
+            span,
+            usage_before: self.usage.own(),
         });
+        metrics().task_started();
         ctx.spawn(actix::fut::wrap_future(run).map(move |ended, act: &mut Self, _ctx| {
             act.settle(generation, ended);
         }));
@@ -220,6 +245,14 @@ impl SubagentActor {
             }
             Outcome::Aborted => (SubagentStatus::Failed, EventKind::Failed, None, Some("the task was aborted".into())),
         };
+        let outcome = match (status, kind) {
+            (SubagentStatus::Completed, _) => TaskOutcome::Completed,
+            (SubagentStatus::Cancelled, _) => TaskOutcome::Cancelled,
+            (_, EventKind::Timeout) => TaskOutcome::Timeout,
+            _ => TaskOutcome::Failed,
+        };
+        metrics().task_ended(outcome, task.started.elapsed());
+        task.trace_end(self.usage.own(), error.as_deref());
         self.status = status;
         self.result = result;
         self.error = error;

@@ -49,7 +49,13 @@ impl Handler<Delegate> for Supervisor {
             Ok(None) => Forward::Answer(Ok(REFUSED)),
             Ok(Some(addr)) => Forward::To(
                 addr,
-                RunTask { task: msg.task, deadline_cap: msg.deadline_cap, reply: DelegateReply(None), resume: None },
+                RunTask {
+                    task: msg.task,
+                    deadline_cap: msg.deadline_cap,
+                    parent_span: msg.parent_span,
+                    reply: DelegateReply(None),
+                    resume: None,
+                },
             ),
         }
     }
@@ -121,6 +127,14 @@ impl Handler<List> for Supervisor {
         let subagents: Arc<[SubagentInfo]> = subagents.into();
         self.listed = Some(subagents.clone());
         MessageResult(ListResponse { subagents })
+    }
+}
+
+impl Handler<UsageChanged> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: UsageChanged, _ctx: &mut Self::Context) {
+        self.listed = None;
     }
 }
 
@@ -210,17 +224,10 @@ impl Handler<Report> for Supervisor {
     fn handle(&mut self, msg: Report, ctx: &mut Self::Context) {
         let Some(entry) = self.index.get_mut(&msg.id) else { return };
         if msg.kind != EventKind::Progress {
-            entry.status = msg.status;
+            entry.set_status(msg.status);
             self.listed = None;
         }
-        if matches!(
-            msg.kind,
-            EventKind::Completed
-                | EventKind::Failed
-                | EventKind::Timeout
-                | EventKind::Cancelled
-                | EventKind::Terminated
-        ) {
+        if msg.kind.ends_task() {
             entry.result = msg.result;
             entry.error = msg.error.clone();
         } else if matches!(msg.kind, EventKind::Delegated | EventKind::Resumed) {

@@ -32,7 +32,7 @@ use super::messages::*;
 use super::subagent::{SubagentActor, SubagentSeed};
 use super::{HostContext, TreeStats};
 use crate::error::HostError;
-use crate::event::{Event, EventDetail, EventKind, EventSink};
+use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
 use crate::store::SessionLog;
@@ -118,6 +118,7 @@ impl Supervisor {
             depth: entry.depth,
             error,
             detail,
+            usage: kind.ends_task().then(|| TaskUsage { own: entry.usage.own(), subtree: entry.usage.subtree() }),
         });
     }
 
@@ -164,6 +165,7 @@ impl Supervisor {
             status: entry.status,
             result: entry.result.clone(),
             error: entry.error.clone(),
+            usage: entry.usage.clone(),
         };
         let addr = Arc::new(SubagentActor::new(seed).start());
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };

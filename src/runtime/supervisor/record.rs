@@ -8,9 +8,11 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::ids::SubagentId;
+use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::memory::Memory;
 use crate::runtime::subagent::SubagentActor;
+use crate::runtime::usage::UsageMeter;
 
 /// A subagent actor's address, shared so that forwarding a request clones an
 /// `Arc`, not an actix `Addr` (whose clone allocates twice).
@@ -55,12 +57,27 @@ pub(super) struct Entry {
     pub(super) spawn_key: Option<Arc<str>>,
     // Tasks delegated to it before its actor started (a restored subagent).
     pub(super) tasks_started: u64,
+    // Its token counts, linked to its parent's.
+    pub(super) usage: Arc<UsageMeter>,
 }
 
 impl Entry {
+    /// Sets its status (the `subagentd_subagents` gauges follow).
+    pub(super) fn set_status(&mut self, status: SubagentStatus) {
+        metrics().subagent_moved(self.status, status);
+        self.status = status;
+    }
+
     /// The await answer this record gives.
     pub(super) fn record(&self, id: SubagentId) -> AwaitResponse {
-        AwaitResponse { subagent_id: id, status: self.status, result: self.result.clone(), error: self.error.clone() }
+        AwaitResponse {
+            subagent_id: id,
+            status: self.status,
+            result: self.result.clone(),
+            error: self.error.clone(),
+            usage: self.usage.own(),
+            subtree_usage: self.usage.subtree(),
+        }
     }
 
     /// Its stored row.
@@ -90,7 +107,15 @@ impl Entry {
             root_agent_id: self.root_agent_id.clone(),
             depth: self.depth,
             config: self.config.clone(),
+            usage: self.usage.own(),
+            subtree_usage: self.usage.subtree(),
         }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        metrics().subagent_removed(self.status);
     }
 }
 

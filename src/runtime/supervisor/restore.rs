@@ -9,6 +9,7 @@ use super::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;
 use crate::runtime::messages::{DelegateReply, Resume, RunTask};
+use crate::runtime::usage::UsageMeter;
 use crate::store::StoredSubagent;
 
 impl Supervisor {
@@ -65,7 +66,9 @@ impl Supervisor {
                 ord: row.ord,
                 spawn_key: row.spawn_key,
                 tasks_started: row.tasks_started,
+                usage: UsageMeter::new(parent.and_then(|parent| self.index.get(&parent)).map(|e| e.usage.clone())),
             };
+            crate::metrics::metrics().subagent_added(entry.status);
             match parent {
                 Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(id),
                 None => self.top_level.push(id),
@@ -95,6 +98,7 @@ impl Supervisor {
             addr.do_send(RunTask {
                 task: stored.task,
                 deadline_cap: None,
+                parent_span: None,
                 reply: DelegateReply(None),
                 resume: Some(resume),
             });

@@ -10,6 +10,7 @@ use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::runtime::usage::UsageMeter;
 use crate::store::Change;
 
 impl Supervisor {
@@ -79,6 +80,7 @@ impl Supervisor {
             }
         };
         if depth >= limits.max_depth {
+            crate::metrics::metrics().bound_rejected("max_depth");
             return Err(HostError::new(
                 ErrorCode::DepthExceeded,
                 format!("depth {depth} is past max_depth {} (depth 0 is top level)", limits.max_depth),
@@ -86,6 +88,7 @@ impl Supervisor {
             .with_detail(serde_json::json!({ "depth": depth, "max_depth": limits.max_depth })));
         }
         if self.live >= limits.max_subagents_per_session {
+            crate::metrics::metrics().bound_rejected("max_subagents_per_session");
             return Err(HostError::new(
                 ErrorCode::QuotaExceeded,
                 format!("the session already has {} live subagents", self.live),
@@ -126,7 +129,9 @@ impl Supervisor {
             ord: self.next_ord,
             spawn_key,
             tasks_started: 0,
+            usage: UsageMeter::new(parent.and_then(|parent| self.index.get(&parent)).map(|e| e.usage.clone())),
         };
+        crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;
         self.log.record(|session| Change::Subagent { session, id, row: entry.row() });
         self.emit(id, &entry, EventKind::Spawned, None, EventDetail::None);

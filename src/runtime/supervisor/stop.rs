@@ -101,7 +101,7 @@ impl Supervisor {
     /// nothing else to stop.
     fn retire(&mut self, id: SubagentId, stopped: &mut Vec<SubagentId>) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.status = SubagentStatus::Terminated;
+        entry.set_status(SubagentStatus::Terminated);
         entry.error = Some(Arc::from("terminated"));
         let (result, error) = (entry.result.clone(), entry.error.clone());
         self.log.record(|session| Change::TaskEnded {

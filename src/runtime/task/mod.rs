@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::memory::{InboxMessage, Mailbox, Memory};
 use super::messages::{self as msg, Report};
 use super::supervisor::Supervisor;
+use super::usage::UsageMeter;
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
@@ -118,6 +119,10 @@ pub struct TaskContext {
     pub(crate) attempt: u32,
     // The checkpoint a resumed task picks up from.
     pub(crate) resume_from: Option<Checkpoint>,
+    // Its subagent's token counts.
+    pub(crate) usage: Arc<UsageMeter>,
+    // Its `invoke_agent` span.
+    pub(crate) span: tracing::Span,
 }
 
 impl fmt::Debug for TaskContext {
@@ -185,6 +190,28 @@ impl TaskContext {
         }
         self.steps.set(taken);
         Ok(taken)
+    }
+
+    /// Records tokens a model call of this task used: they count toward its
+    /// subagent's `usage` and the `subtree_usage` of it and every ancestor.
+    pub fn record_usage(&self, usage: Usage) {
+        if usage == Usage::default() {
+            return;
+        }
+        self.usage.add(usage);
+        // Lists show usage: the supervisor's cached rows are stale now.
+        self.supervisor.do_send(msg::UsageChanged);
+    }
+
+    /// This task's `invoke_agent` span: the parent of the spans an adapter
+    /// makes for its model and tool calls (see [`crate::runtime::trace`]).
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Tokens this task's subagent has used so far (all its tasks).
+    pub fn usage(&self) -> Usage {
+        self.usage.own()
     }
 
     /// Emits a `progress` event.
@@ -275,7 +302,9 @@ impl TaskContext {
     /// Delegates a task to a subagent of the session; its deadline is capped
     /// by this task's.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
-        self.supervisor.send(msg::Delegate { id, task, deadline_cap: Some(self.deadline) }).await?
+        self.supervisor
+            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline), parent_span: Some(self.span.clone()) })
+            .await?
     }
 
     /// Waits for a subagent's task to end (`WAITING` meanwhile).

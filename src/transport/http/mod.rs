@@ -27,6 +27,7 @@
 //! - `GET /health` → `{"status": "ok", "sessions": N, "streams": M, …}`;
 //!   `GET /ready` → 200 while the node can serve, 503 while its store is out
 //!   of reach or it shuts down.
+//! - `GET /metrics` → the Prometheus metrics ([`metrics`]).
 //! - `POST /session`, `/send` and `/stream` name the session in an
 //!   `X-Session-Id` response header (a router learns where it is served),
 //!   and on a cluster node the node in `X-Subagentd-Node`. A request naming
@@ -79,6 +80,7 @@ use crate::protocol::encode;
 use crate::session::service::INPUT_QUEUE;
 use crate::session::OutboxReceiver;
 
+pub mod metrics;
 mod sessions;
 
 pub use sessions::HttpSessions;
@@ -187,6 +189,7 @@ fn closing(response: HttpResponse, unread: web::Payload) -> HttpResponse {
 // The 408 for a body that did not arrive within `http_body_timeout_ms`.
 fn body_timeout(sessions: &HttpSessions, req: &HttpRequest, accepted: usize) -> HttpResponse {
     let ms = sessions.service.limits().http_body_timeout_ms;
+    crate::metrics::metrics().bound_rejected("http_body_timeout_ms");
     let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("-");
     log::warn!(
         "http {} {} from {} (session {session}): body not received within http_body_timeout_ms ({ms} ms); answered 408",
@@ -227,6 +230,7 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
         None => false,
         Some(token) if sessions.service.auth().check(Some(token)) => true,
         Some(_) => {
+            crate::metrics::metrics().auth_failed("http");
             log::warn!("http POST /session from {}: Authorization bearer token refused", peer(&req));
             return error(StatusCode::UNAUTHORIZED, "invalid bearer token");
         }
@@ -271,11 +275,12 @@ fn offer(session: &HttpEntry, frame: Frame, accepted: &mut usize) -> Result<(), 
             *accepted += 1;
             Ok(())
         }
-        Err(TrySendError::Full(_)) => Err(Box::new(
+        Err(TrySendError::Full(_)) => Err(Box::new({
+            crate::metrics::metrics().bound_rejected("input_max_bytes");
             HttpResponse::build(StatusCode::TOO_MANY_REQUESTS)
                 .insert_header((header::RETRY_AFTER, "1"))
-                .json(json!({ "ok": false, "error": "busy", "accepted": *accepted })),
-        )),
+                .json(json!({ "ok": false, "error": "busy", "accepted": *accepted }))
+        })),
         Err(TrySendError::Closed(_)) => Err(Box::new(error(StatusCode::NOT_FOUND, "session has ended"))),
     }
 }
@@ -537,6 +542,7 @@ pub fn server(listener: std::net::TcpListener, sessions: Arc<HttpSessions>, work
             .route("/stream", web::get().to(stream))
             .route("/health", web::get().to(health))
             .route("/ready", web::get().to(ready))
+            .route("/metrics", web::get().to(metrics::scrape))
     })
     .workers(workers)
     .max_connections(per_worker)
