@@ -18,6 +18,7 @@ pub struct Server {
     pub child: Child,
     pub tcp: Option<String>,
     pub http: Option<String>,
+    pub metrics: Option<String>,
     pub stderr: mpsc::Receiver<String>,
     _config: Option<tempfile_lite::TempFile>,
 }
@@ -116,10 +117,11 @@ impl Server {
         let stderr = drain_stderr(&mut child);
         let want_tcp = args.contains(&"--tcp");
         let want_http = args.contains(&"--http");
-        let (mut tcp, mut http) = (None, None);
+        let want_metrics = args.contains(&"--metrics");
+        let (mut tcp, mut http, mut metrics) = (None, None, None);
         let deadline = Instant::now() + PATIENCE;
         let mut said = Vec::new();
-        while (want_tcp && tcp.is_none()) || (want_http && http.is_none()) {
+        while (want_tcp && tcp.is_none()) || (want_http && http.is_none()) || (want_metrics && metrics.is_none()) {
             let left = deadline.saturating_duration_since(Instant::now());
             let Ok(line) = stderr.recv_timeout(left) else {
                 panic!("subagentd {args:?} did not report its addresses; it said: {said:#?}")
@@ -131,8 +133,11 @@ impl Server {
             if let Some(addr) = line.strip_prefix("subagentd: http listening on ") {
                 http = Some(addr.to_owned());
             }
+            if let Some(addr) = line.strip_prefix("subagentd: metrics listening on ") {
+                metrics = Some(addr.to_owned());
+            }
         }
-        Self { child, tcp, http, stderr, _config: config }
+        Self { child, tcp, http, metrics, stderr, _config: config }
     }
 
     /// The server's process id.

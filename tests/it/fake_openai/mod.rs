@@ -183,6 +183,18 @@ pub fn answer(text: &str) -> Reply {
     }))
 }
 
+/// `reply` with its `usage` set to these token counts.
+pub fn with_usage(reply: Reply, prompt: u64, completion: u64) -> Reply {
+    match reply {
+        Reply::Json(mut body) => {
+            body["usage"] =
+                json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+            Reply::Json(body)
+        }
+        other => other,
+    }
+}
+
 /// A reply calling these tools (name, arguments), with optional text.
 pub fn call_tools(text: Option<&str>, calls: &[(&str, Value)]) -> Reply {
     let calls: Vec<Value> = calls
