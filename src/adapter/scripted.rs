@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentConfig, TaskDefinition};
+use crate::protocol::wire::{JsonObject, SubagentConfig, TaskDefinition, Usage};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// The scripted adapter (the default route).
@@ -29,6 +29,18 @@ enum Step {
     WaitMessage(WaitStep),
     Spawn(Box<SpawnStep>),
     AwaitChildren(NoArgs),
+    UseTokens(TokensStep),
+}
+
+/// `{"use_tokens": {"input_tokens": N, "output_tokens": M}}`: spends tokens
+/// as a model call would (usage, budgets and metrics see them).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensStep {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +117,9 @@ impl AgentAdapter for ScriptedAdapter {
 struct Gathered {
     messages: Vec<Value>,
     children: Option<JsonObject>,
+    // Tokens its `use_tokens` steps spent: a resumed script counts them again.
+    #[serde(default)]
+    tokens: Usage,
 }
 
 async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
@@ -112,7 +127,8 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
     // had gathered; its memory was stored with that checkpoint.
     let (first, gathered) = match ctx.resume_point() {
         Some(checkpoint) => {
-            let gathered = serde_json::from_value(checkpoint.state.clone()).unwrap_or_default();
+            let gathered: Gathered = serde_json::from_value(checkpoint.state.clone()).unwrap_or_default();
+            ctx.record_usage(gathered.tokens);
             (checkpoint.step as usize, gathered)
         }
         None => {
@@ -126,7 +142,7 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
         ctx.memory.push(memory_entry("assistant", result["summary"].clone()));
         return Ok(result);
     };
-    let Gathered { mut messages, mut children } = gathered;
+    let Gathered { mut messages, mut children, mut tokens } = gathered;
     let mut returned: Option<JsonObject> = None;
     for (index, step) in steps.into_iter().enumerate().skip(first) {
         ctx.step()?;
@@ -174,6 +190,12 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
                     .await
                     .map_err(|err| TaskError(format!("step {index}: spawn failed: {err}")))?;
             }
+            Step::UseTokens(spent) => {
+                let spent = Usage { input_tokens: spent.input_tokens, output_tokens: spent.output_tokens };
+                tokens.input_tokens = tokens.input_tokens.saturating_add(spent.input_tokens);
+                tokens.output_tokens = tokens.output_tokens.saturating_add(spent.output_tokens);
+                ctx.record_usage(spent);
+            }
             Step::AwaitChildren(NoArgs {}) => {
                 let mut results = children.take().unwrap_or_default();
                 for child in ctx.children().await? {
@@ -184,10 +206,10 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
             }
         }
         if ctx.is_durable() {
-            let state = Gathered { messages, children };
+            let state = Gathered { messages, children, tokens };
             let step = u32::try_from(index + 1).unwrap_or(u32::MAX);
             ctx.checkpoint(step, serde_json::to_value(&state).unwrap_or(Value::Null));
-            Gathered { messages, children } = state;
+            Gathered { messages, children, tokens } = state;
         }
     }
     let mut result = returned.unwrap_or_else(|| default_result(ctx));

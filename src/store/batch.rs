@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::writer::now_ms;
 use super::{Change, Held, SessionRow, SubagentRow};
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentStatus, TaskDefinition};
+use crate::protocol::wire::{JsonObject, SubagentStatus, TaskDefinition, Usage};
 use crate::runtime::memory::InboxMessage;
 
 /// One bound value.
@@ -67,6 +67,8 @@ struct Patch {
     result: Option<Arc<JsonObject>>,
     error: Option<Arc<str>>,
     tasks_started: Option<u64>,
+    // Set when a task ended: its subagent's own tokens so far.
+    usage: Option<Usage>,
 }
 
 /// What a task row becomes.
@@ -105,10 +107,15 @@ impl<'a> Folded<'a> {
             if let Some(started) = patch.tasks_started {
                 row.tasks_started = started;
             }
+            if let Some(usage) = patch.usage {
+                row.usage = usage;
+            }
             return;
         }
-        let tasks_started = patch.tasks_started.or(self.patches.get(&key).and_then(|p| p.tasks_started));
-        self.patches.insert(key, Patch { tasks_started, ..patch });
+        let earlier = self.patches.get(&key);
+        let tasks_started = patch.tasks_started.or(earlier.and_then(|p| p.tasks_started));
+        let usage = patch.usage.or(earlier.and_then(|p| p.usage));
+        self.patches.insert(key, Patch { tasks_started, usage, ..patch });
     }
 
     // What a subagent held at a checkpoint or its task's end.
@@ -168,8 +175,13 @@ impl<'a> Folded<'a> {
             }
             Change::TaskStarted { session, id, task, task_no, attempt } => {
                 let key = (session.clone(), *id);
-                let patch =
-                    Patch { status: SubagentStatus::Running, result: None, error: None, tasks_started: Some(*task_no) };
+                let patch = Patch {
+                    status: SubagentStatus::Running,
+                    result: None,
+                    error: None,
+                    tasks_started: Some(*task_no),
+                    usage: None,
+                };
                 self.status(key.clone(), patch);
                 if *attempt > 1 {
                     // A resumed task keeps its checkpoint.
@@ -202,11 +214,16 @@ impl<'a> Folded<'a> {
                     }
                 }
             }
-            Change::TaskEnded { session, id, status, result, error, held } => {
+            Change::TaskEnded { session, id, status, result, error, held, usage } => {
                 let key = (session.clone(), *id);
                 self.held(session, *id, held);
-                let patch =
-                    Patch { status: *status, result: result.clone(), error: error.clone(), tasks_started: None };
+                let patch = Patch {
+                    status: *status,
+                    result: result.clone(),
+                    error: error.clone(),
+                    tasks_started: None,
+                    usage: Some(*usage),
+                };
                 self.status(key.clone(), patch);
                 self.tasks.insert(key, TaskOp::Delete);
             }
@@ -377,6 +394,8 @@ fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<Key, Subage
                     Arg::Text(status_text(row.status)),
                     Arg::OptText(row.result.as_deref().map(json)),
                     Arg::OptText(row.error.as_deref().map(str::to_owned)),
+                    int(row.usage.input_tokens),
+                    int(row.usage.output_tokens),
                 ],
             )
         })
@@ -385,10 +404,11 @@ fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<Key, Subage
         dialect,
         ops,
         "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
-         config, status, result, error)",
+         config, status, result, error, usage_input, usage_output)",
         &rows,
         "(session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, error = excluded.error, \
-         tasks_started = excluded.tasks_started",
+         tasks_started = excluded.tasks_started, usage_input = excluded.usage_input, \
+         usage_output = excluded.usage_output",
     );
 }
 
@@ -404,6 +424,8 @@ fn subagent_patches(dialect: Dialect, ops: &mut Vec<Op>, patches: &HashMap<Key, 
                     Arg::OptText(patch.result.as_deref().map(json)),
                     Arg::OptText(patch.error.as_deref().map(str::to_owned)),
                     Arg::OptInt(patch.tasks_started.map(|n| i64::try_from(n).unwrap_or(i64::MAX))),
+                    Arg::OptInt(patch.usage.map(|u| i64::try_from(u.input_tokens).unwrap_or(i64::MAX))),
+                    Arg::OptInt(patch.usage.map(|u| i64::try_from(u.output_tokens).unwrap_or(i64::MAX))),
                 ],
             )
         })
@@ -413,9 +435,11 @@ fn subagent_patches(dialect: Dialect, ops: &mut Vec<Op>, patches: &HashMap<Key, 
         ops,
         "subagents",
         "status = v.column3, result = v.column4, error = v.column5, \
-         tasks_started = COALESCE(v.column6, subagents.tasks_started)",
+         tasks_started = COALESCE(v.column6, subagents.tasks_started), \
+         usage_input = COALESCE(v.column7, subagents.usage_input), \
+         usage_output = COALESCE(v.column8, subagents.usage_output)",
         "subagents.session_id = v.column1 AND subagents.id = v.column2",
-        6,
+        8,
         &rows,
     );
 }
@@ -644,6 +668,7 @@ mod tests {
             status: SubagentStatus::Ready,
             result: None,
             error: None,
+            usage: Usage::default(),
         }
     }
 
@@ -664,6 +689,7 @@ mod tests {
                 result: Some(Arc::new(result)),
                 error: None,
                 held: Held::default(),
+                usage: Usage { input_tokens: 123, output_tokens: 45 },
             },
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
@@ -671,6 +697,7 @@ mod tests {
         assert!(ops[0].sql.starts_with("INSERT INTO subagents"));
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
         assert!(ops[0].args.contains(&Arg::Int(1)), "tasks_started");
+        assert!(ops[0].args.contains(&Arg::Int(123)) && ops[0].args.contains(&Arg::Int(45)), "usage");
         assert!(ops[1].sql.starts_with("DELETE FROM tasks"));
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::writer::CommitGate;
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentConfig, SubagentStatus, TaskDefinition};
+use crate::protocol::wire::{JsonObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
 use crate::runtime::memory::InboxMessage;
 
 /// A session's identity, as its first successful handshake set it.
@@ -52,6 +52,8 @@ pub struct SubagentRow {
     pub result: Option<Arc<JsonObject>>,
     /// Its last error.
     pub error: Option<Arc<str>>,
+    /// Tokens its own tasks used (as of its last task's end).
+    pub usage: Usage,
 }
 
 /// Where a running task had got to.
@@ -100,6 +102,8 @@ pub enum Change {
         result: Option<Arc<JsonObject>>,
         error: Option<Arc<str>>,
         held: Held,
+        // The tokens its own tasks have used, this one included.
+        usage: Usage,
     },
     /// A subagent's undelivered messages, all of them.
     Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage> },

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
-use crate::protocol::wire::SubagentStatus;
+use crate::protocol::wire::{SubagentStatus, Usage};
 use crate::runtime::memory::InboxMessage;
 
 /// The migrations this build knows, oldest first, for either engine (the
@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/0002_cluster.sqlite.sql"),
         include_str!("../../migrations/0002_cluster.postgres.sql"),
     ),
+    (3, "usage", include_str!("../../migrations/0003_usage.sql"), include_str!("../../migrations/0003_usage.sql")),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.
@@ -463,9 +464,10 @@ impl SqlStore {
         for mut sub in self
             .fetch(
                 "SELECT id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
-                 config, status, result, error FROM subagents WHERE session_id = $1 ORDER BY ord",
+                 config, status, result, error, usage_input, usage_output FROM subagents \
+                 WHERE session_id = $1 ORDER BY ord",
                 id,
-                "titttititttt",
+                "titttitittttii",
             )
             .await?
         {
@@ -492,6 +494,10 @@ impl SqlStore {
                 status,
                 result,
                 error: sub[11].text().map(Into::into),
+                usage: Usage {
+                    input_tokens: u64::try_from(sub[12].int()).unwrap_or(0),
+                    output_tokens: u64::try_from(sub[13].int()).unwrap_or(0),
+                },
             };
             subagents.push(StoredSubagent {
                 id: subagent,

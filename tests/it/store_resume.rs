@@ -87,11 +87,12 @@ async fn crash_and_resume(url: StoreUrl) {
     let host = Host::new(HostConfig::default());
     let tree = host.open_logged_tree(Arc::new(NullSink), log);
     let done = tree.spawn(top_level("done")).await.expect("spawn").subagent_id;
-    tree.delegate(done, task(json!([{"return": {"kept": true}}]))).await.expect("delegate");
+    let spend = json!({"use_tokens": {"input_tokens": 40, "output_tokens": 4}});
+    tree.delegate(done, task(json!([spend, {"return": {"kept": true}}]))).await.expect("delegate");
     tree.await_result(done).await.expect("await");
     let parent = tree.spawn(top_level("parent")).await.expect("spawn").subagent_id;
     let script = json!([
-        {"progress": "one"},
+        {"use_tokens": {"input_tokens": 7, "output_tokens": 1}},
         {"spawn": {"agent": {"name": "kid", "model": "scripted"},
                    "task": {"name": "kid", "instruction": "k", "metadata": {"script": [{"sleep_ms": 150}, {"return": {"kid": 1}}]}}}},
         {"sleep_ms": 5000},
@@ -112,9 +113,10 @@ async fn crash_and_resume(url: StoreUrl) {
     assert_eq!(stored.subagents.len(), 3, "done, parent, kid");
     let parent_row = stored.subagents.iter().find(|s| s.id == parent).expect("parent stored");
     let checkpoint = parent_row.task.as_ref().and_then(|t| t.checkpoint.clone()).expect("a checkpoint");
-    assert_eq!(checkpoint.step, 2, "progress and spawn were done");
+    assert_eq!(checkpoint.step, 2, "use_tokens and spawn were done");
     let kept = stored.subagents.iter().find(|s| s.id == done).expect("done stored");
     assert_eq!(kept.row.status, SubagentStatus::Completed);
+    assert_eq!(kept.row.usage, Usage { input_tokens: 40, output_tokens: 4 }, "usage is stored at the task's end");
     assert_eq!(kept.row.result.as_deref().map(|r| r["kept"].clone()), Some(json!(true)));
 
     let (events, mut seen) = mpsc::unbounded_channel::<Event>();
@@ -131,7 +133,12 @@ async fn crash_and_resume(url: StoreUrl) {
     assert_eq!(children.len(), 1, "one child: the spawn step was not repeated");
     let list = tree.list().await.expect("list").subagents;
     assert_eq!(list.len(), 3);
-    assert_eq!(tree.await_result(done).await.expect("await").result.expect("kept")["kept"], true);
+    let kept = tree.await_result(done).await.expect("await");
+    assert_eq!(kept.result.expect("kept")["kept"], true);
+    assert_eq!(kept.usage, Usage { input_tokens: 40, output_tokens: 4 }, "a finished subagent's usage survives");
+    // The resumed parent counts what it spent before its checkpoint again, once.
+    assert_eq!(answer.usage, Usage { input_tokens: 7, output_tokens: 1 });
+    assert_eq!(answer.subtree_usage, Usage { input_tokens: 7, output_tokens: 1 }, "the kid spent nothing");
     let mut resumed_events = Vec::new();
     while let Ok(event) = seen.try_recv() {
         if event.kind == EventKind::Resumed {
@@ -246,6 +253,14 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
         status: SubagentStatus::Running,
         result: None,
         error: None,
+        usage: Usage::default(),
+    };
+    // A child that finished before the restart, with its tokens stored.
+    let elder_id = SubagentId::parse("sub_000e1de5").expect("id");
+    let elder = SubagentRow {
+        status: SubagentStatus::Completed,
+        usage: Usage { input_tokens: 40, output_tokens: 4 },
+        ..row(SubagentConfig::new("elder", "fake-model"), Some(boss_id), None, 2)
     };
     let stored = vec![
         StoredSubagent {
@@ -267,6 +282,7 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
             memory: None,
             mailbox: Vec::new(),
         },
+        StoredSubagent { id: elder_id, row: elder, task: None, memory: None, mailbox: Vec::new() },
     ];
     let tree = host.open_tree(Arc::new(NullSink));
     assert_eq!(tree.restore(stored).await.expect("restore"), 2);
@@ -276,12 +292,19 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
     assert_eq!(result["summary"], format!("boss saw \"{kid_id}\""), "the call was answered with the stored child");
     assert_eq!(result["steps"], 2, "one step before the restart, one after");
     assert_eq!(result["usage"]["total_tokens"], 30, "usage carried over from the checkpoint");
-    assert_eq!(tree.list().await.expect("list").subagents.len(), 2, "no second child");
+    assert_eq!(tree.list().await.expect("list").subagents.len(), 3, "no second child");
     let boss_calls =
         server.requests().iter().filter(|seen| system_prompt(&seen.body).starts_with("AGENT:boss")).count();
     assert_eq!(boss_calls, 1, "the model is called again only for the step after the one in flight");
     let kid = tokio::time::timeout(GUARD, tree.await_result(kid_id)).await.expect("kid ends").expect("await");
     assert_eq!(kid.status, SubagentStatus::Completed);
+    // The boss's tokens: the call before its checkpoint (counted again from
+    // it) and the one after; its subtree adds the kid's call and the elder's
+    // stored tokens.
+    let boss = tree.await_result(boss_id).await.expect("await");
+    assert_eq!(boss.usage, Usage { input_tokens: 20, output_tokens: 10 });
+    assert_eq!(kid.usage, Usage { input_tokens: 10, output_tokens: 5 });
+    assert_eq!(boss.subtree_usage, Usage { input_tokens: 70, output_tokens: 19 });
     tree.close().await;
 }
 

@@ -164,6 +164,12 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         Some(checkpoint) => {
             let saved: Saved = serde_json::from_value(checkpoint.state.clone())
                 .map_err(|err| TaskError(format!("the checkpoint cannot be read: {err}")))?;
+            // Its subagent's stored usage counts up to its last task's end:
+            // what this task used up to its checkpoint counts again.
+            ctx.record_usage(TokenUsage {
+                input_tokens: saved.usage.prompt_tokens,
+                output_tokens: saved.usage.completion_tokens,
+            });
             (saved.messages, saved.usage)
         }
         None => {

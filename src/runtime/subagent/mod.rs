@@ -155,6 +155,7 @@ impl SubagentActor {
             result: self.result.clone(),
             error: self.error.clone(),
             held: held_now(self.memory_owner, &self.memory, &self.mailbox),
+            usage: self.usage.own(),
         });
     }
 
@@ -210,6 +211,7 @@ impl SubagentActor {
             result: self.result.clone(),
             error: self.error.clone(),
             held: Held::default(),
+            usage: self.usage.own(),
         });
         self.answer_awaiters();
         self.report(EventKind::Terminated, EventDetail::None);

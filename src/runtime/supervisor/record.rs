@@ -94,6 +94,7 @@ impl Entry {
             status: self.status,
             result: self.result.clone(),
             error: self.error.clone(),
+            usage: self.usage.own(),
         }
     }
 

@@ -68,6 +68,8 @@ impl Supervisor {
                 tasks_started: row.tasks_started,
                 usage: UsageMeter::new(parent.and_then(|parent| self.index.get(&parent)).map(|e| e.usage.clone())),
             };
+            // Parents load first: its own tokens count in their subtrees too.
+            entry.usage.add(row.usage);
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {
                 Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(id),

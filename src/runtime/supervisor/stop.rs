@@ -103,7 +103,7 @@ impl Supervisor {
         let Some(entry) = self.index.get_mut(&id) else { return };
         entry.set_status(SubagentStatus::Terminated);
         entry.error = Some(Arc::from("terminated"));
-        let (result, error) = (entry.result.clone(), entry.error.clone());
+        let (result, error, usage) = (entry.result.clone(), entry.error.clone(), entry.usage.own());
         self.log.record(|session| Change::TaskEnded {
             session,
             id,
@@ -111,6 +111,7 @@ impl Supervisor {
             result,
             error,
             held: Held::default(),
+            usage,
         });
         self.record_terminated(id);
         let entry = &self.index[&id];
