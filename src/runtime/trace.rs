@@ -8,8 +8,10 @@
 //! span ([`chat`], [`execute_tool`]).
 //!
 //! Spans are `tracing` spans, exported by whatever subscriber the process
-//! installs (the binary's OTLP exporter). With none installed, building a
-//! span costs one check of a cached flag: its fields are not evaluated.
+//! installs (the binary's OTLP exporter). With none installed, no span is
+//! built: one atomic load, and no field (the `format!`ed names) evaluated.
+//! (`tracing`'s own macros would evaluate them for its `log` bridge, which a
+//! dependency turns on.)
 
 use tracing::field::Empty;
 use tracing::Span;
@@ -17,10 +19,24 @@ use tracing::Span;
 use crate::ids::SubagentId;
 use crate::protocol::wire::{SubagentConfig, Usage};
 
+/// Whether spans are exported at all (a subscriber is installed).
+fn tracing_on() -> bool {
+    tracing::dispatcher::has_been_set()
+}
+
 /// The span of one task of subagent `id` in session `session`; `parent` is
 /// the span of the task that delegated it, if a task did.
-pub(crate) fn invoke_agent(parent: Option<&Span>, session: &str, id: SubagentId, config: &SubagentConfig) -> Span {
-    tracing::info_span!(
+/// `None` while no exporter is installed: a task then carries no span at all.
+pub(crate) fn invoke_agent(
+    parent: Option<&Span>,
+    session: &str,
+    id: SubagentId,
+    config: &SubagentConfig,
+) -> Option<Span> {
+    if !tracing_on() {
+        return None;
+    }
+    Some(tracing::info_span!(
         parent: parent.and_then(Span::id),
         "invoke_agent",
         otel.name = format!("invoke_agent {}", config.name),
@@ -34,7 +50,7 @@ pub(crate) fn invoke_agent(parent: Option<&Span>, session: &str, id: SubagentId,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         error.type = Empty,
-    )
+    ))
 }
 
 /// Records how a task ended on its span: the tokens it used, and its error.
@@ -64,6 +80,9 @@ fn error_type(error: &str) -> &str {
 /// `provider` (e.g. `openai`) for `model`. Record its usage with
 /// [`chat_usage`] once the reply is in.
 pub fn chat(task: &Span, provider: &str, model: &str) -> Span {
+    if !tracing_on() {
+        return Span::none();
+    }
     tracing::info_span!(
         parent: task,
         "chat",
@@ -100,6 +119,9 @@ pub fn chat_usage(span: &Span, outcome: Result<Usage, &str>) {
 
 /// The span of one tool call (`call_id`) of the task whose span is `task`.
 pub fn execute_tool(task: &Span, tool: &str, call_id: &str) -> Span {
+    if !tracing_on() {
+        return Span::none();
+    }
     tracing::info_span!(
         parent: task,
         "execute_tool",

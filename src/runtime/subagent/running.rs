@@ -57,10 +57,10 @@ pub(super) struct RunningTask {
     // For the timeout error text.
     pub(super) timeout_seconds: u64,
     // When it started (the task duration metric).
-    pub(super) started: std::time::Instant,
+    pub(super) started: Instant,
     // Its `invoke_agent` span, and its subagent's own usage when it started
     // (the span reports what this task used).
-    pub(super) span: tracing::Span,
+    pub(super) span: Option<tracing::Span>,
     pub(super) usage_before: Usage,
 }
 
@@ -76,7 +76,9 @@ impl RunningTask {
             input_tokens: usage_now.input_tokens.saturating_sub(self.usage_before.input_tokens),
             output_tokens: usage_now.output_tokens.saturating_sub(self.usage_before.output_tokens),
         };
-        trace::task_ended(&self.span, used, error);
+        if let Some(span) = &self.span {
+            trace::task_ended(span, used, error);
+        }
     }
 
     pub(super) fn fire_settled(&self) {
@@ -127,7 +129,8 @@ impl SubagentActor {
             attempt,
         });
         let timeout_seconds = self.config.timeout_seconds;
-        let mut deadline = Instant::now() + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
+        let started = Instant::now();
+        let mut deadline = started + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
         if let Some(cap) = deadline_cap {
             deadline = deadline.min(cap);
         }
@@ -181,7 +184,7 @@ impl SubagentActor {
             settled: None,
             cancel_requested: false,
             timeout_seconds,
-            started: std::time::Instant::now(),
+            started,
             span,
             usage_before: self.usage.own(),
         });

@@ -122,7 +122,8 @@ pub struct TaskContext {
     // Its subagent's token counts.
     pub(crate) usage: Arc<UsageMeter>,
     // Its `invoke_agent` span.
-    pub(crate) span: tracing::Span,
+    // (`None` while no span exporter is installed.)
+    pub(crate) span: Option<tracing::Span>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -206,7 +207,8 @@ impl TaskContext {
     /// This task's `invoke_agent` span: the parent of the spans an adapter
     /// makes for its model and tool calls (see [`crate::runtime::trace`]).
     pub fn span(&self) -> &tracing::Span {
-        &self.span
+        static NONE: tracing::Span = tracing::Span::none();
+        self.span.as_ref().unwrap_or(&NONE)
     }
 
     /// Tokens this task's subagent has used so far (all its tasks).
@@ -303,7 +305,7 @@ impl TaskContext {
     /// by this task's.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
         self.supervisor
-            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline), parent_span: Some(self.span.clone()) })
+            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline), parent_span: self.span.clone() })
             .await?
     }
 

@@ -7,8 +7,12 @@
 //! models), never session or subagent ids, so the number of series does not
 //! grow with client behaviour.
 //!
-//! The hot paths (a request, a status change, a task's end) update handles
-//! resolved once at start: an atomic add, no label lookup.
+//! The hot paths (a request, a status change, a task's end, an outbox line)
+//! update handles resolved once at start, kept in per-thread slots
+//! (`sharded`): an uncontended atomic add, no label lookup, no cache line
+//! shared between session threads.
+
+mod sharded;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -18,6 +22,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::LazyLock;
 use std::time::Duration;
+
+use sharded::{ShardedCounter, ShardedGauge};
 
 use crate::error::ErrorCode;
 use crate::protocol::request::Request;
@@ -104,16 +110,16 @@ const ERROR_CODES: [ErrorCode; 15] = [
 pub struct Metrics {
     registry: Registry,
     sessions_open: Family<Labels<1>, Gauge>,
-    subagents: [Gauge; 7],
-    tasks_started: Counter,
-    tasks_ended: [Counter; 5],
+    subagents: [ShardedGauge; 7],
+    tasks_started: ShardedCounter,
+    tasks_ended: [ShardedCounter; 5],
     task_duration: [Histogram; 5],
     model_calls: Family<Labels<2>, Counter>,
     model_call_duration: HistogramFamily<Labels<1>>,
     tokens: Family<ModelLabels, Counter>,
-    requests: [Counter; 16],
+    requests: [ShardedCounter; 16],
     errors: [Counter; 15],
-    outbox_bytes: Gauge,
+    outbox_bytes: ShardedGauge,
     bounds_rejected: Family<Labels<1>, Counter>,
     auth_failures: Family<Labels<1>, Counter>,
     store_commit_duration: Histogram,
@@ -145,13 +151,13 @@ impl Metrics {
         }
         registry.register("sessions_open", "Protocol sessions open now, by transport", sessions_open.clone());
 
-        let subagents_family: Family<Labels<1>, Gauge> = Family::default();
+        let subagents_family: Family<Labels<1>, ShardedGauge> = Family::default();
         let subagents = STATUSES.map(|status| subagents_family.get_or_create_owned(&[("status", status.as_str())]));
         registry.register("subagents", "Subagents held now (live and retained), by status", subagents_family);
 
-        let tasks_started = Counter::default();
+        let tasks_started = ShardedCounter::default();
         registry.register("tasks_started", "Tasks started (a resumed task counts again)", tasks_started.clone());
-        let ended_family: Family<Labels<1>, Counter> = Family::default();
+        let ended_family: Family<Labels<1>, ShardedCounter> = Family::default();
         let tasks_ended = TaskOutcome::ALL.map(|o| ended_family.get_or_create_owned(&[("outcome", o.as_str())]));
         registry.register("tasks_ended", "Tasks ended, by outcome", ended_family);
         let duration_family: HistogramFamily<Labels<1>> = Family::new_with_constructor(seconds_histogram);
@@ -170,14 +176,14 @@ impl Metrics {
         let tokens = Family::default();
         registry.register("tokens", "Model tokens, by configured route model and type (input, output)", tokens.clone());
 
-        let requests_family: Family<Labels<1>, Counter> = Family::default();
+        let requests_family: Family<Labels<1>, ShardedCounter> = Family::default();
         let requests = Request::WIRE_TYPES.map(|kind| requests_family.get_or_create_owned(&[("type", kind)]));
         registry.register("requests", "Protocol requests decoded, by type", requests_family);
         let errors_family: Family<Labels<1>, Counter> = Family::default();
         let errors = ERROR_CODES.map(|code| errors_family.get_or_create_owned(&[("code", code.as_str())]));
         registry.register("errors", "Error replies sent, by code", errors_family);
 
-        let outbox_bytes = Gauge::default();
+        let outbox_bytes = ShardedGauge::default();
         registry.register_with_unit(
             "outbox_queued",
             "Bytes queued or reserved in session outboxes, not yet taken by a transport",
@@ -254,20 +260,20 @@ impl Metrics {
 
     /// A subagent record appeared with `status`.
     pub(crate) fn subagent_added(&self, status: SubagentStatus) {
-        self.subagents[status_index(status)].inc();
+        self.subagents[status_index(status)].add(1);
     }
 
     /// A subagent record's status changed.
     pub(crate) fn subagent_moved(&self, from: SubagentStatus, to: SubagentStatus) {
         if from != to {
-            self.subagents[status_index(from)].dec();
-            self.subagents[status_index(to)].inc();
+            self.subagents[status_index(from)].add(-1);
+            self.subagents[status_index(to)].add(1);
         }
     }
 
     /// A subagent record with `status` was dropped.
     pub(crate) fn subagent_removed(&self, status: SubagentStatus) {
-        self.subagents[status_index(status)].dec();
+        self.subagents[status_index(status)].add(-1);
     }
 
     /// A task started.
@@ -312,12 +318,12 @@ impl Metrics {
 
     /// Outbox bytes were queued or reserved.
     pub(crate) fn outbox_grew(&self, bytes: usize) {
-        self.outbox_bytes.inc_by(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.outbox_bytes.add(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Outbox bytes were taken or given back.
     pub(crate) fn outbox_shrank(&self, bytes: usize) {
-        self.outbox_bytes.dec_by(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.outbox_bytes.add(-i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// A request or session was refused at the limit named `limit` (its
