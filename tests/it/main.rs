@@ -45,6 +45,7 @@ mod e2e_metrics;
 mod e2e_sdk_flow;
 mod e2e_stdio;
 mod e2e_tcp;
+mod e2e_traces;
 mod golden;
 mod model;
 pub(crate) mod protocol;
