@@ -39,13 +39,19 @@ pub enum EventKind {
     Merged,
     /// A task that was running when the host stopped runs again (content: `attempt`).
     Resumed,
+    /// A task spent past a budget (its own or an ancestor's) and ended
+    /// `FAILED`; `error` names the budget.
+    BudgetExceeded,
 }
 
 impl EventKind {
     /// Whether the event ends a task (or the subagent): its content then
     /// carries the subagent's token usage.
     pub fn ends_task(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Timeout | Self::Cancelled | Self::Terminated)
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Timeout | Self::Cancelled | Self::Terminated | Self::BudgetExceeded
+        )
     }
 
     /// The wire name.
@@ -63,6 +69,7 @@ impl EventKind {
             Self::Terminated => "terminated",
             Self::Merged => "merged",
             Self::Resumed => "resumed",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 }

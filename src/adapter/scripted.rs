@@ -128,7 +128,7 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
     let (first, gathered) = match ctx.resume_point() {
         Some(checkpoint) => {
             let gathered: Gathered = serde_json::from_value(checkpoint.state.clone()).unwrap_or_default();
-            ctx.record_usage(gathered.tokens);
+            ctx.record_usage(gathered.tokens)?;
             (checkpoint.step as usize, gathered)
         }
         None => {
@@ -194,7 +194,7 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
                 let spent = Usage { input_tokens: spent.input_tokens, output_tokens: spent.output_tokens };
                 tokens.input_tokens = tokens.input_tokens.saturating_add(spent.input_tokens);
                 tokens.output_tokens = tokens.output_tokens.saturating_add(spent.output_tokens);
-                ctx.record_usage(spent);
+                ctx.record_usage(spent)?;
             }
             Step::AwaitChildren(NoArgs {}) => {
                 let mut results = children.take().unwrap_or_default();

@@ -91,6 +91,10 @@ pub struct Limits {
     /// server stops accepting likewise (the bound is split evenly over its
     /// worker threads).
     pub max_connections: usize,
+    /// Tokens (input and output) one session's subagents may spend in all;
+    /// 0: no session budget. A spend past it fails the task that made it
+    /// (`budget_exceeded`); a subagent's own budget is reserved out of it.
+    pub max_tokens_per_session: u64,
 }
 
 impl Default for Limits {
@@ -123,6 +127,7 @@ impl Default for Limits {
             max_failed_handshakes: 3,
             http_body_timeout_ms: 10_000,
             max_connections: 1_024,
+            max_tokens_per_session: 0,
         }
     }
 }

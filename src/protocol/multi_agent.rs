@@ -12,8 +12,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::wire::{
-    AwaitResponse, DelegateResponse, JsonObject, SpawnRequest, SpawnResponse, SubagentConfig, SubagentInfo,
-    SubagentStatus, TaskDefinition, Usage,
+    AwaitResponse, BudgetRemaining, DelegateResponse, JsonObject, SpawnRequest, SpawnResponse, SubagentConfig,
+    SubagentInfo, SubagentStatus, TaskDefinition, Usage,
 };
 use crate::ids::SubagentId;
 
@@ -175,6 +175,9 @@ pub struct AgentAwaitResponse {
     pub usage: Usage,
     /// Tokens its whole subtree used, its own included.
     pub subtree_usage: Usage,
+    /// What its budget has left, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_remaining: Option<BudgetRemaining>,
 }
 
 impl From<AwaitResponse> for AgentAwaitResponse {
@@ -190,6 +193,7 @@ impl From<AwaitResponse> for AgentAwaitResponse {
             error,
             usage: reply.usage,
             subtree_usage: reply.subtree_usage,
+            budget_remaining: reply.budget_remaining,
         }
     }
 }
@@ -217,6 +221,8 @@ impl Serialize for AgentListResponse {
             config: &'a SubagentConfig,
             usage: Usage,
             subtree_usage: Usage,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            budget_remaining: Option<BudgetRemaining>,
         }
         struct Rows<'a>(&'a [SubagentInfo]);
         impl Serialize for Rows<'_> {
@@ -231,6 +237,7 @@ impl Serialize for AgentListResponse {
                     config: &info.config,
                     usage: info.usage,
                     subtree_usage: info.subtree_usage,
+                    budget_remaining: info.budget_remaining,
                 }))
             }
         }

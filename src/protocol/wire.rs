@@ -199,6 +199,9 @@ pub struct SubagentInfo {
     /// Tokens its whole subtree used, its own included.
     #[serde(default)]
     pub subtree_usage: Usage,
+    /// What its budget has left, when it has one (`metadata.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_remaining: Option<BudgetRemaining>,
 }
 
 /// `SubagentMessagePayload`: what one agent sends another.
@@ -292,6 +295,9 @@ pub struct AwaitResponse {
     /// Tokens its whole subtree used, its own included.
     #[serde(default)]
     pub subtree_usage: Usage,
+    /// What its budget has left, when it has one (`metadata.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_remaining: Option<BudgetRemaining>,
 }
 
 /// Model tokens used (by a subagent's own tasks, or by its whole subtree):
@@ -305,6 +311,21 @@ pub struct Usage {
     /// Completion tokens.
     #[serde(default)]
     pub output_tokens: u64,
+}
+
+/// What a subagent's budget has left (`budget_remaining` of await replies
+/// and list rows): only the keys its budget sets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetRemaining {
+    /// Tokens (input and output) its subtree may still spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Steps its subtree may still take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
+    /// Seconds until its wall-clock budget runs out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_seconds: Option<u64>,
 }
 
 /// `SUBAGENT_MESSAGE_REQ` body.

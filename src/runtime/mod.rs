@@ -11,8 +11,10 @@
 //! - [`task`]: what runs a task: the adapter trait, the task's context, the
 //!   router.
 //! - [`trace`]: the spans of a task (`invoke_agent`, `chat`, `execute_tool`).
-//! - `usage`: token counts per subagent, summed up the tree as they are spent.
+//! - `usage`: token counts per subagent, summed up the tree as they are
+//!   spent, and the budgets they are held to; `budget`: a config's budget.
 
+pub(crate) mod budget;
 pub mod memory;
 pub mod merge;
 pub(crate) mod messages;

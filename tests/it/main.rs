@@ -37,6 +37,7 @@ mod actor_merge;
 mod actor_tree;
 mod adapter_command;
 mod adapter_openai;
+mod budgets;
 mod cluster;
 mod cluster_store;
 mod durable;

@@ -169,7 +169,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
             ctx.record_usage(TokenUsage {
                 input_tokens: saved.usage.prompt_tokens,
                 output_tokens: saved.usage.completion_tokens,
-            });
+            })?;
             (saved.messages, saved.usage)
         }
         None => {
@@ -218,7 +218,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         }
         drop(span);
         metrics().tokens(config.route_model.as_deref().unwrap_or("unrouted"), used.input_tokens, used.output_tokens);
-        ctx.record_usage(used);
+        ctx.record_usage(used)?;
         usage.add(completion.usage);
         say(completion.assistant_message(), &mut messages);
         save(ctx, &messages, usage);

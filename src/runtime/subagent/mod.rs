@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use super::budget::{self, WallBudget};
 use super::memory::{InboxMessage, Mailbox, Memory};
 use super::messages::*;
 use super::supervisor::Supervisor;
@@ -74,6 +75,8 @@ pub(crate) struct SubagentSeed {
     pub error: Option<Arc<str>>,
     // Its token counts (the record's meter).
     pub usage: Arc<UsageMeter>,
+    // The wall-clock budget its tasks are held to.
+    pub wall: Option<Arc<WallBudget>>,
 }
 
 /// One subagent of a session's tree.
@@ -100,6 +103,7 @@ pub(crate) struct SubagentActor {
     log: Arc<SessionLog>,
     memory_owner: SubagentId,
     usage: Arc<UsageMeter>,
+    wall: Option<Arc<WallBudget>>,
     _alive: AliveGuard,
 }
 
@@ -134,6 +138,7 @@ impl SubagentActor {
             log: seed.log,
             memory_owner: seed.memory_owner,
             usage: seed.usage,
+            wall: seed.wall,
         }
     }
 
@@ -176,6 +181,7 @@ impl SubagentActor {
             error: self.error.clone(),
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
+            budget_remaining: budget::remaining(self.id, &self.usage, self.wall.as_deref()),
         }
     }
 

@@ -4,7 +4,7 @@
 use actix::prelude::*;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -62,6 +62,11 @@ pub(super) struct RunningTask {
     // (the span reports what this task used).
     pub(super) span: Option<tracing::Span>,
     pub(super) usage_before: Usage,
+    // Set by the task when it spent past a budget: the error it ends with.
+    pub(super) overspent: Rc<RefCell<Option<String>>>,
+    // Whether its deadline is a wall-clock budget's (running past it is
+    // `budget_exceeded`, not `timeout`).
+    pub(super) wall_deadline: bool,
 }
 
 impl RunningTask {
@@ -134,6 +139,11 @@ impl SubagentActor {
         if let Some(cap) = deadline_cap {
             deadline = deadline.min(cap);
         }
+        let wall_deadline = self.wall.as_ref().is_some_and(|wall| wall.deadline < deadline);
+        if let Some(wall) = self.wall.as_ref().filter(|_| wall_deadline) {
+            deadline = wall.deadline;
+        }
+        let overspent = Rc::new(RefCell::new(None));
         let cancel = CancellationToken::new();
         let waiting = Rc::new(Cell::new(false));
         let span = trace::invoke_agent(parent_span.as_ref(), self.log.id(), self.id, &self.config);
@@ -156,6 +166,7 @@ impl SubagentActor {
             resume_from: resume.and_then(|r| r.checkpoint),
             usage: self.usage.clone(),
             span: span.clone(),
+            overspent: overspent.clone(),
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
@@ -187,6 +198,8 @@ impl SubagentActor {
             started,
             span,
             usage_before: self.usage.own(),
+            overspent,
+            wall_deadline,
         });
         metrics().task_started();
         ctx.spawn(actix::fut::wrap_future(run).map(move |ended, act: &mut Self, _ctx| {
@@ -212,7 +225,16 @@ impl SubagentActor {
             task.fire_settled();
             return;
         }
+        let overspent = task.overspent.borrow_mut().take();
         let (status, kind, result, error) = match ended {
+            // Past a budget: whatever the adapter made of it.
+            _ if overspent.is_some() => {
+                (SubagentStatus::Failed, EventKind::BudgetExceeded, None, overspent.map(Arc::from))
+            }
+            Outcome::TimedOut if task.wall_deadline => {
+                let text = self.wall.as_ref().map_or_else(|| "budget_exceeded".into(), |wall| wall.exceeded_text());
+                (SubagentStatus::Failed, EventKind::BudgetExceeded, None, Some(text.into()))
+            }
             outcome if task.cancel_requested => {
                 let wound_up = match outcome {
                     // Kept only within the result bound, as any result.

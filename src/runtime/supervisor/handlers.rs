@@ -230,10 +230,14 @@ impl Handler<Report> for Supervisor {
         if msg.kind.ends_task() {
             entry.result = msg.result;
             entry.error = msg.error.clone();
+            // What it did not use of its budget flows back to its ancestors.
+            entry.usage.release();
         } else if matches!(msg.kind, EventKind::Delegated | EventKind::Resumed) {
             entry.result = None;
             entry.error = None;
         }
+        // A task stopped by a budget takes its running descendants with it.
+        let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.clone() } else { Vec::new() };
         let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
         // An actor that stopped without being asked to (a handler panicked)
         // leaves its descendants to be stopped here.
@@ -249,6 +253,9 @@ impl Handler<Report> for Supervisor {
         }
         if !children.is_empty() {
             ctx.spawn(actix::fut::wrap_future(self.terminate_subtrees(&children)).map(|_, _, _| ()));
+        }
+        for child in overspent {
+            ctx.spawn(actix::fut::wrap_future(self.cancel_subtree(child)).map(|_, _, _| ()));
         }
     }
 }

@@ -35,6 +35,7 @@ use crate::error::HostError;
 use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
+use crate::runtime::usage::{self, UsageMeter};
 use crate::store::SessionLog;
 use record::{Entry, Interned, SharedAddr, Slot};
 
@@ -68,6 +69,9 @@ pub(crate) struct Supervisor {
     // The next spawn's place in spawn order (stored, so a restored tree
     // lists children as before).
     next_ord: u64,
+    // The session's token counts and budget: every top-level subagent's
+    // meter hangs under it.
+    usage_root: Arc<UsageMeter>,
 }
 
 impl Supervisor {
@@ -78,6 +82,8 @@ impl Supervisor {
         own: Addr<Supervisor>,
         log: Arc<SessionLog>,
     ) -> Self {
+        let session_budget =
+            usage::Limits { tokens: Some(host.limits.max_tokens_per_session).filter(|max| *max > 0), steps: None };
         Self {
             host,
             sink,
@@ -91,8 +97,9 @@ impl Supervisor {
             strong_self: Arc::new(own),
             interned: Interned::default(),
             listed: None,
-            log,
             next_ord: 0,
+            usage_root: UsageMeter::session(session_budget),
+            log,
         }
     }
 
@@ -166,6 +173,7 @@ impl Supervisor {
             result: entry.result.clone(),
             error: entry.error.clone(),
             usage: entry.usage.clone(),
+            wall: entry.wall.clone(),
         };
         let addr = Arc::new(SubagentActor::new(seed).start());
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };

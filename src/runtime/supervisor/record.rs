@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::SubagentId;
 use crate::metrics::metrics;
 use crate::protocol::wire::*;
+use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::memory::Memory;
 use crate::runtime::subagent::SubagentActor;
 use crate::runtime::usage::UsageMeter;
@@ -57,8 +58,10 @@ pub(super) struct Entry {
     pub(super) spawn_key: Option<Arc<str>>,
     // Tasks delegated to it before its actor started (a restored subagent).
     pub(super) tasks_started: u64,
-    // Its token counts, linked to its parent's.
+    // Its token counts and budget, linked to its parent's.
     pub(super) usage: Arc<UsageMeter>,
+    // The wall-clock budget its tasks are held to (its own or an ancestor's).
+    pub(super) wall: Option<Arc<WallBudget>>,
 }
 
 impl Entry {
@@ -77,6 +80,7 @@ impl Entry {
             error: self.error.clone(),
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
+            budget_remaining: budget::remaining(id, &self.usage, self.wall.as_deref()),
         }
     }
 
@@ -110,6 +114,7 @@ impl Entry {
             config: self.config.clone(),
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
+            budget_remaining: budget::remaining(id, &self.usage, self.wall.as_deref()),
         }
     }
 }

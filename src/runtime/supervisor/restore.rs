@@ -4,10 +4,13 @@
 //! undelivered messages get their actor back with them; and every task that
 //! was running resumes through its adapter (or fails `host_restarted`).
 
+use std::sync::Arc;
+
 use super::record::{Entry, Slot};
 use super::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;
+use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::messages::{DelegateReply, Resume, RunTask};
 use crate::runtime::usage::UsageMeter;
 use crate::store::StoredSubagent;
@@ -50,6 +53,19 @@ impl Supervisor {
                     memory
                 }))
             };
+            // Budgets as configured; a wall-clock budget starts afresh.
+            let budget = budget::parse(&row.config.metadata).ok().flatten().unwrap_or_default();
+            let parent_entry = parent.and_then(|parent| self.index.get(&parent));
+            let parent_meter = parent_entry.map_or_else(|| self.usage_root.clone(), |entry| entry.usage.clone());
+            let usage = UsageMeter::restored(Arc::from(id.to_string()), budget.limits, Some(parent_meter), row.usage);
+            let wall = match budget.wall {
+                Some(seconds) => Some(Arc::new(WallBudget {
+                    deadline: tokio::time::Instant::now() + seconds,
+                    owner: Arc::from(id.to_string()),
+                    seconds: seconds.as_secs(),
+                })),
+                None => parent_entry.and_then(|entry| entry.wall.clone()),
+            };
             let entry = Entry {
                 slot: if terminated { Slot::Gone } else { Slot::Dormant },
                 config: row.config,
@@ -66,10 +82,9 @@ impl Supervisor {
                 ord: row.ord,
                 spawn_key: row.spawn_key,
                 tasks_started: row.tasks_started,
-                usage: UsageMeter::new(parent.and_then(|parent| self.index.get(&parent)).map(|e| e.usage.clone())),
+                usage,
+                wall,
             };
-            // Parents load first: its own tokens count in their subtrees too.
-            entry.usage.add(row.usage);
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {
                 Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(id),

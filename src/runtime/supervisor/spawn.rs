@@ -10,6 +10,7 @@ use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::runtime::budget::{self, Budget, WallBudget};
 use crate::runtime::usage::UsageMeter;
 use crate::store::Change;
 
@@ -95,7 +96,15 @@ impl Supervisor {
             )
             .with_detail(serde_json::json!({ "max_subagents_per_session": limits.max_subagents_per_session })));
         }
+        let budget = budget::parse(&request.agent.metadata)?;
         let id = self.host.ids.allocate().ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
+        let (usage, wall) = match self.budget_for(id, parent, budget) {
+            Ok(granted) => granted,
+            Err(err) => {
+                self.host.ids.release(id);
+                return Err(err);
+            }
+        };
         let config = Arc::new(request.agent);
         let memory = match (config.memory_scope, parent_memory) {
             (MemoryScope::Shared, Some(parent)) => parent,
@@ -129,7 +138,8 @@ impl Supervisor {
             ord: self.next_ord,
             spawn_key,
             tasks_started: 0,
-            usage: UsageMeter::new(parent.and_then(|parent| self.index.get(&parent)).map(|e| e.usage.clone())),
+            usage,
+            wall,
         };
         crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;
@@ -139,5 +149,54 @@ impl Supervisor {
         self.listed = None;
         self.live += 1;
         Ok(SpawnResponse { subagent_id: id, status: SubagentStatus::Ready })
+    }
+
+    /// The meter and wall-clock budget of new subagent `id` under `parent`
+    /// (top level: under the session): a budget it asks for is reserved
+    /// from what its ancestors have left, or refused `quota_exceeded`
+    /// naming the budget; without one it draws on theirs.
+    fn budget_for(
+        &self,
+        id: SubagentId,
+        parent: Option<SubagentId>,
+        budget: Option<Budget>,
+    ) -> Result<(Arc<UsageMeter>, Option<Arc<WallBudget>>), HostError> {
+        let parent_entry = parent.and_then(|parent| self.index.get(&parent));
+        let parent_meter = parent_entry.map_or_else(|| self.usage_root.clone(), |entry| entry.usage.clone());
+        let inherited = parent_entry.and_then(|entry| entry.wall.clone());
+        let Some(budget) = budget else {
+            return Ok((UsageMeter::new(Some(parent_meter)), inherited));
+        };
+        let meter =
+            UsageMeter::budgeted(Arc::from(id.to_string()), budget.limits, parent_meter).map_err(|refused| {
+                let (key, owner, limit) = (refused.resource.key(), refused.owner, refused.limit);
+                HostError::new(
+                    ErrorCode::QuotaExceeded,
+                    format!("the budget asks for more {key} than {owner}'s budget ({limit}) has left"),
+                )
+                .with_detail(serde_json::json!({ "budget": key, "of": &*owner, "limit": limit }))
+            })?;
+        let wall = match budget.wall {
+            None => inherited,
+            Some(asked) => {
+                let deadline = tokio::time::Instant::now() + asked;
+                if let Some(above) = inherited.as_ref().filter(|above| above.deadline < deadline) {
+                    meter.release();
+                    let left = above.deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
+                    return Err(HostError::new(
+                        ErrorCode::QuotaExceeded,
+                        format!(
+                            "the budget asks for more max_wall_seconds than {}'s budget has left ({left} s)",
+                            above.owner
+                        ),
+                    )
+                    .with_detail(serde_json::json!({
+                        "budget": "max_wall_seconds", "of": &*above.owner, "limit": above.seconds,
+                    })));
+                }
+                Some(Arc::new(WallBudget { deadline, owner: Arc::from(id.to_string()), seconds: asked.as_secs() }))
+            }
+        };
+        Ok((meter, wall))
     }
 }

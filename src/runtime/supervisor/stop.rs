@@ -103,6 +103,7 @@ impl Supervisor {
         let Some(entry) = self.index.get_mut(&id) else { return };
         entry.set_status(SubagentStatus::Terminated);
         entry.error = Some(Arc::from("terminated"));
+        entry.usage.release();
         let (result, error, usage) = (entry.result.clone(), entry.error.clone(), entry.usage.own());
         self.log.record(|session| Change::TaskEnded {
             session,

@@ -8,7 +8,7 @@ mod router;
 
 use actix::Addr;
 use serde_json::Value;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::memory::{InboxMessage, Mailbox, Memory};
 use super::messages::{self as msg, Report};
 use super::supervisor::Supervisor;
-use super::usage::UsageMeter;
+use super::usage::{Exceeded, UsageMeter};
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
@@ -121,6 +121,8 @@ pub struct TaskContext {
     pub(crate) resume_from: Option<Checkpoint>,
     // Its subagent's token counts.
     pub(crate) usage: Arc<UsageMeter>,
+    // Set when it spent past a budget: the error its task ends with.
+    pub(crate) overspent: Rc<RefCell<Option<String>>>,
     // Its `invoke_agent` span.
     // (`None` while no span exporter is installed.)
     pub(crate) span: Option<tracing::Span>,
@@ -180,7 +182,10 @@ impl TaskContext {
         self.steps.get()
     }
 
-    /// Counts one step toward `max_steps`; fails once the budget is spent.
+    /// Counts one step toward `max_steps` and toward every
+    /// `max_steps_total` budget above it; fails once either is spent (a
+    /// budget's error starts `budget_exceeded`, and the task ends with it
+    /// whatever the adapter returns).
     pub fn step(&self) -> Result<u32, TaskError> {
         let taken = self.steps.get() + 1;
         if taken > self.config.max_steps {
@@ -189,19 +194,33 @@ impl TaskContext {
                 self.config.max_steps
             )));
         }
+        self.usage.step().map_err(|exceeded| self.overspent(&exceeded))?;
         self.steps.set(taken);
         Ok(taken)
     }
 
+    // Ends this task `budget_exceeded`: its error is recorded where the
+    // actor finds it, and its cancel signal fires so the adapter stops.
+    fn overspent(&self, exceeded: &Exceeded) -> TaskError {
+        let text = exceeded.text();
+        self.overspent.borrow_mut().get_or_insert_with(|| text.clone());
+        self.cancel.cancel();
+        TaskError(text)
+    }
+
     /// Records tokens a model call of this task used: they count toward its
     /// subagent's `usage` and the `subtree_usage` of it and every ancestor.
-    pub fn record_usage(&self, usage: Usage) {
+    /// `Err` when they pass a budget (its own, an ancestor's, the
+    /// session's): the task then ends `FAILED` with that error, which starts
+    /// `budget_exceeded` and names the budget, whatever the adapter returns.
+    pub fn record_usage(&self, usage: Usage) -> Result<(), TaskError> {
         if usage == Usage::default() {
-            return;
+            return Ok(());
         }
-        self.usage.add(usage);
+        let counted = self.usage.add(usage);
         // Lists show usage: the supervisor's cached rows are stale now.
         self.supervisor.do_send(msg::UsageChanged);
+        counted.map_err(|exceeded| self.overspent(&exceeded))
     }
 
     /// This task's `invoke_agent` span: the parent of the spans an adapter
