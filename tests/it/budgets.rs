@@ -93,6 +93,48 @@ async fn allowances_are_reserved_refused_past_the_remainder_and_flow_back() {
     assert_eq!(bad.code, ErrorCode::SchemaViolation);
 }
 
+/// README, "Budgets and limits": the worked example, row by row.
+#[actix_rt::test]
+async fn the_worked_example_of_the_readme() {
+    let host = Host::new(HostConfig::default());
+    let tree = host.open_tree(Arc::new(NullSink));
+    let parent = spawn(&tree, agent("parent", Some(json!({ "max_tokens": 10_000 }))), None).await.unwrap();
+    let a = spawn(&tree, agent("a", Some(json!({ "max_tokens": 4_000 }))), Some(parent)).await.unwrap();
+    let b = spawn(&tree, agent("b", None), Some(parent)).await.unwrap();
+    let left = |tree: Tree, id: SubagentId| async move { row(&tree, id).await.budget_remaining.and_then(|r| r.tokens) };
+    assert_eq!((left(tree.clone(), parent).await, left(tree.clone(), a).await), (Some(6_000), Some(4_000)));
+    assert_eq!(left(tree.clone(), b).await, None, "b has no budget of its own");
+
+    assert_eq!(run(&tree, parent, json!([spend(1_000, 0)])).await.status, SubagentStatus::Completed);
+    assert_eq!(left(tree.clone(), parent).await, Some(5_000));
+    // A spends 2 500 and waits (its task has not ended).
+    assert!(tree.delegate(a, task(json!([spend(2_500, 0), { "wait_message": {} }]))).await.unwrap().accepted);
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while row(&tree, a).await.usage.input_tokens < 2_500 {
+        assert!(tokio::time::Instant::now() < deadline, "a spends");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((left(tree.clone(), parent).await, left(tree.clone(), a).await), (Some(5_000), Some(1_500)));
+    assert_eq!(run(&tree, b, json!([spend(3_000, 0)])).await.status, SubagentStatus::Completed);
+    assert_eq!(left(tree.clone(), parent).await, Some(2_000));
+    // A's task ends: its unused 1 500 flow back.
+    tree.message("client".into(), a, SubagentMessagePayload { kind: "go".into(), content: json!({}) }).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(GUARD, tree.await_result(a)).await.unwrap().unwrap().status,
+        SubagentStatus::Completed
+    );
+    assert_eq!((left(tree.clone(), parent).await, left(tree.clone(), a).await), (Some(3_500), Some(1_500)));
+    let c = spawn(&tree, agent("c", Some(json!({ "max_tokens": 5_000 }))), Some(parent)).await.unwrap_err();
+    assert_eq!(c.code, ErrorCode::QuotaExceeded);
+    let done = run(&tree, b, json!([spend(4_000, 0)])).await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    assert_eq!(
+        done.error.as_deref(),
+        Some(format!("budget_exceeded: max_tokens of {parent} (10000) is spent").as_str())
+    );
+    assert_eq!((left(tree.clone(), parent).await, left(tree.clone(), a).await), (Some(0), Some(1_500)));
+}
+
 /// A three-level scripted tree: the lead (10 000) spawns a planner
 /// (4 000) whose leaf (1 500) overspends, and a worker with no budget of
 /// its own that spends from the lead's remainder.
