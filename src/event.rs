@@ -42,6 +42,9 @@ pub enum EventKind {
     /// A task spent past a budget (its own or an ancestor's) and ended
     /// `FAILED`; `error` names the budget.
     BudgetExceeded,
+    /// A delegated task waits for a running slot (`READY`): it starts when
+    /// a concurrency cap allows.
+    Queued,
 }
 
 impl EventKind {
@@ -70,6 +73,7 @@ impl EventKind {
             Self::Merged => "merged",
             Self::Resumed => "resumed",
             Self::BudgetExceeded => "budget_exceeded",
+            Self::Queued => "queued",
         }
     }
 }

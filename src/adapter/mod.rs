@@ -38,13 +38,15 @@ pub fn build_route_with_policy(
         ("base_url", route.base_url.is_some()),
         ("api_key_env", route.api_key_env.is_some()),
         ("upstream_model", route.upstream_model.is_some()),
+        ("stream", route.stream.is_some()),
+        ("progress_ms", route.progress_ms.is_some()),
         ("program", route.program.is_some()),
         ("args", !route.args.is_empty()),
         ("on_restart", route.on_restart.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
         AdapterKind::Scripted => &[],
-        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model"],
+        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model", "stream", "progress_ms"],
         AdapterKind::Command => &["program", "args", "on_restart"],
     };
     if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
@@ -62,6 +64,10 @@ pub fn build_route_with_policy(
             config.policy = policy.clone();
             config.route_model = Some(route.model.clone());
             config.record_content = record_content;
+            config.stream = route.stream.unwrap_or(false);
+            if let Some(ms) = route.progress_ms {
+                config.progress_every = std::time::Duration::from_millis(ms);
+            }
             Ok(Arc::new(openai::OpenAiAdapter::new(config).map_err(fail)?))
         }
         AdapterKind::Command => {

@@ -201,6 +201,15 @@ pub struct RouteConfig {
     /// `openai`: model name sent upstream.
     #[serde(default)]
     pub upstream_model: Option<String>,
+    /// `openai`: ask for streamed replies (`stream: true`) and forward
+    /// their text as `progress` events while it arrives.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// `openai` with `stream`: at most one `progress` event per subagent
+    /// this often, in milliseconds (default 100); the text in between is
+    /// gathered into the next one.
+    #[serde(default)]
+    pub progress_ms: Option<u64>,
     /// `command`: program to run.
     #[serde(default)]
     pub program: Option<String>,

@@ -95,6 +95,12 @@ pub struct Limits {
     /// 0: no session budget. A spend past it fails the task that made it
     /// (`budget_exceeded`); a subagent's own budget is reserved out of it.
     pub max_tokens_per_session: u64,
+    /// Tasks that may run at once in one session (0: no cap). A delegate
+    /// past it is accepted and queued (`READY`, event `queued`); the
+    /// handshake's `max_parallel` says this figure.
+    pub max_running_per_session: usize,
+    /// Tasks of one parent's children that may run at once (0: no cap).
+    pub max_running_per_parent: usize,
 }
 
 impl Default for Limits {
@@ -128,6 +134,8 @@ impl Default for Limits {
             http_body_timeout_ms: 10_000,
             max_connections: 1_024,
             max_tokens_per_session: 0,
+            max_running_per_session: 0,
+            max_running_per_parent: 0,
         }
     }
 }

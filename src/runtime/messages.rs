@@ -46,6 +46,12 @@ pub(crate) struct Delegate {
     pub parent_span: Option<tracing::Span>,
 }
 
+/// The subagent's queued task was cancelled before it started: it ends
+/// `CANCELLED` (unless a task runs, or it is being terminated).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CancelQueued;
+
 /// A task recorded token usage: listed rows must be built again.
 #[derive(Message)]
 #[rtype(result = "()")]

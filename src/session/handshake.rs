@@ -64,7 +64,11 @@ pub(crate) fn refuse(service: &Service, session_id: &str, req_id: &str, reason: 
 
 // What clients are told to size their request pools by.
 fn max_parallel(service: &Service) -> usize {
-    service.limits().max_parallel
+    // With a session cap, the real figure.
+    match service.limits().max_running_per_session {
+        0 => service.limits().max_parallel,
+        cap => cap,
+    }
 }
 
 fn metadata(service: &Service) -> JsonObject {

@@ -535,3 +535,120 @@ fn build_route_makes_each_adapter_and_names_what_is_missing() {
     assert_eq!(build_route(&command).expect("command").name(), "command");
     assert_eq!(build_route(&route("adapter = \"scripted\"")).expect("scripted").name(), "scripted");
 }
+
+fn streaming_host(server: &FakeServer) -> Host {
+    let mut config = OpenAiConfig::new(server.base_url.clone());
+    config.stream = true;
+    config.progress_every = Duration::from_millis(100);
+    config.retry.max_retries = 0;
+    let adapter = Arc::new(OpenAiAdapter::new(config).expect("adapter"));
+    let router = AdapterRouter::default().route("fake-*", adapter).expect("route");
+    Host::new(HostConfig { router, ..Default::default() })
+}
+
+fn progress_texts(events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<(std::time::Instant, String)> {
+    let mut texts = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let subagent_host::event::EventDetail::Progress(text) = event.detail {
+            texts.push((std::time::Instant::now(), text));
+        }
+    }
+    texts
+}
+
+#[actix_rt::test]
+async fn a_streamed_reply_arrives_as_coalesced_progress_events_and_counts_its_usage() {
+    let pieces: Vec<String> = (0..20).map(|n| format!("w{n} ")).collect();
+    let served = pieces.clone();
+    let server = FakeServer::start(move |_, _| {
+        let pieces: Vec<&str> = served.iter().map(String::as_str).collect();
+        stream_answer(&pieces, Duration::from_millis(20), 30, 20)
+    });
+    let host = streaming_host(&server);
+    let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+    let session = host.open_tree(Arc::new(events_tx));
+    // Progress events are timed as they come.
+    let (id, done) = {
+        let id = spawn(&session, agent("AGENT:talker")).await;
+        assert!(session.delegate(id, TaskDefinition::new("t", "talk")).await.unwrap().accepted);
+        let mut seen = Vec::new();
+        let done = loop {
+            tokio::select! {
+                Some(event) = events.recv() => {
+                    if let subagent_host::event::EventDetail::Progress(text) = &event.detail {
+                        seen.push((std::time::Instant::now(), text.clone()));
+                    }
+                }
+                done = session.await_result(id) => break done.unwrap(),
+            }
+        };
+        seen.extend(progress_texts(&mut events));
+        ((id, seen), done)
+    };
+    let (_id, seen) = id;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let whole: String = pieces.concat();
+    assert_eq!(done.result.as_ref().unwrap()["summary"], whole.as_str());
+    assert_eq!(seen.iter().map(|(_, text)| text.as_str()).collect::<String>(), whole, "every piece, in order, once");
+    // About 400 ms of text in at most one event per 100 ms (and the rest at the end).
+    assert!((2..=6).contains(&seen.len()), "{} progress events", seen.len());
+    for pair in seen.windows(2).take(seen.len().saturating_sub(2)) {
+        assert!(pair[1].0 - pair[0].0 >= Duration::from_millis(80), "coalesced: {:?}", pair[1].0 - pair[0].0);
+    }
+    assert_eq!(done.usage, Usage { input_tokens: 30, output_tokens: 20 }, "usage from the last chunk");
+    let body = &server.requests()[0].body;
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+}
+
+#[actix_rt::test]
+async fn a_fast_stream_cannot_flood_the_outbox() {
+    let server = FakeServer::start(|_, _| {
+        let pieces = vec!["x"; 2_000];
+        stream_answer(&pieces, Duration::ZERO, 1, 1)
+    });
+    let host = streaming_host(&server);
+    let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+    let session = host.open_tree(Arc::new(events_tx));
+    let (_, done) = run(&session, agent("AGENT:fast"), "go").await;
+    assert_eq!(done.status, SubagentStatus::Completed);
+    let seen = progress_texts(&mut events);
+    assert!(seen.len() <= 3, "2 000 pieces in {} progress events", seen.len());
+    assert_eq!(seen.iter().map(|(_, text)| text.len()).sum::<usize>(), 2_000);
+}
+
+#[actix_rt::test]
+async fn cancel_aborts_a_stream_at_once() {
+    let mut server = FakeServer::start(|_, _| {
+        let chunk = json!({ "choices": [{ "index": 0, "delta": { "content": "thinking" } }] });
+        Reply::Stream { chunks: vec![chunk], gap: Duration::ZERO, then_hang: true }
+    });
+    let host = streaming_host(&server);
+    let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+    let session = host.open_tree(Arc::new(events_tx));
+    let id = spawn(&session, agent("AGENT:slow")).await;
+    assert!(session.delegate(id, TaskDefinition::new("t", "think")).await.unwrap().accepted);
+    // The first text arrives, then the stream stalls.
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        match tokio::time::timeout(GUARD, events.recv()).await.expect("an event").expect("open") {
+            Event { detail: subagent_host::event::EventDetail::Progress(text), .. } if text == "thinking" => break,
+            _ => assert!(std::time::Instant::now() < deadline),
+        }
+    }
+    let cancelled_at = std::time::Instant::now();
+    session.cancel(id).await.unwrap();
+    assert!(server.hang_closed(Duration::from_secs(2)).await, "the stream's connection is closed");
+    assert!(cancelled_at.elapsed() < Duration::from_secs(1), "at once, not after the grace period");
+    assert_eq!(session.await_result(id).await.unwrap().status, SubagentStatus::Cancelled);
+}
+
+#[actix_rt::test]
+async fn a_server_that_ignores_stream_is_read_as_one_reply() {
+    let server = FakeServer::start(|_, _| answer("all at once"));
+    let host = streaming_host(&server);
+    let session = host.open_tree(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:plain"), "go").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.result.unwrap()["summary"], "all at once");
+}

@@ -38,6 +38,7 @@ mod actor_tree;
 mod adapter_command;
 mod adapter_openai;
 mod budgets;
+mod caps;
 mod cluster;
 mod cluster_store;
 mod durable;

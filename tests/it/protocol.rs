@@ -531,6 +531,10 @@ async fn max_parallel_reports_the_configured_hint_not_the_inflight_bound() {
     assert_eq!(client.handshake(&["multi_agent"]).await["max_parallel"], 4);
     let mut client = Client::open(&service(Limits { max_parallel: 16, ..limits() }, Auth::open()));
     assert_eq!(client.handshake(&["multi_agent"]).await["max_parallel"], 16);
+    // With a running cap, the real figure.
+    let capped = Limits { max_parallel: 16, max_running_per_session: 3, ..limits() };
+    let mut client = Client::open(&service(capped, Auth::open()));
+    assert_eq!(client.handshake(&["multi_agent"]).await["max_parallel"], 3);
 }
 
 #[actix_rt::test]

@@ -10,6 +10,7 @@ use awc::http::header;
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime};
 
+use super::stream::StreamedReply;
 use crate::runtime::task::TaskError;
 
 /// Largest reply body accepted from the model server.
@@ -143,12 +144,23 @@ impl ChatClient {
     }
 
     /// Calls the model once (retrying as the policy allows); `on_retry` hears
-    /// why each retry happens.
-    pub(crate) async fn complete(&self, body: &Value, on_retry: impl Fn(&str)) -> Result<Completion, TaskError> {
+    /// why each retry happens. With `on_text`, the body asked for a stream
+    /// (`stream: true`) and `on_text` hears its text as it arrives (a server
+    /// that answers with one JSON reply instead is read as such).
+    pub(crate) async fn complete(
+        &self,
+        body: &Value,
+        on_retry: impl Fn(&str),
+        mut on_text: Option<&mut dyn FnMut(&str)>,
+    ) -> Result<Completion, TaskError> {
         let payload = serde_json::to_vec(body).map_err(|err| TaskError(format!("cannot encode the request: {err}")))?;
         let mut attempt = 0;
         loop {
-            let (reason, retry_after) = match self.attempt(payload.clone()).await? {
+            let on_text: Option<&mut dyn FnMut(&str)> = match &mut on_text {
+                Some(on_text) => Some(&mut **on_text),
+                None => None,
+            };
+            let (reason, retry_after) = match self.attempt(payload.clone(), on_text).await? {
                 Attempt::Done(completion) => return Ok(completion),
                 Attempt::Retry { reason, retry_after } => (reason, retry_after),
             };
@@ -162,7 +174,7 @@ impl ChatClient {
         }
     }
 
-    async fn attempt(&self, payload: Vec<u8>) -> Result<Attempt, TaskError> {
+    async fn attempt(&self, payload: Vec<u8>, on_text: Option<&mut dyn FnMut(&str)>) -> Result<Attempt, TaskError> {
         let mut request = self.http.post(&self.url).insert_header((header::CONTENT_TYPE, "application/json"));
         if let Some(key) = &self.api_key {
             request = request.insert_header((header::AUTHORIZATION, format!("Bearer {key}")));
@@ -182,6 +194,14 @@ impl ChatClient {
             .get(header::RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
             .and_then(|text| parse_retry_after(text, SystemTime::now()));
+        let streamed = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|kind| kind.starts_with("text/event-stream"));
+        if let (true, true, Some(on_text)) = (status.is_success(), streamed, on_text) {
+            return self.read_stream(&mut response, on_text).await;
+        }
         let body = match response.body().limit(MAX_BODY_BYTES).await {
             Ok(body) => body,
             Err(err) if status.is_success() => {
@@ -203,6 +223,36 @@ impl ChatClient {
         } else {
             Err(TaskError(format!("model server refused the request: {text}")))
         }
+    }
+
+    // Reads a streamed reply to its end, handing its text on as it comes.
+    async fn read_stream<S>(
+        &self,
+        response: &mut awc::ClientResponse<S>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Attempt, TaskError>
+    where
+        awc::ClientResponse<S>:
+            futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
+    {
+        use futures_util::StreamExt;
+        let mut reply = StreamedReply::default();
+        let mut read = 0usize;
+        while let Some(chunk) = response.next().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(err) => {
+                    let reason = self.scrub(format!("reading the stream failed: {err}"));
+                    return Ok(Attempt::Retry { reason, retry_after: None });
+                }
+            };
+            read = read.saturating_add(chunk.len());
+            if read > MAX_BODY_BYTES {
+                return Err(TaskError(format!("model server's stream is over {MAX_BODY_BYTES} bytes")));
+            }
+            reply.feed(&chunk, on_text)?;
+        }
+        reply.finish().map(Attempt::Done)
     }
 
     /// Removes the API key from a text that may quote it.

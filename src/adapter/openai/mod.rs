@@ -34,11 +34,12 @@ mod client;
 mod dispatch;
 pub mod policy;
 pub mod schemas;
+mod stream;
 
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::metrics::metrics;
 use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
@@ -72,6 +73,10 @@ pub struct OpenAiConfig {
     /// Whether its spans record message content and tool arguments and
     /// results (`[telemetry] record_content`).
     pub record_content: bool,
+    /// Ask for streamed replies and forward their text as `progress` events.
+    pub stream: bool,
+    /// With `stream`: at most one `progress` event per this long.
+    pub progress_every: Duration,
 }
 
 impl OpenAiConfig {
@@ -86,6 +91,8 @@ impl OpenAiConfig {
             policy: ToolPolicy::default(),
             route_model: None,
             record_content: false,
+            stream: false,
+            progress_every: Duration::from_millis(100),
         }
     }
 }
@@ -198,8 +205,18 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         if config.record_content && !span.is_disabled() {
             span.record("gen_ai.input.messages", body["messages"].to_string());
         }
+        if config.stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({ "include_usage": true });
+        }
         let started = Instant::now();
-        let completion = client.complete(&body, |note| ctx.progress(note)).await;
+        let mut streamed = StreamProgress::new(ctx, config.progress_every);
+        let completion = {
+            let mut on_text = |text: &str| streamed.push(text);
+            let on_text: Option<&mut dyn FnMut(&str)> = if config.stream { Some(&mut on_text) } else { None };
+            client.complete(&body, |note| ctx.progress(note), on_text).await
+        };
+        streamed.flush();
         metrics().model_call("openai", completion.is_ok(), started.elapsed());
         let completion = match completion {
             Ok(completion) => completion,
@@ -234,6 +251,37 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
             let output = traced_call(ctx, config, &allowed, call).await;
             say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
             save(ctx, &messages, usage);
+        }
+    }
+}
+
+/// A streamed reply's text as `progress` events: at most one per `every`,
+/// each with the text that arrived since the one before, so a fast model
+/// cannot flood the outbox.
+struct StreamProgress<'a> {
+    ctx: &'a TaskContext,
+    every: Duration,
+    pending: String,
+    last: Option<Instant>,
+}
+
+impl<'a> StreamProgress<'a> {
+    fn new(ctx: &'a TaskContext, every: Duration) -> Self {
+        Self { ctx, every, pending: String::new(), last: None }
+    }
+
+    fn push(&mut self, text: &str) {
+        self.pending.push_str(text);
+        if self.last.is_none_or(|last| last.elapsed() >= self.every) {
+            self.flush();
+        }
+    }
+
+    /// Sends what has gathered, if anything.
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.ctx.progress(std::mem::take(&mut self.pending));
+            self.last = Some(Instant::now());
         }
     }
 }

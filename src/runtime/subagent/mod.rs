@@ -320,6 +320,22 @@ impl Handler<Deliver> for SubagentActor {
     }
 }
 
+impl Handler<CancelQueued> for SubagentActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: CancelQueued, _ctx: &mut Self::Context) {
+        if self.task.is_some() || self.terminating {
+            return;
+        }
+        self.status = SubagentStatus::Cancelled;
+        self.result = None;
+        self.error = Some("cancelled".into());
+        self.record_task_end();
+        self.answer_awaiters();
+        self.report(EventKind::Cancelled, EventDetail::None);
+    }
+}
+
 impl Handler<CancelTask> for SubagentActor {
     type Result = ResponseActFuture<Self, bool>;
 

@@ -20,10 +20,12 @@ pub(crate) enum Forward<T, M> {
     Answer(T),
     /// The actor to forward to, and the message without its reply channel.
     To(SharedAddr, M),
+    /// The answer, once it comes on this channel (an await on a queued task).
+    Later(tokio::sync::oneshot::Receiver<T>),
 }
 
 impl Respond<Supervisor, Delegate> for Forward<Result<DelegateResponse, HostError>, RunTask> {
-    fn handle(self, _ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<DelegateResponse, HostError>>>) {
+    fn handle(self, ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<DelegateResponse, HostError>>>) {
         match self {
             Forward::Answer(answer) => {
                 if let Some(tx) = tx {
@@ -35,12 +37,13 @@ impl Respond<Supervisor, Delegate> for Forward<Result<DelegateResponse, HostErro
                 // A closed mailbox drops `run`, and its reply answers "TERMINATED".
                 addr.do_send(run);
             }
+            Forward::Later(rx) => relay(ctx, rx, tx),
         }
     }
 }
 
 impl Respond<Supervisor, Await> for Forward<Result<AwaitResponse, HostError>, AwaitReply> {
-    fn handle(self, _ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<AwaitResponse, HostError>>>) {
+    fn handle(self, ctx: &mut Context<Supervisor>, tx: Option<OneshotSender<Result<AwaitResponse, HostError>>>) {
         match self {
             Forward::Answer(answer) => {
                 if let Some(tx) = tx {
@@ -52,6 +55,21 @@ impl Respond<Supervisor, Await> for Forward<Result<AwaitResponse, HostError>, Aw
                 // A closed mailbox drops the message, and `reply` falls back to the record.
                 addr.do_send(AwaitTask(reply));
             }
+            Forward::Later(rx) => relay(ctx, rx, tx),
         }
     }
+}
+
+// Passes the answer that comes on `rx` to the caller.
+fn relay<T: Send + 'static>(
+    ctx: &mut Context<Supervisor>,
+    rx: tokio::sync::oneshot::Receiver<Result<T, HostError>>,
+    tx: Option<OneshotSender<Result<T, HostError>>>,
+) {
+    ctx.spawn(actix::fut::wrap_future(async move {
+        let answer = rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed")));
+        if let Some(tx) = tx {
+            let _ = tx.send(answer);
+        }
+    }));
 }

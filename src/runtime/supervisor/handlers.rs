@@ -6,6 +6,7 @@ use futures_util::future::join_all;
 use std::sync::Arc;
 
 use super::forward::Forward;
+use super::queue::Queued;
 use super::record::{Entry, Slot};
 use super::Supervisor;
 use crate::error::{ErrorCode, HostError};
@@ -44,20 +45,42 @@ impl Handler<Delegate> for Supervisor {
 
     fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
         const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
-        match self.wake(msg.id) {
-            Err(err) => Forward::Answer(Err(err)),
-            Ok(None) => Forward::Answer(Ok(REFUSED)),
-            Ok(Some(addr)) => Forward::To(
-                addr,
-                RunTask {
-                    task: msg.task,
-                    deadline_cap: msg.deadline_cap,
-                    parent_span: msg.parent_span,
-                    reply: DelegateReply(None),
-                    resume: None,
-                },
-            ),
+        const QUEUED: DelegateResponse = DelegateResponse { accepted: true, status: SubagentStatus::Ready };
+        let addr = match self.wake(msg.id) {
+            Err(err) => return Forward::Answer(Err(err)),
+            Ok(None) => return Forward::Answer(Ok(REFUSED)),
+            Ok(Some(addr)) => addr,
+        };
+        let entry = &self.index[&msg.id];
+        if entry.queued {
+            // One task queued at a time, as one runs at a time.
+            return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
         }
+        // A subagent that runs a task answers for itself (it refuses).
+        let idle = !entry.holds_slot && !entry.status.is_busy();
+        if idle && !self.slot_free(msg.id) {
+            self.enqueue(Queued {
+                id: msg.id,
+                task: msg.task,
+                deadline_cap: msg.deadline_cap,
+                parent_span: msg.parent_span,
+                awaiters: Vec::new(),
+            });
+            return Forward::Answer(Ok(QUEUED));
+        }
+        if idle {
+            self.take_slot(msg.id);
+        }
+        Forward::To(
+            addr,
+            RunTask {
+                task: msg.task,
+                deadline_cap: msg.deadline_cap,
+                parent_span: msg.parent_span,
+                reply: DelegateReply(None),
+                resume: None,
+            },
+        )
     }
 }
 
@@ -66,6 +89,14 @@ impl Handler<Await> for Supervisor {
 
     fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
         let id = msg.0;
+        if self.index.get(&id).is_some_and(|entry| entry.queued) {
+            // Waits for the queued task, not for the one before it.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
+            if self.await_queued(id, reply).is_ok() {
+                return Forward::Later(rx);
+            }
+        }
         match self.entry(id) {
             Err(err) => Forward::Answer(Err(err)),
             Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
@@ -227,6 +258,13 @@ impl Handler<Report> for Supervisor {
             entry.set_status(msg.status);
             self.listed = None;
         }
+        // A task that waits gives its running slot up; going on, it takes one back.
+        let (release, retake) = match (msg.kind, msg.status) {
+            (kind, _) if kind.ends_task() => (true, false),
+            (EventKind::StatusChanged, SubagentStatus::Waiting) => (true, false),
+            (EventKind::StatusChanged, SubagentStatus::Running) => (false, true),
+            _ => (false, false),
+        };
         if msg.kind.ends_task() {
             entry.result = msg.result;
             entry.error = msg.error.clone();
@@ -248,6 +286,11 @@ impl Handler<Report> for Supervisor {
         }
         let entry = &self.index[&msg.id];
         self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        if release {
+            self.release_slot(msg.id);
+        } else if retake {
+            self.take_slot(msg.id);
+        }
         if terminated {
             self.forget_oldest_terminated();
         }

@@ -12,10 +12,12 @@
 //! - `spawn`: where a new subagent goes and what it gets.
 //! - `stop`: terminating and cancelling subtrees, retiring records.
 //! - `forward`: delegate and await replies that skip the supervisor.
+//! - `queue`: the concurrency caps, and the tasks waiting for a slot.
 //! - `handlers`: the message handlers.
 
 mod forward;
 mod handlers;
+mod queue;
 mod record;
 mod restore;
 mod spawn;
@@ -72,6 +74,9 @@ pub(crate) struct Supervisor {
     // The session's token counts and budget: every top-level subagent's
     // meter hangs under it.
     usage_root: Arc<UsageMeter>,
+    // Tasks holding a running slot, and those waiting for one (`queue`).
+    running: usize,
+    queue: VecDeque<queue::Queued>,
 }
 
 impl Supervisor {
@@ -99,6 +104,8 @@ impl Supervisor {
             listed: None,
             next_ord: 0,
             usage_root: UsageMeter::session(session_budget),
+            running: 0,
+            queue: VecDeque::new(),
             log,
         }
     }

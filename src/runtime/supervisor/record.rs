@@ -62,9 +62,22 @@ pub(super) struct Entry {
     pub(super) usage: Arc<UsageMeter>,
     // The wall-clock budget its tasks are held to (its own or an ancestor's).
     pub(super) wall: Option<Arc<WallBudget>>,
+    // Concurrency caps (`queue`): whether its task holds a running slot,
+    // how many of its children's tasks do, and whether it has a task queued.
+    pub(super) holds_slot: bool,
+    pub(super) queued: bool,
+    pub(super) running_children: u32,
 }
 
 impl Entry {
+    /// Its actor's address, when it has a live actor.
+    pub(super) fn live_addr(&self) -> Option<SharedAddr> {
+        match &self.slot {
+            Slot::Live { addr, .. } => Some(Arc::clone(addr)),
+            _ => None,
+        }
+    }
+
     /// Sets its status (the `subagentd_subagents` gauges follow).
     pub(super) fn set_status(&mut self, status: SubagentStatus) {
         metrics().subagent_moved(self.status, status);

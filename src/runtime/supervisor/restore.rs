@@ -84,6 +84,9 @@ impl Supervisor {
                 tasks_started: row.tasks_started,
                 usage,
                 wall,
+                holds_slot: false,
+                queued: false,
+                running_children: 0,
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {

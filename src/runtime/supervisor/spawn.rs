@@ -140,6 +140,9 @@ impl Supervisor {
             tasks_started: 0,
             usage,
             wall,
+            holds_slot: false,
+            queued: false,
+            running_children: 0,
         };
         crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;

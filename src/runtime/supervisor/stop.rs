@@ -16,7 +16,7 @@ use super::Supervisor;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentStatus;
-use crate::runtime::messages::{CancelTask, StopActor};
+use crate::runtime::messages::{AwaitTask, CancelTask, StopActor};
 use crate::store::{Change, Held};
 
 impl Supervisor {
@@ -54,6 +54,14 @@ impl Supervisor {
                             entry.stopping = true;
                             // Queued now, so in order with any later request.
                             let reply = addr.send(StopActor);
+                            let addr = Arc::clone(addr);
+                            // A queued task never runs; its awaits wait for
+                            // the stop (they are sent after it).
+                            if let Some(queued) = self.dequeue(id) {
+                                for awaiter in queued.awaiters {
+                                    addr.do_send(AwaitTask(awaiter));
+                                }
+                            }
                             stopping.push(async move {
                                 let _ = reply.await;
                                 gone.cancelled().await;
@@ -79,10 +87,13 @@ impl Supervisor {
     /// Cancels the task of every subagent of the subtree under `root` that
     /// runs one; resolves with those ids once each of their tasks has ended.
     /// Dormant and terminated members run nothing.
-    pub(super) fn cancel_subtree(&self, root: SubagentId) -> impl Future<Output = Vec<SubagentId>> {
-        let cancels: Vec<_> = self
-            .subtree(root)
+    pub(super) fn cancel_subtree(&mut self, root: SubagentId) -> impl Future<Output = Vec<SubagentId>> {
+        let members = self.subtree(root);
+        // Queued tasks never ran: they leave the queue, cancelled.
+        let unqueued: Vec<SubagentId> = members.iter().copied().filter(|id| self.cancel_queued(*id)).collect();
+        let cancels: Vec<_> = members
             .into_iter()
+            .filter(|id| !unqueued.contains(id))
             .filter_map(|id| match &self.index.get(&id)?.slot {
                 Slot::Live { addr, .. } => {
                     let reply = addr.send(CancelTask);
@@ -94,7 +105,11 @@ impl Supervisor {
         // Outside tokio's cooperative budget: one future waits on every
         // member's reply, and a budget of 128 per poll would make it yield
         // and be polled again many times over (see BENCHMARKS.md).
-        async move { tokio::task::unconstrained(join_all(cancels)).await.into_iter().flatten().collect() }
+        async move {
+            let mut stopped = unqueued;
+            stopped.extend(tokio::task::unconstrained(join_all(cancels)).await.into_iter().flatten());
+            stopped
+        }
     }
 
     /// Marks a dormant subagent `TERMINATED`: it has no actor, so there is

@@ -29,6 +29,10 @@ pub enum Reply {
     Garbage,
     /// Never answers; reports when the client closes the connection.
     Hang,
+    /// A streamed reply (`text/event-stream`): each chunk as `data: …`,
+    /// `gap` apart, then `data: [DONE]`; or, with `then_hang`, nothing more
+    /// (it reports when the client closes the connection).
+    Stream { chunks: Vec<Value>, gap: Duration, then_hang: bool },
 }
 
 /// One request the fake received.
@@ -123,6 +127,32 @@ async fn serve(mut socket: TcpStream, state: Arc<State>) {
                 let _ = state.closed.send(());
                 return;
             }
+            Reply::Stream { chunks, gap, then_hang } => {
+                // Chunked, as the hosted APIs send it.
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let framed = |data: String| format!("{:x}\r\n{data}\r\n", data.len());
+                for chunk in chunks {
+                    if !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
+                    }
+                    if socket.write_all(framed(format!("data: {chunk}\n\n")).as_bytes()).await.is_err() {
+                        let _ = state.closed.send(());
+                        return;
+                    }
+                }
+                if then_hang {
+                    let mut sink = [0u8; 1024];
+                    while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+                    let _ = state.closed.send(());
+                } else {
+                    let done = framed("data: [DONE]\n\n".to_owned()) + "0\r\n\r\n";
+                    let _ = socket.write_all(done.as_bytes()).await;
+                }
+                return;
+            }
         };
         let mut head =
             format!("HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", text.len());
@@ -181,6 +211,17 @@ pub fn answer(text: &str) -> Reply {
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }))
+}
+
+/// A streamed answer: `pieces` of text `gap` apart, then the usage chunk.
+pub fn stream_answer(pieces: &[&str], gap: Duration, prompt: u64, completion: u64) -> Reply {
+    let mut chunks: Vec<Value> = pieces
+        .iter()
+        .map(|piece| json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": { "content": piece } }] }))
+        .collect();
+    chunks.push(json!({ "object": "chat.completion.chunk", "choices": [],
+                        "usage": { "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion } }));
+    Reply::Stream { chunks, gap, then_hang: false }
 }
 
 /// `reply` with its `usage` set to these token counts.

@@ -1,0 +1,142 @@
+//! Concurrency caps: how many tasks may run at once in a session
+//! (`max_running_per_session`) and under one parent
+//! (`max_running_per_parent`). A delegate past a cap is accepted and
+//! queued (status `READY`, event `queued`); queued tasks start in FIFO
+//! order as slots free (one blocked by its parent's cap does not hold up
+//! others), and cancel or terminate takes them out of the queue.
+//!
+//! A task holds a slot while it runs. A task that waits (on a child, its
+//! mailbox) gives its slot up, and takes one back at once when it goes on,
+//! even past the cap: so a tree whose tasks await their own children never
+//! deadlocks on its cap.
+
+use tokio::time::Instant;
+
+use super::Supervisor;
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::TaskDefinition;
+use crate::runtime::messages::{AwaitReply, AwaitTask, CancelQueued, DelegateReply, RunTask};
+
+/// A delegated task waiting for a slot.
+pub(super) struct Queued {
+    pub id: SubagentId,
+    pub task: TaskDefinition,
+    pub deadline_cap: Option<Instant>,
+    pub parent_span: Option<tracing::Span>,
+    // Awaits that came while it waited: handed to its actor after the task.
+    pub awaiters: Vec<AwaitReply>,
+}
+
+impl Supervisor {
+    /// Whether a task of `id` may start now under the caps.
+    pub(super) fn slot_free(&self, id: SubagentId) -> bool {
+        let limits = &self.host.limits;
+        if limits.max_running_per_session > 0 && self.running >= limits.max_running_per_session {
+            return false;
+        }
+        let per_parent = limits.max_running_per_parent;
+        let parent = self.index.get(&id).and_then(|entry| entry.parent).and_then(|parent| self.index.get(&parent));
+        per_parent == 0 || parent.is_none_or(|parent| (parent.running_children as usize) < per_parent)
+    }
+
+    /// Counts a task of `id` as running (it may pass the caps: see the module docs).
+    pub(super) fn take_slot(&mut self, id: SubagentId) {
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        if entry.holds_slot {
+            return;
+        }
+        entry.holds_slot = true;
+        let parent = entry.parent;
+        self.running += 1;
+        if let Some(parent) = parent.and_then(|parent| self.index.get_mut(&parent)) {
+            parent.running_children += 1;
+        }
+    }
+
+    /// Gives the slot of `id` back (its task ended or waits) and starts what
+    /// the queue may start now.
+    pub(super) fn release_slot(&mut self, id: SubagentId) {
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        if !entry.holds_slot {
+            return;
+        }
+        entry.holds_slot = false;
+        let parent = entry.parent;
+        self.running = self.running.saturating_sub(1);
+        if let Some(parent) = parent.and_then(|parent| self.index.get_mut(&parent)) {
+            parent.running_children = parent.running_children.saturating_sub(1);
+        }
+        self.start_queued();
+    }
+
+    /// Queues a task of `id` (its actor is awake) and says so with a `queued` event.
+    pub(super) fn enqueue(&mut self, queued: Queued) {
+        let id = queued.id;
+        self.queue.push_back(queued);
+        if let Some(entry) = self.index.get_mut(&id) {
+            entry.queued = true;
+            let entry = &self.index[&id];
+            self.emit(id, entry, EventKind::Queued, None, EventDetail::None);
+        }
+    }
+
+    /// Starts queued tasks, oldest first, while slots are free.
+    fn start_queued(&mut self) {
+        let mut at = 0;
+        while at < self.queue.len() {
+            if !self.slot_free(self.queue[at].id) {
+                at += 1;
+                continue;
+            }
+            let Some(queued) = self.queue.remove(at) else { break };
+            self.start_queued_task(queued);
+        }
+    }
+
+    fn start_queued_task(&mut self, queued: Queued) {
+        let Queued { id, task, deadline_cap, parent_span, awaiters } = queued;
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        entry.queued = false;
+        let Some(addr) = entry.live_addr() else { return };
+        self.take_slot(id);
+        addr.do_send(RunTask { task, deadline_cap, parent_span, reply: DelegateReply(None), resume: None });
+        // After the task: each await waits for it.
+        for awaiter in awaiters {
+            addr.do_send(AwaitTask(awaiter));
+        }
+    }
+
+    /// Adds an await on queued `id` to its queue entry; `Err` gives it back
+    /// when `id` is not queued.
+    pub(super) fn await_queued(&mut self, id: SubagentId, reply: AwaitReply) -> Result<(), AwaitReply> {
+        match self.queue.iter_mut().find(|queued| queued.id == id) {
+            Some(queued) => {
+                queued.awaiters.push(reply);
+                Ok(())
+            }
+            None => Err(reply),
+        }
+    }
+
+    /// Takes `id`'s task out of the queue, if it is there.
+    pub(super) fn dequeue(&mut self, id: SubagentId) -> Option<Queued> {
+        let at = self.queue.iter().position(|queued| queued.id == id)?;
+        if let Some(entry) = self.index.get_mut(&id) {
+            entry.queued = false;
+        }
+        self.queue.remove(at)
+    }
+
+    /// Cancels `id`'s queued task: it never ran; its subagent ends it
+    /// `CANCELLED` (and reports so), then answers the awaits it had.
+    pub(super) fn cancel_queued(&mut self, id: SubagentId) -> bool {
+        let Some(queued) = self.dequeue(id) else { return false };
+        let Some(addr) = self.index.get(&id).and_then(|entry| entry.live_addr()) else { return false };
+        addr.do_send(CancelQueued);
+        for awaiter in queued.awaiters {
+            addr.do_send(AwaitTask(awaiter));
+        }
+        true
+    }
+}

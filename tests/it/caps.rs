@@ -1,0 +1,149 @@
+//! Concurrency caps (`[limits] max_running_per_session`,
+//! `max_running_per_parent`): a delegate past a cap is accepted and queued
+//! (`READY`, event `queued`), queued tasks start in FIFO order as slots
+//! free and never more run at once than the cap, cancel and terminate take
+//! a queued task out of the queue, and a tree that awaits its own children
+//! does not deadlock on its cap.
+
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use subagent_host::config::Limits;
+use subagent_host::event::{Event, EventKind};
+use subagent_host::protocol::wire::*;
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
+use tokio::sync::mpsc;
+
+const GUARD: Duration = Duration::from_secs(30);
+
+fn open(limits: Limits) -> (Tree, mpsc::UnboundedReceiver<Event>) {
+    let host = Host::new(HostConfig { limits, ..Default::default() });
+    let (tx, rx) = mpsc::unbounded_channel();
+    (host.open_tree(Arc::new(tx)), rx)
+}
+
+fn task(script: Value) -> TaskDefinition {
+    serde_json::from_value(json!({ "name": "t", "instruction": "i", "metadata": { "script": script } })).unwrap()
+}
+
+async fn spawn(tree: &Tree, name: &str) -> SubagentId {
+    let request =
+        SpawnRequest { agent: SubagentConfig::new(name, "scripted"), parent_agent_id: None, root_agent_id: None };
+    tree.spawn(request).await.unwrap().subagent_id
+}
+
+async fn await_done(tree: &Tree, id: SubagentId) -> AwaitResponse {
+    tokio::time::timeout(GUARD, tree.await_result(id)).await.expect("ends").unwrap()
+}
+
+fn drain(events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<Event> {
+    std::iter::from_fn(|| events.try_recv().ok()).collect()
+}
+
+/// The most tasks running at once, by the events (delegated … ended).
+fn most_running(events: &[Event]) -> usize {
+    let (mut running, mut most) = (0usize, 0usize);
+    for event in events {
+        if event.kind == EventKind::Delegated {
+            running += 1;
+            most = most.max(running);
+        } else if event.kind.ends_task() {
+            running = running.saturating_sub(1);
+        }
+    }
+    most
+}
+
+#[actix_rt::test]
+async fn past_the_session_cap_delegates_queue_and_start_in_fifo_order() {
+    let (tree, mut events) = open(Limits { max_running_per_session: 2, ..Limits::default() });
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(spawn(&tree, &format!("s{n}")).await);
+    }
+    let mut replies = Vec::new();
+    for id in &ids {
+        replies.push(tree.delegate(*id, task(json!([{ "sleep_ms": 60 }, { "return": {} }]))).await.unwrap());
+    }
+    let statuses: Vec<_> = replies.iter().map(|reply| (reply.accepted, reply.status)).collect();
+    let (running, queued) = ((true, SubagentStatus::Running), (true, SubagentStatus::Ready));
+    assert_eq!(statuses, vec![running, running, queued, queued, queued]);
+    // A second delegate to a queued subagent is refused; its task stays queued.
+    let again = tree.delegate(ids[4], task(json!([]))).await.unwrap();
+    assert_eq!((again.accepted, again.status), (false, SubagentStatus::Ready));
+    for id in &ids {
+        assert_eq!(await_done(&tree, *id).await.status, SubagentStatus::Completed, "an await waits for a queued task");
+    }
+    let events = drain(&mut events);
+    let queued: Vec<_> = events.iter().filter(|e| e.kind == EventKind::Queued).map(|e| e.subagent_id).collect();
+    assert_eq!(queued, ids[2..].to_vec());
+    assert!(events.iter().filter(|e| e.kind == EventKind::Queued).all(|e| e.status == SubagentStatus::Ready));
+    let started: Vec<_> = events.iter().filter(|e| e.kind == EventKind::Delegated).map(|e| e.subagent_id).collect();
+    assert_eq!(started, ids, "FIFO");
+    assert_eq!(most_running(&events), 2, "never more than the cap at once");
+}
+
+#[actix_rt::test]
+async fn cancel_and_terminate_take_a_queued_task_out_of_the_queue() {
+    let (tree, mut events) = open(Limits { max_running_per_session: 1, ..Limits::default() });
+    let (a, b, c, d) =
+        (spawn(&tree, "a").await, spawn(&tree, "b").await, spawn(&tree, "c").await, spawn(&tree, "d").await);
+    assert!(tree.delegate(a, task(json!([{ "sleep_ms": 200 }, { "return": {} }]))).await.unwrap().accepted);
+    for id in [b, c, d] {
+        let reply = tree.delegate(id, task(json!([{ "return": {} }]))).await.unwrap();
+        assert_eq!((reply.accepted, reply.status), (true, SubagentStatus::Ready));
+    }
+    let waiting_on_b = {
+        let tree = tree.clone();
+        actix_rt::spawn(async move { tree.await_result(b).await })
+    };
+    let waiting_on_c = {
+        let tree = tree.clone();
+        actix_rt::spawn(async move { tree.await_result(c).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(tree.cancel(b).await.unwrap(), vec![b], "the queued task is what cancel stopped");
+    let cancelled = tokio::time::timeout(GUARD, waiting_on_b).await.unwrap().unwrap().unwrap();
+    assert_eq!((cancelled.status, cancelled.error.as_deref()), (SubagentStatus::Cancelled, Some("cancelled")));
+    tree.terminate(c).await.unwrap();
+    let terminated = tokio::time::timeout(GUARD, waiting_on_c).await.unwrap().unwrap().unwrap();
+    assert_eq!(terminated.status, SubagentStatus::Terminated);
+    assert_eq!(await_done(&tree, a).await.status, SubagentStatus::Completed, "the running one is untouched");
+    assert_eq!(await_done(&tree, d).await.status, SubagentStatus::Completed, "d starts when a ends");
+    let started: Vec<_> =
+        drain(&mut events).iter().filter(|e| e.kind == EventKind::Delegated).map(|e| e.subagent_id).collect();
+    assert_eq!(started, vec![a, d], "b and c never ran");
+}
+
+#[actix_rt::test]
+async fn the_per_parent_cap_runs_children_one_by_one_and_awaiting_parents_do_not_deadlock() {
+    let limits = Limits { max_running_per_session: 1, max_running_per_parent: 1, ..Limits::default() };
+    let (tree, mut events) = open(limits);
+    let child = |name: &str| {
+        json!({ "spawn": { "agent": { "name": name, "model": "scripted" },
+                                                "task": task(json!([{ "sleep_ms": 30 }, { "return": {} }])) } })
+    };
+    let parent = spawn(&tree, "parent").await;
+    let script = json!([child("k1"), child("k2"), child("k3"), { "await_children": {} }, { "return": {} }]);
+    assert!(tree.delegate(parent, task(script)).await.unwrap().accepted);
+    let done = await_done(&tree, parent).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let events = drain(&mut events);
+    let children: Vec<_> = events
+        .iter()
+        .filter(|e| e.depth == 1 && (e.kind == EventKind::Delegated || e.kind == EventKind::Completed))
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        children,
+        vec![
+            EventKind::Delegated,
+            EventKind::Completed,
+            EventKind::Delegated,
+            EventKind::Completed,
+            EventKind::Delegated,
+            EventKind::Completed
+        ],
+        "one child at a time"
+    );
+}
