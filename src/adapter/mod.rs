@@ -40,13 +40,14 @@ pub fn build_route_with_policy(
         ("upstream_model", route.upstream_model.is_some()),
         ("stream", route.stream.is_some()),
         ("progress_ms", route.progress_ms.is_some()),
+        ("ca_file", route.ca_file.is_some()),
         ("program", route.program.is_some()),
         ("args", !route.args.is_empty()),
         ("on_restart", route.on_restart.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
         AdapterKind::Scripted => &[],
-        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model", "stream", "progress_ms"],
+        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model", "stream", "progress_ms", "ca_file"],
         AdapterKind::Command => &["program", "args", "on_restart"],
     };
     if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
@@ -65,6 +66,7 @@ pub fn build_route_with_policy(
             config.route_model = Some(route.model.clone());
             config.record_content = record_content;
             config.stream = route.stream.unwrap_or(false);
+            config.ca_file = route.ca_file.clone();
             if let Some(ms) = route.progress_ms {
                 config.progress_every = std::time::Duration::from_millis(ms);
             }

@@ -210,6 +210,10 @@ pub struct RouteConfig {
     /// gathered into the next one.
     #[serde(default)]
     pub progress_ms: Option<u64>,
+    /// `openai`: PEM certificates trusted besides the public roots, for an
+    /// https `base_url` behind a private CA.
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
     /// `command`: program to run.
     #[serde(default)]
     pub program: Option<String>,

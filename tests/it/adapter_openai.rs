@@ -652,3 +652,50 @@ async fn a_server_that_ignores_stream_is_read_as_one_reply() {
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
     assert_eq!(done.result.unwrap()["summary"], "all at once");
 }
+
+/// HTTPS for real: a TLS fake model server with a certificate made now.
+/// Trusted through the route's `ca_file`, the task completes over TLS;
+/// without it the certificate is refused and the task fails saying so.
+#[actix_rt::test]
+async fn an_https_route_trusts_its_ca_file_and_refuses_an_unknown_certificate() {
+    let (server, ca) = FakeServer::start_tls(|_, _| answer("over tls"));
+    let toml = format!(
+        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\nca_file = \"{}\"\n",
+        server.base_url,
+        ca.0.display()
+    );
+    let file: FileConfig = toml::from_str(&toml).expect("config");
+    let router = subagent_host::adapter::router(&file).expect("router");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let session = host.open_tree(Arc::new(NullSink));
+    let (_, done) = run(&session, agent("AGENT:secure"), "go").await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.result.unwrap()["summary"], "over tls");
+    assert_eq!(server.requests().len(), 1);
+
+    // The same server, without the CA: the public roots do not know it.
+    let mut config = OpenAiConfig::new(server.base_url.clone());
+    config.retry.max_retries = 0;
+    let adapter = Arc::new(OpenAiAdapter::new(config).expect("adapter"));
+    let router = AdapterRouter::default().route("fake-*", adapter).expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let session = host.open_tree(Arc::new(NullSink));
+    let (_, refused) = run(&session, agent("AGENT:trusting"), "go").await;
+    assert_eq!(refused.status, SubagentStatus::Failed);
+    let error = refused.error.unwrap().to_lowercase();
+    assert!(error.contains("certificate") || error.contains("tls"), "{error}");
+    assert_eq!(server.requests().len(), 1, "nothing reached the server");
+
+    // A CA file that is not one stops the route at start-up.
+    let bad = tests_tempfile("not a certificate");
+    let mut config = OpenAiConfig::new(server.base_url.clone());
+    config.ca_file = Some(bad.0.clone());
+    let err = OpenAiAdapter::new(config).unwrap_err();
+    assert!(err.contains("ca_file") && err.contains("no PEM certificate"), "{err}");
+}
+
+fn tests_tempfile(text: &str) -> CaFile {
+    let path = std::env::temp_dir().join(format!("subagentd-notca-{}.pem", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    CaFile(path)
+}

@@ -13,6 +13,13 @@ use std::time::{Duration, SystemTime};
 use super::stream::StreamedReply;
 use crate::runtime::task::TaskError;
 
+/// A route's own TLS client config (`ca_file`); `None`: the defaults.
+#[cfg(feature = "tls")]
+pub(crate) type Tls = Option<std::sync::Arc<rustls::ClientConfig>>;
+/// Without the `tls` feature there is none.
+#[cfg(not(feature = "tls"))]
+pub(crate) type Tls = Option<std::convert::Infallible>;
+
 /// Largest reply body accepted from the model server.
 const MAX_BODY_BYTES: usize = 16 << 20;
 /// Longest piece of an upstream error body quoted in a task error.
@@ -130,15 +137,24 @@ pub(crate) struct ChatClient {
 }
 
 impl ChatClient {
-    /// A client posting to `{base_url}/chat/completions`.
-    pub(crate) fn new(base_url: &str, api_key: Option<String>, retry: RetryPolicy) -> Self {
+    /// A client posting to `{base_url}/chat/completions`, over `tls` when
+    /// the route has a CA of its own.
+    pub(crate) fn new(base_url: &str, api_key: Option<String>, retry: RetryPolicy, tls: Tls) -> Self {
         // awc's rustls connector needs a process-wide crypto provider, else it
         // panics; installing one that is already there is a harmless error.
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
         // The task's own deadline bounds every call; awc's 5 s default would
         // cut off slow local models.
-        let http = awc::Client::builder().disable_timeout().finish();
+        let connector = awc::Connector::new();
+        #[cfg(feature = "tls")]
+        let connector = match tls {
+            Some(config) => connector.rustls_0_23(config),
+            None => connector,
+        };
+        #[cfg(not(feature = "tls"))]
+        let () = tls.map_or((), |never: std::convert::Infallible| match never {});
+        let http = awc::Client::builder().disable_timeout().connector(connector).finish();
         let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
         Self { http, url, api_key, retry }
     }

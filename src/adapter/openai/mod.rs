@@ -35,6 +35,8 @@ mod dispatch;
 pub mod policy;
 pub mod schemas;
 mod stream;
+#[cfg(feature = "tls")]
+mod tls;
 
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -77,6 +79,9 @@ pub struct OpenAiConfig {
     pub stream: bool,
     /// With `stream`: at most one `progress` event per this long.
     pub progress_every: Duration,
+    /// PEM certificates trusted besides the public roots (an https
+    /// `base_url` behind a private CA); needs the `tls` feature.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl OpenAiConfig {
@@ -93,6 +98,7 @@ impl OpenAiConfig {
             record_content: false,
             stream: false,
             progress_every: Duration::from_millis(100),
+            ca_file: None,
         }
     }
 }
@@ -101,6 +107,9 @@ impl OpenAiConfig {
 #[derive(Debug, Clone)]
 pub struct OpenAiAdapter {
     config: Arc<OpenAiConfig>,
+    // The TLS client config of a route with `ca_file`.
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl OpenAiAdapter {
@@ -117,7 +126,25 @@ impl OpenAiAdapter {
         } else if !url.starts_with("http://") {
             return Err(format!("base_url `{url}` must start with http:// or https://"));
         }
-        Ok(Self { config: Arc::new(config) })
+        #[cfg(feature = "tls")]
+        let tls = config.ca_file.as_deref().map(tls::with_extra_ca).transpose()?;
+        #[cfg(not(feature = "tls"))]
+        if config.ca_file.is_some() {
+            return Err("ca_file needs TLS, which this build has not (rebuild with `--features tls`)".into());
+        }
+        Ok(Self {
+            config: Arc::new(config),
+            #[cfg(feature = "tls")]
+            tls,
+        })
+    }
+
+    // The TLS client config its calls use (`None`: awc's, the public roots).
+    fn tls(&self) -> client::Tls {
+        #[cfg(feature = "tls")]
+        return self.tls.clone();
+        #[cfg(not(feature = "tls"))]
+        return None;
     }
 
     /// The config in use.
@@ -136,20 +163,20 @@ impl AgentAdapter for OpenAiAdapter {
     }
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {
-        let config = self.config.clone();
+        let (config, tls) = (self.config.clone(), self.tls());
         Box::pin(async move {
             let cancel = ctx.cancel.clone();
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(TaskError::new("cancelled")),
-                outcome = conversation(&config, &ctx) => outcome,
+                outcome = conversation(&config, tls, &ctx) => outcome,
             }
         })
     }
 }
 
 /// The tool-calling loop of one task.
-async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonObject, TaskError> {
+async fn conversation(config: &OpenAiConfig, tls: client::Tls, ctx: &TaskContext) -> Result<JsonObject, TaskError> {
     let api_key = match &config.api_key_env {
         Some(var) => match std::env::var(var) {
             Ok(key) if !key.is_empty() => Some(key),
@@ -157,7 +184,7 @@ async fn conversation(config: &OpenAiConfig, ctx: &TaskContext) -> Result<JsonOb
         },
         None => None,
     };
-    let client = ChatClient::new(&config.base_url, api_key, config.retry.clone());
+    let client = ChatClient::new(&config.base_url, api_key, config.retry.clone(), tls);
     let allowed = allowed_tools(&ctx.config, &config.policy);
     let tool_definitions = Value::Array(schemas::definitions(&allowed));
     let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());

@@ -12,9 +12,17 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+
+/// A CA certificate file, removed on drop.
+pub struct CaFile(pub std::path::PathBuf);
+
+impl Drop for CaFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
 
 /// What the fake answers one request with.
 #[derive(Debug, Clone)]
@@ -83,6 +91,46 @@ impl FakeServer {
         Self { base_url: format!("http://127.0.0.1:{port}/v1"), state, closed: closed_rx }
     }
 
+    /// [`FakeServer::start`] over TLS: `https://localhost:PORT/v1`, with a
+    /// self-signed certificate made now, whose PEM is the returned file
+    /// (removed on drop).
+    pub fn start_tls(model: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static) -> (Self, CaFile) {
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
+        let unique = CALL_IDS.fetch_add(1, Ordering::Relaxed);
+        let ca = CaFile(std::env::temp_dir().join(format!("subagentd-ca-{}-{unique}.pem", std::process::id())));
+        std::fs::write(&ca.0, certified.cert.pem()).expect("write the CA file");
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let key = tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(certified.key_pair.serialize_der().into());
+        let config = tokio_rustls::rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let (closed_tx, closed_rx) = mpsc::unbounded_channel();
+        let state = Arc::new(State { model: Box::new(model), seen: Mutex::new(Vec::new()), closed: closed_tx });
+        let serving = state.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                while let Ok((socket, _)) = listener.accept().await {
+                    let (acceptor, serving) = (acceptor.clone(), serving.clone());
+                    tokio::spawn(async move {
+                        // A client that refuses the certificate ends here.
+                        if let Ok(tls) = acceptor.accept(socket).await {
+                            serve(tls, serving).await;
+                        }
+                    });
+                }
+            });
+        });
+        let server = Self { base_url: format!("https://localhost:{port}/v1"), state, closed: closed_rx };
+        (server, ca)
+    }
+
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
@@ -106,7 +154,7 @@ impl FakeServer {
     }
 }
 
-async fn serve(mut socket: TcpStream, state: Arc<State>) {
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut socket: S, state: Arc<State>) {
     let mut buffer = Vec::new();
     loop {
         let Some((body, authorization)) = read_request(&mut socket, &mut buffer).await else { return };
@@ -167,7 +215,7 @@ async fn serve(mut socket: TcpStream, state: Arc<State>) {
 }
 
 /// Reads one request; returns its body and `Authorization` header.
-async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(Vec<u8>, Option<String>)> {
+async fn read_request<S: AsyncRead + Unpin>(socket: &mut S, buffer: &mut Vec<u8>) -> Option<(Vec<u8>, Option<String>)> {
     let head_end = loop {
         if let Some(at) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
             break at + 4;
