@@ -52,12 +52,12 @@ impl Handler<Delegate> for Supervisor {
             Ok(Some(addr)) => addr,
         };
         let entry = &self.index[&msg.id];
-        if entry.queued {
+        if entry.caps.queued {
             // One task queued at a time, as one runs at a time.
             return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
         }
         // A subagent that runs a task answers for itself (it refuses).
-        let idle = !entry.holds_slot && !entry.status.is_busy();
+        let idle = !entry.caps.holds_slot && !entry.status.is_busy();
         if idle && !self.slot_free(msg.id) {
             self.enqueue(Queued {
                 id: msg.id,
@@ -89,7 +89,7 @@ impl Handler<Await> for Supervisor {
 
     fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
         let id = msg.0;
-        if self.index.get(&id).is_some_and(|entry| entry.queued) {
+        if self.index.get(&id).is_some_and(|entry| entry.caps.queued) {
             // Waits for the queued task, not for the one before it.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };

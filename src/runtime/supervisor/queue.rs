@@ -37,20 +37,20 @@ impl Supervisor {
         }
         let per_parent = limits.max_running_per_parent;
         let parent = self.index.get(&id).and_then(|entry| entry.parent).and_then(|parent| self.index.get(&parent));
-        per_parent == 0 || parent.is_none_or(|parent| (parent.running_children as usize) < per_parent)
+        per_parent == 0 || parent.is_none_or(|parent| (parent.caps.running_children as usize) < per_parent)
     }
 
     /// Counts a task of `id` as running (it may pass the caps: see the module docs).
     pub(super) fn take_slot(&mut self, id: SubagentId) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        if entry.holds_slot {
+        if entry.caps.holds_slot {
             return;
         }
-        entry.holds_slot = true;
+        entry.caps.holds_slot = true;
         let parent = entry.parent;
         self.running += 1;
         if let Some(parent) = parent.and_then(|parent| self.index.get_mut(&parent)) {
-            parent.running_children += 1;
+            parent.caps.running_children += 1;
         }
     }
 
@@ -58,14 +58,14 @@ impl Supervisor {
     /// the queue may start now.
     pub(super) fn release_slot(&mut self, id: SubagentId) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        if !entry.holds_slot {
+        if !entry.caps.holds_slot {
             return;
         }
-        entry.holds_slot = false;
+        entry.caps.holds_slot = false;
         let parent = entry.parent;
         self.running = self.running.saturating_sub(1);
         if let Some(parent) = parent.and_then(|parent| self.index.get_mut(&parent)) {
-            parent.running_children = parent.running_children.saturating_sub(1);
+            parent.caps.running_children = parent.caps.running_children.saturating_sub(1);
         }
         self.start_queued();
     }
@@ -75,7 +75,7 @@ impl Supervisor {
         let id = queued.id;
         self.queue.push_back(queued);
         if let Some(entry) = self.index.get_mut(&id) {
-            entry.queued = true;
+            entry.caps.queued = true;
             let entry = &self.index[&id];
             self.emit(id, entry, EventKind::Queued, None, EventDetail::None);
         }
@@ -97,7 +97,7 @@ impl Supervisor {
     fn start_queued_task(&mut self, queued: Queued) {
         let Queued { id, task, deadline_cap, parent_span, awaiters } = queued;
         let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.queued = false;
+        entry.caps.queued = false;
         let Some(addr) = entry.live_addr() else { return };
         self.take_slot(id);
         addr.do_send(RunTask { task, deadline_cap, parent_span, reply: DelegateReply(None), resume: None });
@@ -123,7 +123,7 @@ impl Supervisor {
     pub(super) fn dequeue(&mut self, id: SubagentId) -> Option<Queued> {
         let at = self.queue.iter().position(|queued| queued.id == id)?;
         if let Some(entry) = self.index.get_mut(&id) {
-            entry.queued = false;
+            entry.caps.queued = false;
         }
         self.queue.remove(at)
     }

@@ -62,10 +62,18 @@ pub(super) struct Entry {
     pub(super) usage: Arc<UsageMeter>,
     // The wall-clock budget its tasks are held to (its own or an ancestor's).
     pub(super) wall: Option<Arc<WallBudget>>,
-    // Concurrency caps (`queue`): whether its task holds a running slot,
-    // how many of its children's tasks do, and whether it has a task queued.
+    // Its place under the running caps (`queue`).
+    pub(super) caps: Caps,
+}
+
+/// A subagent's place under the running caps (`queue`).
+#[derive(Debug, Default)]
+pub(super) struct Caps {
+    // Its task holds a running slot.
     pub(super) holds_slot: bool,
+    // It has a task queued.
     pub(super) queued: bool,
+    // Its children's tasks that hold a slot (the per-parent cap).
     pub(super) running_children: u32,
 }
 

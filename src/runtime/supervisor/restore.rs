@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::record::{Entry, Slot};
+use super::record::{Caps, Entry, Slot};
 use super::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;
@@ -84,9 +84,7 @@ impl Supervisor {
                 tasks_started: row.tasks_started,
                 usage,
                 wall,
-                holds_slot: false,
-                queued: false,
-                running_children: 0,
+                caps: Caps::default(),
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {

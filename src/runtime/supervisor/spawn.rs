@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::record::{Entry, Slot};
+use super::record::{Caps, Entry, Slot};
 use super::Supervisor;
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
@@ -140,9 +140,7 @@ impl Supervisor {
             tasks_started: 0,
             usage,
             wall,
-            holds_slot: false,
-            queued: false,
-            running_children: 0,
+            caps: Caps::default(),
         };
         crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;

@@ -64,7 +64,7 @@ struct State {
 
 /// A running fake server.
 pub struct FakeServer {
-    /// `http://127.0.0.1:PORT/v1`.
+    /// `http://127.0.0.1:PORT/v1` (`https://localhost:PORT/v1` over TLS).
     pub base_url: String,
     state: Arc<State>,
     closed: mpsc::UnboundedReceiver<()>,
@@ -73,22 +73,7 @@ pub struct FakeServer {
 impl FakeServer {
     /// Starts a server whose replies come from `model(body, call_index)`.
     pub fn start(model: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static) -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("addr").port();
-        let (closed_tx, closed_rx) = mpsc::unbounded_channel();
-        let state = Arc::new(State { model: Box::new(model), seen: Mutex::new(Vec::new()), closed: closed_tx });
-        let serving = state.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                while let Ok((socket, _)) = listener.accept().await {
-                    tokio::spawn(serve(socket, serving.clone()));
-                }
-            });
-        });
-        Self { base_url: format!("http://127.0.0.1:{port}/v1"), state, closed: closed_rx }
+        Self::listen(Box::new(model), None)
     }
 
     /// [`FakeServer::start`] over TLS: `https://localhost:PORT/v1`, with a
@@ -106,29 +91,41 @@ impl FakeServer {
             .with_single_cert(vec![certified.cert.der().clone()], key)
             .expect("server config");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        (Self::listen(Box::new(model), Some(acceptor)), ca)
+    }
+
+    // Serves on a loopback port from a thread and runtime of its own, over
+    // TLS when an acceptor is given.
+    fn listen(model: Box<Model>, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        // The certificate names `localhost`.
+        let (scheme, host) = if tls.is_some() { ("https", "localhost") } else { ("http", "127.0.0.1") };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("addr").port();
         let (closed_tx, closed_rx) = mpsc::unbounded_channel();
-        let state = Arc::new(State { model: Box::new(model), seen: Mutex::new(Vec::new()), closed: closed_tx });
+        let state = Arc::new(State { model, seen: Mutex::new(Vec::new()), closed: closed_tx });
         let serving = state.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
                 while let Ok((socket, _)) = listener.accept().await {
-                    let (acceptor, serving) = (acceptor.clone(), serving.clone());
+                    let (tls, serving) = (tls.clone(), serving.clone());
                     tokio::spawn(async move {
-                        // A client that refuses the certificate ends here.
-                        if let Ok(tls) = acceptor.accept(socket).await {
-                            serve(tls, serving).await;
+                        match tls {
+                            // A client that refuses the certificate ends here.
+                            Some(acceptor) => {
+                                if let Ok(socket) = acceptor.accept(socket).await {
+                                    serve(socket, serving).await;
+                                }
+                            }
+                            None => serve(socket, serving).await,
                         }
                     });
                 }
             });
         });
-        let server = Self { base_url: format!("https://localhost:{port}/v1"), state, closed: closed_rx };
-        (server, ca)
+        Self { base_url: format!("{scheme}://{host}:{port}/v1"), state, closed: closed_rx }
     }
 
     /// Every request so far, in arrival order.
