@@ -177,7 +177,7 @@ pub struct AgentAwaitResponse {
     pub subtree_usage: Usage,
     /// What its budget has left, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub budget_remaining: Option<BudgetRemaining>,
+    pub budget_remaining: Option<Box<BudgetRemaining>>,
 }
 
 impl From<AwaitResponse> for AgentAwaitResponse {
@@ -222,7 +222,7 @@ impl Serialize for AgentListResponse {
             usage: Usage,
             subtree_usage: Usage,
             #[serde(skip_serializing_if = "Option::is_none")]
-            budget_remaining: Option<BudgetRemaining>,
+            budget_remaining: Option<&'a BudgetRemaining>,
         }
         struct Rows<'a>(&'a [SubagentInfo]);
         impl Serialize for Rows<'_> {
@@ -237,7 +237,7 @@ impl Serialize for AgentListResponse {
                     config: &info.config,
                     usage: info.usage,
                     subtree_usage: info.subtree_usage,
-                    budget_remaining: info.budget_remaining,
+                    budget_remaining: info.budget_remaining.as_deref(),
                 }))
             }
         }

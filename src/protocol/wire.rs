@@ -201,7 +201,7 @@ pub struct SubagentInfo {
     pub subtree_usage: Usage,
     /// What its budget has left, when it has one (`metadata.budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget_remaining: Option<BudgetRemaining>,
+    pub budget_remaining: Option<Box<BudgetRemaining>>,
 }
 
 /// `SubagentMessagePayload`: what one agent sends another.
@@ -297,7 +297,7 @@ pub struct AwaitResponse {
     pub subtree_usage: Usage,
     /// What its budget has left, when it has one (`metadata.budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget_remaining: Option<BudgetRemaining>,
+    pub budget_remaining: Option<Box<BudgetRemaining>>,
 }
 
 /// Model tokens used (by a subagent's own tasks, or by its whole subtree):

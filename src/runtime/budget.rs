@@ -69,17 +69,18 @@ impl WallBudget {
 
 /// The `budget_remaining` of subagent `id`: what each key of its own
 /// budget has left (`None` without a budget of its own).
-pub(crate) fn remaining(id: SubagentId, usage: &UsageMeter, wall: Option<&WallBudget>) -> Option<BudgetRemaining> {
+pub(crate) fn remaining(id: SubagentId, usage: &UsageMeter, wall: Option<&WallBudget>) -> Option<Box<BudgetRemaining>> {
     let own_wall = wall.filter(|wall| *wall.owner == *id.to_string());
     let wall_seconds = own_wall.map(|wall| wall.deadline.saturating_duration_since(Instant::now()).as_secs());
     if usage.limits() == Limits::default() && wall_seconds.is_none() {
         return None;
     }
-    Some(BudgetRemaining {
+    // Boxed: most replies have none, and stay small.
+    Some(Box::new(BudgetRemaining {
         tokens: usage.remaining(Resource::Tokens),
         steps: usage.remaining(Resource::Steps),
         wall_seconds,
-    })
+    }))
 }
 
 #[cfg(test)]

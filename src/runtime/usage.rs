@@ -116,6 +116,9 @@ pub(crate) struct UsageMeter {
     // Per resource: whether this meter's unspent allowance is still
     // reserved at its holders (see `holders`).
     reserving: [AtomicBool; 2],
+    // Per resource: whether it or an ancestor budgets it. Spending is
+    // charged to budgets only then: an unbudgeted tree walks nothing.
+    limited: [bool; 2],
     parent: Option<Arc<UsageMeter>>,
 }
 
@@ -123,12 +126,12 @@ impl UsageMeter {
     /// A meter at zero under `parent`'s (a nested subagent, or the session)
     /// with no budget of its own.
     pub(crate) fn new(parent: Option<Arc<UsageMeter>>) -> Arc<Self> {
-        Arc::new(Self { parent, ..Self::default() })
+        Arc::new(Self { limited: limited(Limits::default(), parent.as_deref()), parent, ..Self::default() })
     }
 
     /// The session's root meter, with the session's budget.
     pub(crate) fn session(limits: Limits) -> Arc<Self> {
-        Arc::new(Self { limits, owner: Arc::from("session"), ..Self::default() })
+        Arc::new(Self { limits, limited: limited(limits, None), owner: Arc::from("session"), ..Self::default() })
     }
 
     /// A meter under `parent`'s with a budget of `limits`, reserved from
@@ -145,7 +148,8 @@ impl UsageMeter {
                 }
             }
         }
-        let meter = Self { limits, owner, parent: Some(parent), ..Self::default() };
+        let meter =
+            Self { limits, owner, limited: limited(limits, Some(&parent)), parent: Some(parent), ..Self::default() };
         for resource in Resource::ALL {
             if let (Some(asked), Some(parent)) = (limits.get(resource), &meter.parent) {
                 for holder in holders(parent, resource) {
@@ -162,7 +166,8 @@ impl UsageMeter {
     /// child's allowance was given back, and a restored running one draws
     /// on its ancestors' remainders like an unbudgeted child).
     pub(crate) fn restored(owner: Arc<str>, limits: Limits, parent: Option<Arc<UsageMeter>>, own: Usage) -> Arc<Self> {
-        let meter = Arc::new(Self { limits, owner, parent, ..Self::default() });
+        let meter =
+            Arc::new(Self { limits, owner, limited: limited(limits, parent.as_deref()), parent, ..Self::default() });
         meter.count(own);
         meter
     }
@@ -213,7 +218,7 @@ impl UsageMeter {
     // spent of `resource`; what a budgeted meter spends within its
     // allowance is no longer reserved for it above.
     fn charge(&self, resource: Resource, amount: u64) {
-        if amount == 0 {
+        if amount == 0 || !self.limited[resource.index()] {
             return;
         }
         let mut at = Some(self);
@@ -236,6 +241,9 @@ impl UsageMeter {
     // The first budget, from this meter up, whose committed amount of
     // `resource` is past its limit.
     fn check(&self, resource: Resource) -> Result<(), Exceeded> {
+        if !self.limited[resource.index()] {
+            return Ok(());
+        }
         let mut at = Some(self);
         while let Some(meter) = at {
             if let Some(limit) = meter.limits.get(resource) {
@@ -256,7 +264,9 @@ impl UsageMeter {
     pub(crate) fn release(&self) {
         let Some(parent) = &self.parent else { return };
         for resource in Resource::ALL {
-            if !self.reserving[resource.index()].swap(false, Ordering::Relaxed) {
+            let reserving = &self.reserving[resource.index()];
+            // (A load first: most meters never reserved anything.)
+            if !reserving.load(Ordering::Relaxed) || !reserving.swap(false, Ordering::Relaxed) {
                 continue;
             }
             let limit = self.limits.get(resource).unwrap_or(0);
@@ -287,6 +297,12 @@ impl UsageMeter {
     pub(crate) fn limits(&self) -> Limits {
         self.limits
     }
+}
+
+/// Per resource: whether `limits` or any budget above `parent` limits it.
+fn limited(limits: Limits, parent: Option<&UsageMeter>) -> [bool; 2] {
+    Resource::ALL
+        .map(|resource| limits.get(resource).is_some() || parent.is_some_and(|parent| parent.limited[resource.index()]))
 }
 
 /// Where a reservation made under `parent` for `resource` is held: the

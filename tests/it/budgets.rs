@@ -50,8 +50,8 @@ fn spend(input_tokens: u64, output_tokens: u64) -> Value {
     json!({ "use_tokens": { "input_tokens": input_tokens, "output_tokens": output_tokens } })
 }
 
-fn remaining(tokens: u64) -> Option<BudgetRemaining> {
-    Some(BudgetRemaining { tokens: Some(tokens), steps: None, wall_seconds: None })
+fn remaining(tokens: u64) -> Option<Box<BudgetRemaining>> {
+    Some(Box::new(BudgetRemaining { tokens: Some(tokens), steps: None, wall_seconds: None }))
 }
 
 async fn row(tree: &Tree, id: SubagentId) -> SubagentInfo {
@@ -222,7 +222,10 @@ async fn steps_wall_time_and_the_session_budget_stop_a_task_too() {
         done.error.as_deref(),
         Some(format!("budget_exceeded: max_steps_total of {stepper} (3) is spent").as_str())
     );
-    assert_eq!(done.budget_remaining, Some(BudgetRemaining { tokens: None, steps: Some(0), wall_seconds: None }));
+    assert_eq!(
+        done.budget_remaining,
+        Some(Box::new(BudgetRemaining { tokens: None, steps: Some(0), wall_seconds: None }))
+    );
 
     let slow = spawn(&tree, agent("slow", Some(json!({ "max_wall_seconds": 1 }))), None).await.unwrap();
     let done = run(&tree, slow, json!([{ "sleep_ms": 30_000 }])).await;

@@ -168,7 +168,7 @@ impl SubagentActor {
     /// set from the task, on this actor's thread).
     fn current_status(&self) -> SubagentStatus {
         match &self.task {
-            Some(task) if task.waiting.get() && self.status.is_busy() => SubagentStatus::Waiting,
+            Some(task) if task.shared.waiting.get() && self.status.is_busy() => SubagentStatus::Waiting,
             _ => self.status,
         }
     }

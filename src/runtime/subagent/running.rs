@@ -4,7 +4,7 @@
 use actix::prelude::*;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -19,7 +19,7 @@ use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::encode::approx_object_len;
 use crate::protocol::wire::*;
 use crate::runtime::messages::Resume;
-use crate::runtime::task::TaskContext;
+use crate::runtime::task::{TaskContext, TaskShared};
 use crate::runtime::trace;
 use crate::runtime::TreeStats;
 use crate::store::Change;
@@ -50,8 +50,8 @@ pub(super) struct RunningTask {
     // Fires once the task's future is gone and its outcome is recorded.
     // Made on first use: most tasks end without anyone waiting on them this way.
     pub(super) settled: Option<CancellationToken>,
-    // Set by the task while it waits on a child or its mailbox (`WAITING`).
-    pub(super) waiting: Rc<Cell<bool>>,
+    // Shared with the task: whether it waits (`WAITING`), and why it overspent.
+    pub(super) shared: Rc<TaskShared>,
     // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
     pub(super) cancel_requested: bool,
     // For the timeout error text.
@@ -62,8 +62,6 @@ pub(super) struct RunningTask {
     // (the span reports what this task used).
     pub(super) span: Option<tracing::Span>,
     pub(super) usage_before: Usage,
-    // Set by the task when it spent past a budget: the error it ends with.
-    pub(super) overspent: Rc<RefCell<Option<String>>>,
     // Whether its deadline is a wall-clock budget's (running past it is
     // `budget_exceeded`, not `timeout`).
     pub(super) wall_deadline: bool,
@@ -143,9 +141,8 @@ impl SubagentActor {
         if let Some(wall) = self.wall.as_ref().filter(|_| wall_deadline) {
             deadline = wall.deadline;
         }
-        let overspent = Rc::new(RefCell::new(None));
         let cancel = CancellationToken::new();
-        let waiting = Rc::new(Cell::new(false));
+        let shared = Rc::new(TaskShared::default());
         let span = trace::invoke_agent(parent_span.as_ref(), self.log.id(), self.id, &self.config);
         let task_ctx = TaskContext {
             subagent_id: self.id,
@@ -156,7 +153,7 @@ impl SubagentActor {
             mailbox: self.mailbox.clone(),
             cancel: cancel.clone(),
             deadline,
-            waiting: waiting.clone(),
+            shared: shared.clone(),
             steps: Cell::new(resume.as_ref().and_then(|r| r.checkpoint.as_ref()).map_or(0, |c| c.step)),
             supervisor: self.supervisor.clone(),
             log: self.log.clone(),
@@ -166,7 +163,6 @@ impl SubagentActor {
             resume_from: resume.and_then(|r| r.checkpoint),
             usage: self.usage.clone(),
             span: span.clone(),
-            overspent: overspent.clone(),
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
@@ -191,14 +187,13 @@ impl SubagentActor {
             generation,
             cancel,
             abort,
-            waiting,
+            shared,
             settled: None,
             cancel_requested: false,
             timeout_seconds,
             started,
             span,
             usage_before: self.usage.own(),
-            overspent,
             wall_deadline,
         });
         metrics().task_started();
@@ -225,7 +220,7 @@ impl SubagentActor {
             task.fire_settled();
             return;
         }
-        let overspent = task.overspent.borrow_mut().take();
+        let overspent = task.shared.overspent.borrow_mut().take();
         let (status, kind, result, error) = match ended {
             // Past a budget: whatever the adapter made of it.
             _ if overspent.is_some() => {

@@ -51,25 +51,26 @@ impl Handler<Delegate> for Supervisor {
             Ok(None) => return Forward::Answer(Ok(REFUSED)),
             Ok(Some(addr)) => addr,
         };
-        let entry = &self.index[&msg.id];
-        if entry.caps.queued {
-            // One task queued at a time, as one runs at a time.
-            return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
-        }
-        // A subagent that runs a task answers for itself (it refuses).
-        let idle = !entry.caps.holds_slot && !entry.status.is_busy();
-        if idle && !self.slot_free(msg.id) {
-            self.enqueue(Queued {
-                id: msg.id,
-                task: msg.task,
-                deadline_cap: msg.deadline_cap,
-                parent_span: msg.parent_span,
-                awaiters: Vec::new(),
-            });
-            return Forward::Answer(Ok(QUEUED));
-        }
-        if idle {
-            self.take_slot(msg.id);
+        if self.capped() {
+            let entry = &self.index[&msg.id];
+            if entry.caps.queued {
+                // One task queued at a time, as one runs at a time.
+                return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
+            }
+            // A subagent that runs a task answers for itself (it refuses).
+            if !entry.caps.holds_slot && !entry.status.is_busy() {
+                if !self.slot_free(msg.id) {
+                    self.enqueue(Queued {
+                        id: msg.id,
+                        task: msg.task,
+                        deadline_cap: msg.deadline_cap,
+                        parent_span: msg.parent_span,
+                        awaiters: Vec::new(),
+                    });
+                    return Forward::Answer(Ok(QUEUED));
+                }
+                self.take_slot(msg.id);
+            }
         }
         Forward::To(
             addr,
@@ -89,7 +90,7 @@ impl Handler<Await> for Supervisor {
 
     fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
         let id = msg.0;
-        if self.index.get(&id).is_some_and(|entry| entry.caps.queued) {
+        if self.capped() && self.index.get(&id).is_some_and(|entry| entry.caps.queued) {
             // Waits for the queued task, not for the one before it.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };

@@ -29,6 +29,11 @@ pub(super) struct Queued {
 }
 
 impl Supervisor {
+    /// Whether any running cap is set (else no slot is counted at all).
+    pub(super) fn capped(&self) -> bool {
+        self.host.limits.max_running_per_session > 0 || self.host.limits.max_running_per_parent > 0
+    }
+
     /// Whether a task of `id` may start now under the caps.
     pub(super) fn slot_free(&self, id: SubagentId) -> bool {
         let limits = &self.host.limits;
@@ -42,6 +47,9 @@ impl Supervisor {
 
     /// Counts a task of `id` as running (it may pass the caps: see the module docs).
     pub(super) fn take_slot(&mut self, id: SubagentId) {
+        if !self.capped() {
+            return;
+        }
         let Some(entry) = self.index.get_mut(&id) else { return };
         if entry.caps.holds_slot {
             return;
@@ -57,6 +65,9 @@ impl Supervisor {
     /// Gives the slot of `id` back (its task ended or waits) and starts what
     /// the queue may start now.
     pub(super) fn release_slot(&mut self, id: SubagentId) {
+        if !self.capped() {
+            return;
+        }
         let Some(entry) = self.index.get_mut(&id) else { return };
         if !entry.caps.holds_slot {
             return;

@@ -86,6 +86,15 @@ pub trait AgentAdapter: Send + Sync + 'static {
     }
 }
 
+/// What a running task and its subagent's actor share.
+#[derive(Debug, Default)]
+pub(crate) struct TaskShared {
+    /// Set while the task waits (`WAITING`).
+    pub waiting: Cell<bool>,
+    /// Set when the task spent past a budget: the error it ends with.
+    pub overspent: RefCell<Option<String>>,
+}
+
 /// Everything a running task may use: its config and task, memory, mailbox,
 /// cancellation signal, step counter, progress events, and a handle to spawn,
 /// delegate to and await its own children.
@@ -106,8 +115,9 @@ pub struct TaskContext {
     pub cancel: CancellationToken,
     /// When the task's time is up (its own timeout, capped by its parent's).
     pub deadline: Instant,
-    // Shared with the subagent actor: set while the task waits (WAITING).
-    pub(crate) waiting: Rc<Cell<bool>>,
+    // Shared with the subagent actor: whether the task waits, and why it
+    // overspent (one allocation for both).
+    pub(crate) shared: Rc<TaskShared>,
     pub(crate) steps: Cell<u32>,
     pub(crate) supervisor: Arc<Addr<Supervisor>>,
     // Where checkpoints are recorded.
@@ -121,8 +131,6 @@ pub struct TaskContext {
     pub(crate) resume_from: Option<Checkpoint>,
     // Its subagent's token counts.
     pub(crate) usage: Arc<UsageMeter>,
-    // Set when it spent past a budget: the error its task ends with.
-    pub(crate) overspent: Rc<RefCell<Option<String>>>,
     // Its `invoke_agent` span.
     // (`None` while no span exporter is installed.)
     pub(crate) span: Option<tracing::Span>,
@@ -203,7 +211,7 @@ impl TaskContext {
     // actor finds it, and its cancel signal fires so the adapter stops.
     fn overspent(&self, exceeded: &Exceeded) -> TaskError {
         let text = exceeded.text();
-        self.overspent.borrow_mut().get_or_insert_with(|| text.clone());
+        self.shared.overspent.borrow_mut().get_or_insert_with(|| text.clone());
         self.cancel.cancel();
         TaskError(text)
     }
@@ -252,7 +260,7 @@ impl TaskContext {
     pub fn set_waiting(&self, waiting: bool) {
         // The task runs on its actor's thread: the flag is the actor's view at
         // once, and this report goes out before the task's end is reported.
-        if self.waiting.replace(waiting) == waiting {
+        if self.shared.waiting.replace(waiting) == waiting {
             return;
         }
         self.supervisor.do_send(Report {
