@@ -61,6 +61,11 @@ pub(crate) struct WallBudget {
 }
 
 impl WallBudget {
+    /// `owner`'s budget of `length`, from now.
+    pub(crate) fn starting_now(owner: Arc<str>, length: Duration) -> Self {
+        Self { deadline: Instant::now() + length, owner, seconds: length.as_secs() }
+    }
+
     /// The error of a task stopped by it.
     pub(crate) fn exceeded_text(&self) -> String {
         format!("budget_exceeded: max_wall_seconds of {} ({}) is spent", self.owner, self.seconds)

@@ -55,16 +55,12 @@ impl Supervisor {
             };
             // Budgets as configured; a wall-clock budget starts afresh.
             let budget = budget::parse(&row.config.metadata).ok().flatten().unwrap_or_default();
-            let parent_entry = parent.and_then(|parent| self.index.get(&parent));
-            let parent_meter = parent_entry.map_or_else(|| self.usage_root.clone(), |entry| entry.usage.clone());
-            let usage = UsageMeter::restored(Arc::from(id.to_string()), budget.limits, Some(parent_meter), row.usage);
+            let (parent_meter, inherited) = self.budgets_above(parent);
+            let owner: Arc<str> = Arc::from(id.to_string());
+            let usage = UsageMeter::restored(owner.clone(), budget.limits, Some(parent_meter), row.usage);
             let wall = match budget.wall {
-                Some(seconds) => Some(Arc::new(WallBudget {
-                    deadline: tokio::time::Instant::now() + seconds,
-                    owner: Arc::from(id.to_string()),
-                    seconds: seconds.as_secs(),
-                })),
-                None => parent_entry.and_then(|entry| entry.wall.clone()),
+                Some(length) => Some(Arc::new(WallBudget::starting_now(owner, length))),
+                None => inherited,
             };
             let entry = Entry {
                 slot: if terminated { Slot::Gone } else { Slot::Dormant },

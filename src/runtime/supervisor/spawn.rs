@@ -162,26 +162,24 @@ impl Supervisor {
         parent: Option<SubagentId>,
         budget: Option<Budget>,
     ) -> Result<(Arc<UsageMeter>, Option<Arc<WallBudget>>), HostError> {
-        let parent_entry = parent.and_then(|parent| self.index.get(&parent));
-        let parent_meter = parent_entry.map_or_else(|| self.usage_root.clone(), |entry| entry.usage.clone());
-        let inherited = parent_entry.and_then(|entry| entry.wall.clone());
+        let (parent_meter, inherited) = self.budgets_above(parent);
         let Some(budget) = budget else {
             return Ok((UsageMeter::new(Some(parent_meter)), inherited));
         };
-        let meter =
-            UsageMeter::budgeted(Arc::from(id.to_string()), budget.limits, parent_meter).map_err(|refused| {
-                let (key, owner, limit) = (refused.resource.key(), refused.owner, refused.limit);
-                HostError::new(
-                    ErrorCode::QuotaExceeded,
-                    format!("the budget asks for more {key} than {owner}'s budget ({limit}) has left"),
-                )
-                .with_detail(serde_json::json!({ "budget": key, "of": &*owner, "limit": limit }))
-            })?;
+        let owner: Arc<str> = Arc::from(id.to_string());
+        let meter = UsageMeter::budgeted(owner.clone(), budget.limits, parent_meter).map_err(|refused| {
+            let (key, owner, limit) = (refused.resource.key(), refused.owner, refused.limit);
+            HostError::new(
+                ErrorCode::QuotaExceeded,
+                format!("the budget asks for more {key} than {owner}'s budget ({limit}) has left"),
+            )
+            .with_detail(serde_json::json!({ "budget": key, "of": &*owner, "limit": limit }))
+        })?;
         let wall = match budget.wall {
             None => inherited,
             Some(asked) => {
-                let deadline = tokio::time::Instant::now() + asked;
-                if let Some(above) = inherited.as_ref().filter(|above| above.deadline < deadline) {
+                let wall = WallBudget::starting_now(owner, asked);
+                if let Some(above) = inherited.as_ref().filter(|above| above.deadline < wall.deadline) {
                     meter.release();
                     let left = above.deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
                     return Err(HostError::new(
@@ -195,9 +193,19 @@ impl Supervisor {
                         "budget": "max_wall_seconds", "of": &*above.owner, "limit": above.seconds,
                     })));
                 }
-                Some(Arc::new(WallBudget { deadline, owner: Arc::from(id.to_string()), seconds: asked.as_secs() }))
+                Some(Arc::new(wall))
             }
         };
         Ok((meter, wall))
+    }
+
+    /// What a subagent under `parent` (top level: under the session) is
+    /// held to before any budget of its own: the meter its spending is
+    /// charged to, and the wall-clock budget it inherits.
+    pub(super) fn budgets_above(&self, parent: Option<SubagentId>) -> (Arc<UsageMeter>, Option<Arc<WallBudget>>) {
+        match parent.and_then(|parent| self.index.get(&parent)) {
+            Some(entry) => (entry.usage.clone(), entry.wall.clone()),
+            None => (self.usage_root.clone(), None),
+        }
     }
 }
