@@ -1,0 +1,229 @@
+//! Teardown in-process through the public [`Tree`] API (issue 15): each
+//! figure is one request, timed from the call to its reply, on a session
+//! built beforehand (not timed); criterion prints the cost per subagent
+//! (`Throughput::Elements(N)`), which should not grow with N.
+//!
+//! | bench | the timed request | the session |
+//! |---|---|---|
+//! | `close/N` | `close` | N top-level subagents, each finished a task |
+//! | `drain/N` | `drain` (nothing busy: it closes) | the same |
+//! | `merge/{hierarchical_summary,voting}/10000` | one merge of all | 10k finished; for `voting` each answers differently |
+//! | `terminate/{wide,deep}/10000` | terminate the root, then one request through the supervisor (`settled`) | 10k finished: one parent with 9 999 children, or a chain of 10k |
+//! | `cancel/{wide,deep}/10000` | cancel the root, then `settled` | the same shapes, every task running |
+//!
+//! The session keeps the shipped `max_retained_records` (1 024), so most of
+//! the records a teardown terminates are also forgotten on the way.
+//!
+//! Run: `cargo bench --bench teardown` (filter: `cargo bench --bench teardown
+//! -- close`).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use subagent_host::config::Limits;
+use subagent_host::event::NullSink;
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
+
+// The allocator subagentd ships with (src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "support/floor.rs"]
+#[allow(dead_code)]
+mod floor;
+#[path = "support/teardown.rs"]
+mod teardown;
+use teardown::*;
+
+fn host(n: usize) -> Host {
+    let limits = teardown_limits(n, Limits::default().max_retained_records);
+    Host::new(HostConfig { limits, ..Default::default() })
+}
+
+/// Times `iters` runs of `measured` on a session each, built by `build`
+/// (untimed); each session is closed afterwards (untimed).
+fn timed<B, BF, M, MF>(system: &actix_rt::SystemRunner, host: &Host, iters: u64, build: B, measured: M) -> Duration
+where
+    B: Fn(Tree) -> BF,
+    BF: Future<Output = (Tree, Vec<SubagentId>)>,
+    M: Fn(Tree, Vec<SubagentId>) -> MF,
+    MF: Future<Output = Tree>,
+{
+    system.block_on(async {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let (session, ids) = build(host.open_tree(Arc::new(NullSink))).await;
+            let start = Instant::now();
+            let session = measured(session, ids).await;
+            total += start.elapsed();
+            session.close().await;
+        }
+        total
+    })
+}
+
+async fn finished_session(session: Tree, n: usize) -> (Tree, Vec<SubagentId>) {
+    let ids = finished(&session, n, &unit_task()).await;
+    (session, ids)
+}
+
+fn close(c: &mut Criterion) {
+    let system = actix_rt::System::new();
+    let mut group = c.benchmark_group("close");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    for n in [5_000usize, 20_000, 100_000] {
+        let host = host(n);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| {
+                timed(
+                    &system,
+                    &host,
+                    iters,
+                    |s| finished_session(s, n),
+                    |s, _| async move {
+                        assert_eq!(s.close().await.len(), n, "every subagent stopped");
+                        s
+                    },
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+fn drain(c: &mut Criterion) {
+    let system = actix_rt::System::new();
+    let mut group = c.benchmark_group("drain");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    for n in [5_000usize, 20_000, 100_000] {
+        let host = host(n);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| {
+                timed(
+                    &system,
+                    &host,
+                    iters,
+                    |s| finished_session(s, n),
+                    |s, _| async move {
+                        assert_eq!(s.drain(Duration::from_secs(60)).await.len(), n, "every subagent stopped");
+                        s
+                    },
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+fn merge(c: &mut Criterion) {
+    const N: usize = 10_000;
+    let system = actix_rt::System::new();
+    let mut group = c.benchmark_group("merge");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    group.throughput(Throughput::Elements(N as u64));
+    let host = host(N);
+    // A merge leaves its session as it was: one session per strategy serves every iteration.
+    for strategy in ["hierarchical_summary", "voting"] {
+        let (session, ids) = system.block_on(async {
+            let session = host.open_tree(Arc::new(NullSink));
+            let ids = match strategy {
+                "voting" => finished_distinct(&session, N).await,
+                _ => finished(&session, N, &unit_task()).await,
+            };
+            (session, ids)
+        });
+        let request = merge_request(&ids, strategy);
+        group.bench_function(BenchmarkId::new(strategy, N), |b| {
+            b.iter_custom(|iters| {
+                system.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        session.merge(request.clone()).await.expect("merge");
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        system.block_on(async {
+            session.close().await;
+        });
+    }
+    group.finish();
+}
+
+/// The tree of `shape` (`wide` or `deep`) with `n` members; root first.
+async fn tree(session: &Tree, shape: &str, n: usize) -> Vec<SubagentId> {
+    match shape {
+        "wide" => wide(session, n).await,
+        _ => chain(session, n).await,
+    }
+}
+
+fn terminate(c: &mut Criterion) {
+    const N: usize = 10_000;
+    let system = actix_rt::System::new();
+    let mut group = c.benchmark_group("terminate");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    group.throughput(Throughput::Elements(N as u64));
+    let host = host(N);
+    for shape in ["wide", "deep"] {
+        group.bench_function(BenchmarkId::new(shape, N), |b| {
+            b.iter_custom(|iters| {
+                let build = |s: Tree| async move {
+                    let ids = finish_all(&s, tree(&s, shape, N).await, &unit_task()).await;
+                    (s, ids)
+                };
+                timed(&system, &host, iters, build, |s, ids| async move {
+                    assert_eq!(s.terminate(ids[0]).await.expect("terminate").len(), N, "every member stopped");
+                    settled(&s, ids[0]).await;
+                    s
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+fn cancel(c: &mut Criterion) {
+    const N: usize = 10_000;
+    let system = actix_rt::System::new();
+    let mut group = c.benchmark_group("cancel");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    group.throughput(Throughput::Elements(N as u64));
+    let host = host(N);
+    let task = sleeping_task();
+    for shape in ["wide", "deep"] {
+        // A cancel leaves the tree in place, idle: one tree serves every iteration.
+        let (session, ids) = system.block_on(async {
+            let session = host.open_tree(Arc::new(NullSink));
+            let ids = tree(&session, shape, N).await;
+            (session, ids)
+        });
+        group.bench_function(BenchmarkId::new(shape, N), |b| {
+            b.iter_custom(|iters| {
+                system.block_on(async {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        run_all(&session, ids.clone(), &task).await;
+                        let start = Instant::now();
+                        let stopped = session.cancel(ids[0]).await.expect("cancel");
+                        settled(&session, ids[0]).await;
+                        total += start.elapsed();
+                        assert_eq!(stopped.len(), N, "every running task stopped");
+                    }
+                    total
+                })
+            })
+        });
+        system.block_on(async {
+            session.close().await;
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, close, drain, merge, terminate, cancel);
+criterion_main!(benches);
