@@ -310,7 +310,7 @@ impl Handler<Close> for Supervisor {
     fn handle(&mut self, _msg: Close, _ctx: &mut Self::Context) -> Self::Result {
         self.closing = true;
         // Newest first, as OTP stops children in reverse start order.
-        let roots: Vec<_> = self.top_level.iter().rev().copied().collect();
+        let roots: Vec<_> = self.top_level.values().rev().copied().collect();
         let stopping = self.terminate_subtrees(&roots);
         Box::pin(actix::fut::wrap_future(stopping).map(move |stopped, act: &mut Self, ctx| {
             // Ids go back to the host before the reply, so a closed session

@@ -25,7 +25,7 @@ mod stop;
 
 use actix::prelude::*;
 use actix::WeakAddr;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -48,8 +48,10 @@ pub(crate) struct Supervisor {
     stats: Arc<TreeStats>,
     // Every subagent's record: the tree.
     index: HashMap<SubagentId, Entry, IdHash>,
-    // Spawn order of top-level subagents (terminated in reverse on close).
-    top_level: Vec<SubagentId>,
+    // Top-level subagents by their place in spawn order (terminated in
+    // reverse on close). A map, not a list: forgetting a record takes it out
+    // without a scan, so forgetting many stays linear.
+    top_level: BTreeMap<u64, SubagentId>,
     // Subagents that are not TERMINATED: the quota counts these.
     live: usize,
     // TERMINATED records, oldest first, forgotten past `max_retained_records`.
@@ -94,7 +96,7 @@ impl Supervisor {
             sink,
             stats,
             index: HashMap::default(),
-            top_level: Vec::new(),
+            top_level: BTreeMap::new(),
             live: 0,
             retained: VecDeque::new(),
             closing: false,

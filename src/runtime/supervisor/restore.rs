@@ -85,7 +85,9 @@ impl Supervisor {
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {
                 Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(id),
-                None => self.top_level.push(id),
+                None => {
+                    self.top_level.insert(row.ord, id);
+                }
             }
             self.next_ord = self.next_ord.max(row.ord + 1);
             self.index.insert(id, entry);

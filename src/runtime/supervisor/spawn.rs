@@ -120,7 +120,9 @@ impl Supervisor {
                 let parent_entry = self.index.get_mut(&parent_id).expect("parent checked above");
                 parent_entry.children.push(id);
             }
-            None => self.top_level.push(id),
+            None => {
+                self.top_level.insert(self.next_ord, id);
+            }
         }
         let entry = Entry {
             slot: Slot::Dormant,

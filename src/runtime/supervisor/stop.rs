@@ -151,18 +151,43 @@ impl Supervisor {
     /// Forgets the oldest `TERMINATED` records past `max_retained_records`
     /// (their ids then answer `unknown_subagent`), pruning them from their
     /// parent's children.
+    ///
+    /// A closing session forgets nothing: its close drops every record at
+    /// once when the last actor is gone, so forgetting them one by one on
+    /// the way would only be work (and changes written to the log).
     pub(super) fn forget_oldest_terminated(&mut self) {
+        if self.closing {
+            return;
+        }
         while self.retained.len() > self.host.limits.max_retained_records {
             let Some(old) = self.retained.pop_front() else { break };
             if let Some(entry) = self.index.remove(&old) {
                 self.listed = None;
                 self.log.record(|session| Change::SubagentForgotten { session, id: old });
-                match entry.parent.and_then(|p| self.index.get_mut(&p)) {
-                    Some(parent) => parent.children.retain(|child| *child != old),
-                    None => self.top_level.retain(|top| *top != old),
+                match entry.parent {
+                    // (A parent forgotten before it has no list left to prune.)
+                    Some(parent) => {
+                        if let Some(parent) = self.index.get_mut(&parent) {
+                            remove_child(&mut parent.children, old);
+                        }
+                    }
+                    None => {
+                        self.top_level.remove(&entry.ord);
+                    }
                 }
                 self.host.ids.release(old);
             }
         }
+    }
+}
+
+/// Takes `child` out of a parent's children: a search that stops at it
+/// (records are forgotten oldest terminated first, which is mostly oldest
+/// spawned first, near the front) and one move of the rest, where `retain`
+/// would test and move every element. Still a move of the list per child
+/// forgotten under a record that stays.
+fn remove_child(children: &mut Vec<SubagentId>, child: SubagentId) {
+    if let Some(at) = children.iter().position(|c| *c == child) {
+        children.remove(at);
     }
 }
