@@ -95,9 +95,10 @@ pub enum EventDetail {
     /// A merged result's strategy and sources.
     Merged {
         /// Strategy name.
-        strategy: String,
-        /// Every id the merge covered.
-        subagent_ids: Vec<SubagentId>,
+        strategy: Arc<str>,
+        /// Every id the merge covered: one list shared by the merge's
+        /// events (one per source), not a copy each.
+        subagent_ids: Arc<[SubagentId]>,
     },
     /// A task that was running when the host stopped runs again.
     Resumed {

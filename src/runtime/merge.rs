@@ -6,7 +6,8 @@
 //! `not_merged`, never dropped silently.
 
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -149,26 +150,32 @@ pub struct Voting;
 
 impl MergeStrategy for Voting {
     fn merge(&self, completed: &[&MergeInput]) -> Result<JsonObject, String> {
-        // (canonical key, the voted value, voters), in order of first vote.
-        let mut tally: Vec<(String, Value, Vec<SubagentId>)> = Vec::new();
+        // (the voted value, voters), in order of first vote, and each
+        // candidate's place in it by canonical key: finding a candidate is a
+        // lookup, not a scan of all so far (N different answers would make
+        // that quadratic).
+        let mut tally: Vec<(Value, Vec<SubagentId>)> = Vec::new();
+        let mut places: HashMap<String, usize> = HashMap::new();
         for input in completed {
             let result = input.result();
             let ballot = match result.get("answer") {
                 Some(answer) => answer.clone(),
                 None => Value::Object(result.clone()),
             };
-            let key = canonical_json(&ballot);
-            match tally.iter_mut().find(|(existing, _, _)| *existing == key) {
-                Some((_, _, voters)) => voters.push(input.subagent_id),
-                None => tally.push((key, ballot, vec![input.subagent_id])),
+            match places.entry(canonical_json(&ballot)) {
+                Entry::Occupied(place) => tally[*place.get()].1.push(input.subagent_id),
+                Entry::Vacant(place) => {
+                    place.insert(tally.len());
+                    tally.push((ballot, vec![input.subagent_id]));
+                }
             }
         }
-        let best = tally.iter().map(|(_, _, voters)| voters.len()).max().unwrap_or(0);
-        let leaders = tally.iter().filter(|(_, _, voters)| voters.len() == best).count();
+        let best = tally.iter().map(|(_, voters)| voters.len()).max().unwrap_or(0);
+        let leaders = tally.iter().filter(|(_, voters)| voters.len() == best).count();
         // `max_by_key` would take the last of equals; `find` takes the first.
-        let winner = tally.iter().find(|(_, _, voters)| voters.len() == best);
+        let winner = tally.iter().find(|(_, voters)| voters.len() == best);
         let mut merged = JsonObject::new();
-        merged.insert("winner".into(), winner.map(|(_, value, _)| value.clone()).unwrap_or(Value::Null));
+        merged.insert("winner".into(), winner.map(|(value, _)| value.clone()).unwrap_or(Value::Null));
         merged.insert("votes".into(), json!(best));
         merged.insert("total".into(), json!(completed.len()));
         merged.insert("tie".into(), json!(leaders > 1));
@@ -177,7 +184,7 @@ impl MergeStrategy for Voting {
             Value::Array(
                 tally
                     .iter()
-                    .map(|(_, value, voters)| json!({ "value": value, "votes": voters.len(), "subagent_ids": voters }))
+                    .map(|(value, voters)| json!({ "value": value, "votes": voters.len(), "subagent_ids": voters }))
                     .collect(),
             ),
         );
@@ -190,4 +197,44 @@ impl MergeStrategy for Voting {
 /// serialization already sorts keys at every level.
 fn canonical_json(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voted(n: u32, answer: Value) -> MergeInput {
+        let mut result = JsonObject::new();
+        result.insert("answer".into(), answer);
+        MergeInput {
+            subagent_id: SubagentId(n),
+            name: format!("v{n}"),
+            outcome: AwaitResponse {
+                subagent_id: SubagentId(n),
+                status: SubagentStatus::Completed,
+                result: Some(Arc::new(result)),
+                error: None,
+                usage: Default::default(),
+                subtree_usage: Default::default(),
+                budget_remaining: None,
+            },
+        }
+    }
+
+    #[test]
+    fn voting_over_many_different_answers_tallies_each_in_order_of_its_first_vote() {
+        // 3 000 voters over 1 000 answers: answer k gets voters k, k + 1 000
+        // and k + 2 000, except that 7 also gets voter 3 000.
+        let inputs: Vec<_> = (0..3_001).map(|n| voted(n, json!(if n == 3_000 { 7 } else { n % 1_000 }))).collect();
+        let completed: Vec<_> = inputs.iter().collect();
+        let merged = Voting.merge(&completed).unwrap();
+        assert_eq!((merged["winner"].clone(), merged["votes"].clone()), (json!(7), json!(4)));
+        assert_eq!((merged["total"].clone(), merged["tie"].clone()), (json!(3_001), json!(false)));
+        let tally = merged["tally"].as_array().unwrap();
+        assert_eq!(tally.len(), 1_000);
+        for (k, candidate) in tally.iter().enumerate() {
+            assert_eq!(candidate["value"], json!(k), "first votes come in order 0, 1, …");
+        }
+        assert_eq!(tally[5]["subagent_ids"], json!([SubagentId(5), SubagentId(1_005), SubagentId(2_005)]));
+    }
 }

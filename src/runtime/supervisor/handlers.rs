@@ -231,7 +231,11 @@ impl Handler<Merge> for Supervisor {
             }
         }
         let waits: Vec<_> = ids.iter().map(|id| self.await_future(*id)).collect();
-        Box::pin(actix::fut::wrap_future(join_all(waits)).map(move |answers, act: &mut Self, _ctx| {
+        // Outside tokio's cooperative budget, as the stop routine's joins:
+        // past 128 polls every pending answer would be woken and polled again,
+        // for each 128 that arrive (quadratic in the number merged).
+        let answers = tokio::task::unconstrained(join_all(waits));
+        Box::pin(actix::fut::wrap_future(answers).map(move |answers, act: &mut Self, _ctx| {
             let mut inputs = Vec::with_capacity(answers.len());
             for (id, answer) in ids.iter().zip(answers) {
                 let answer = answer?;
@@ -239,9 +243,11 @@ impl Handler<Merge> for Supervisor {
                 inputs.push(MergeInput { subagent_id: *id, name, outcome: answer });
             }
             let merged_result = merge::run(&*merger, &strategy, &inputs)?;
-            for id in &ids {
+            // Every source's event names every source: one shared list.
+            let (strategy, sources): (Arc<str>, Arc<[SubagentId]>) = (strategy.into(), ids.into());
+            for id in sources.iter() {
                 if let Some(entry) = act.index.get(id) {
-                    let detail = EventDetail::Merged { strategy: strategy.clone(), subagent_ids: ids.clone() };
+                    let detail = EventDetail::Merged { strategy: strategy.clone(), subagent_ids: sources.clone() };
                     act.emit(*id, entry, EventKind::Merged, None, detail);
                 }
             }
