@@ -273,8 +273,11 @@ impl Tree {
     pub async fn drain(&self, timeout: Duration) -> Vec<SubagentId> {
         let deadline = tokio::time::Instant::now() + timeout;
         if let Ok(busy) = self.inner.addr.send(msg::BusyIds).await {
-            let waits = busy.into_iter().map(|id| self.await_result(id));
-            let _ = tokio::time::timeout_at(deadline, futures_util::future::join_all(waits)).await;
+            let waits = futures_util::future::join_all(busy.into_iter().map(|id| self.await_result(id)));
+            // Outside tokio's cooperative budget, as the supervisor's joins:
+            // past 128 polls every pending await would be woken and polled
+            // again, for each 128 answers that arrive (quadratic in N).
+            let _ = tokio::time::timeout_at(deadline, tokio::task::unconstrained(waits)).await;
         }
         self.close().await
     }
