@@ -10,13 +10,28 @@
 //! even past the cap: so a tree whose tasks await their own children never
 //! deadlocks on its cap.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::time::Instant;
 
 use super::Supervisor;
 use crate::event::{EventDetail, EventKind};
-use crate::ids::SubagentId;
+use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::TaskDefinition;
 use crate::runtime::messages::{AwaitReply, AwaitTask, CancelQueued, DelegateReply, RunTask};
+
+/// Queued tasks taken out of the queue for a stop or a cancel, by subagent.
+#[derive(Default)]
+pub(super) struct Dequeued(HashMap<SubagentId, Queued, IdHash>);
+
+impl Dequeued {
+    /// The task `id` had queued, if any (no lookup at all when none had).
+    pub(super) fn take(&mut self, id: SubagentId) -> Option<Queued> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.0.remove(&id)
+    }
+}
 
 /// A delegated task waiting for a slot.
 pub(super) struct Queued {
@@ -130,20 +145,37 @@ impl Supervisor {
         }
     }
 
-    /// Takes `id`'s task out of the queue, if it is there.
-    pub(super) fn dequeue(&mut self, id: SubagentId) -> Option<Queued> {
-        let at = self.queue.iter().position(|queued| queued.id == id)?;
-        if let Some(entry) = self.index.get_mut(&id) {
-            entry.caps.queued = false;
+    /// Takes the queued tasks of the subtrees under `roots` (being stopped
+    /// or cancelled) out of the queue: one pass over the queue for them all,
+    /// where taking them out one by one would scan it once per member. With
+    /// an empty queue (always, without a running cap) nothing is looked at.
+    pub(super) fn dequeue_subtrees(&mut self, roots: &[SubagentId]) -> Dequeued {
+        if self.queue.is_empty() {
+            return Dequeued::default();
         }
-        self.queue.remove(at)
+        let mut taking = HashSet::with_hasher(IdHash::default());
+        for root in roots {
+            for id in self.subtree(*root) {
+                if let Some(entry) = self.index.get_mut(&id).filter(|entry| entry.caps.queued) {
+                    entry.caps.queued = false;
+                    taking.insert(id);
+                }
+            }
+        }
+        if taking.is_empty() {
+            return Dequeued::default();
+        }
+        let (taken, kept): (VecDeque<Queued>, VecDeque<Queued>) =
+            std::mem::take(&mut self.queue).into_iter().partition(|queued| taking.contains(&queued.id));
+        self.queue = kept;
+        Dequeued(taken.into_iter().map(|queued| (queued.id, queued)).collect())
     }
 
-    /// Cancels `id`'s queued task: it never ran; its subagent ends it
-    /// `CANCELLED` (and reports so), then answers the awaits it had.
-    pub(super) fn cancel_queued(&mut self, id: SubagentId) -> bool {
-        let Some(queued) = self.dequeue(id) else { return false };
-        let Some(addr) = self.index.get(&id).and_then(|entry| entry.live_addr()) else { return false };
+    /// Cancels a task taken out of the queue (`dequeue_subtrees`): it never ran;
+    /// its subagent ends it `CANCELLED` (and reports so), then answers the
+    /// awaits it had. `false` when the subagent has no actor to do so.
+    pub(super) fn cancel_queued(&mut self, queued: Queued) -> bool {
+        let Some(addr) = self.index.get(&queued.id).and_then(|entry| entry.live_addr()) else { return false };
         addr.do_send(CancelQueued);
         for awaiter in queued.awaiters {
             addr.do_send(AwaitTask(awaiter));

@@ -41,6 +41,7 @@ impl Supervisor {
         let mut stopped = Vec::new();
         let mut stopping = Vec::new();
         let mut waits = Vec::new();
+        let mut queued = self.dequeue_subtrees(roots);
         for &root in roots {
             for id in self.subtree(root) {
                 let Some(entry) = self.index.get_mut(&id) else { continue };
@@ -54,10 +55,9 @@ impl Supervisor {
                             entry.stopping = true;
                             // Queued now, so in order with any later request.
                             let reply = addr.send(StopActor);
-                            let addr = Arc::clone(addr);
                             // A queued task never runs; its awaits wait for
                             // the stop (they are sent after it).
-                            if let Some(queued) = self.dequeue(id) {
+                            if let Some(queued) = queued.take(id) {
                                 for awaiter in queued.awaiters {
                                     addr.do_send(AwaitTask(awaiter));
                                 }
@@ -88,20 +88,22 @@ impl Supervisor {
     /// runs one; resolves with those ids once each of their tasks has ended.
     /// Dormant and terminated members run nothing.
     pub(super) fn cancel_subtree(&mut self, root: SubagentId) -> impl Future<Output = Vec<SubagentId>> {
-        let members = self.subtree(root);
-        // Queued tasks never ran: they leave the queue, cancelled.
-        let unqueued: Vec<SubagentId> = members.iter().copied().filter(|id| self.cancel_queued(*id)).collect();
-        let cancels: Vec<_> = members
-            .into_iter()
-            .filter(|id| !unqueued.contains(id))
-            .filter_map(|id| match &self.index.get(&id)?.slot {
-                Slot::Live { addr, .. } => {
-                    let reply = addr.send(CancelTask);
-                    Some(async move { reply.await.unwrap_or(false).then_some(id) })
+        let mut queued = self.dequeue_subtrees(&[root]);
+        let mut unqueued = Vec::new();
+        let mut cancels = Vec::new();
+        for id in self.subtree(root) {
+            // Queued tasks never ran: they leave the queue, cancelled.
+            if let Some(queued) = queued.take(id) {
+                if self.cancel_queued(queued) {
+                    unqueued.push(id);
                 }
-                _ => None,
-            })
-            .collect();
+                continue;
+            }
+            if let Some(Slot::Live { addr, .. }) = self.index.get(&id).map(|entry| &entry.slot) {
+                let reply = addr.send(CancelTask);
+                cancels.push(async move { reply.await.unwrap_or(false).then_some(id) });
+            }
+        }
         // Outside tokio's cooperative budget: one future waits on every
         // member's reply, and a budget of 128 per poll would make it yield
         // and be polled again many times over (see BENCHMARKS.md).
