@@ -10,6 +10,11 @@
 //! | `merge/{hierarchical_summary,voting}/10000` | one merge of all | 10k finished; for `voting` each answers differently |
 //! | `terminate/{wide,deep}/10000` | terminate the root, then one request through the supervisor (`settled`) | 10k finished: one parent with 9 999 children, or a chain of 10k |
 //! | `cancel/{wide,deep}/10000` | cancel the root, then `settled` | the same shapes, every task running |
+//! | `stop_raw/N` (the floor of `close`) | ask N raw actix actors to stop, and wait until each is dropped | N actors, each has answered one message |
+//!
+//! The floor shows what the machine alone makes of N: stopping N actors
+//! touches N actors' memory, and per actor that costs more once they no
+//! longer fit in the caches, however linear the work.
 //!
 //! The session keeps the shipped `max_retained_records` (1 024), so most of
 //! the records a teardown terminates are also forgotten on the way.
@@ -17,6 +22,7 @@
 //! Run: `cargo bench --bench teardown` (filter: `cargo bench --bench teardown
 //! -- close`).
 
+use actix::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use std::future::Future;
 use std::sync::Arc;
@@ -24,17 +30,49 @@ use std::time::{Duration, Instant};
 use subagent_host::config::Limits;
 use subagent_host::event::NullSink;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
+use tokio_util::sync::CancellationToken;
 
 // The allocator subagentd ships with (src/main.rs).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[path = "support/floor.rs"]
-#[allow(dead_code)]
+#[allow(dead_code)] // (its `Echo`: the floor here is `Held`, which says when it is dropped)
 mod floor;
+use floor::{all, Ping, Stop};
 #[path = "support/teardown.rs"]
 mod teardown;
 use teardown::*;
+
+/// The floor's actor: answers a number, stops when asked, and says when it
+/// has been dropped (as a subagent actor does, through its `gone` token).
+struct Held(CancellationToken);
+
+impl Actor for Held {
+    type Context = Context<Self>;
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+impl Handler<Ping> for Held {
+    type Result = u64;
+
+    fn handle(&mut self, msg: Ping, _ctx: &mut Self::Context) -> u64 {
+        msg.0
+    }
+}
+
+impl Handler<Stop> for Held {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
 
 fn host(n: usize) -> Host {
     let limits = teardown_limits(n, Limits::default().max_retained_records);
@@ -87,6 +125,33 @@ fn close(c: &mut Criterion) {
                         s
                     },
                 )
+            })
+        });
+    }
+    group.finish();
+}
+
+fn stop_raw(c: &mut Criterion) {
+    let system = actix_rt::System::new();
+    let mut group = c.benchmark_group("stop_raw");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    for n in [5_000usize, 20_000, 100_000] {
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| {
+                system.block_on(async {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let gone: Vec<_> = (0..n).map(|_| CancellationToken::new()).collect();
+                        let addrs: Vec<_> = gone.iter().map(|token| Held(token.clone()).start()).collect();
+                        all(addrs.iter().enumerate().map(|(i, addr)| addr.send(Ping(i as u64)))).await;
+                        let start = Instant::now();
+                        all(addrs.iter().map(|addr| addr.send(Stop))).await;
+                        all(gone.iter().map(|token| token.cancelled())).await;
+                        total += start.elapsed();
+                    }
+                    total
+                })
             })
         });
     }
@@ -225,5 +290,5 @@ fn cancel(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, close, drain, merge, terminate, cancel);
+criterion_group!(benches, close, stop_raw, drain, merge, terminate, cancel);
 criterion_main!(benches);
