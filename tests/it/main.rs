@@ -42,6 +42,7 @@ mod caps;
 mod cluster;
 mod cluster_store;
 mod durable;
+mod e2e_admin;
 mod e2e_http;
 mod e2e_metrics;
 mod e2e_sdk_flow;

@@ -64,6 +64,27 @@ pub(super) struct Entry {
     pub(super) wall: Option<Arc<WallBudget>>,
     // Its place under the running caps (`queue`).
     pub(super) caps: Caps,
+    // When its current (or last) task started and ended, for the operator's
+    // view (`inspect`).
+    pub(super) task_time: TaskTime,
+}
+
+/// When a subagent's current or last task started and ended (the operator's
+/// view shows how long it has run). Unknown for a task that ran before a
+/// restart.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct TaskTime {
+    pub(super) started: Option<std::time::Instant>,
+    pub(super) ended: Option<std::time::Instant>,
+}
+
+impl TaskTime {
+    /// How long the task has run (still running) or ran, in milliseconds.
+    pub(super) fn elapsed_ms(&self) -> Option<u64> {
+        let started = self.started?;
+        let until = self.ended.unwrap_or_else(std::time::Instant::now);
+        Some(u64::try_from(until.saturating_duration_since(started).as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 /// A subagent's place under the running caps (`queue`).
