@@ -38,6 +38,11 @@ pub struct SubagentView {
     /// How long its current task has run, or its last one ran, in
     /// milliseconds (`None`: no task since the host started).
     pub task_ms: Option<u64>,
+    /// When that task started and ended, in seconds since the Unix epoch
+    /// (the detail's timeline begins with them).
+    pub task_started_at: Option<f64>,
+    /// (`None` while it runs.)
+    pub task_ended_at: Option<f64>,
     /// Its task waits for a running slot (a concurrency cap).
     pub queued: bool,
     /// Its last task's error.

@@ -49,6 +49,7 @@ mod e2e_sdk_flow;
 mod e2e_stdio;
 mod e2e_tcp;
 mod e2e_traces;
+mod e2e_ui;
 mod golden;
 mod model;
 pub(crate) mod protocol;

@@ -4,8 +4,9 @@
 
 use actix::prelude::*;
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::record::{Entry, Slot};
+use super::record::{Entry, Slot, TaskTime};
 use super::Supervisor;
 use crate::error::HostError;
 use crate::ids::SubagentId;
@@ -29,8 +30,22 @@ pub(crate) struct CountStatuses;
 #[rtype(result = "Result<SubagentDetail, HostError>")]
 pub(crate) struct InspectOne(pub SubagentId);
 
+/// The monotonic and the wall clock, read together once per answer.
+#[derive(Clone, Copy)]
+struct Now {
+    instant: Instant,
+    ts: f64,
+}
+
+impl Now {
+    fn read() -> Self {
+        Self { instant: Instant::now(), ts: crate::protocol::encode::now_ts() }
+    }
+}
+
 impl Supervisor {
-    fn view(&self, id: SubagentId, entry: &Entry) -> SubagentView {
+    fn view(&self, id: SubagentId, entry: &Entry, now: Now) -> SubagentView {
+        let time = entry.task_time;
         SubagentView {
             subagent_id: id,
             parent: entry.parent,
@@ -42,7 +57,9 @@ impl Supervisor {
             usage: entry.usage.own(),
             subtree_usage: entry.usage.subtree(),
             budget_remaining: budget::remaining(id, &entry.usage, entry.wall.as_deref()),
-            task_ms: entry.task_time.elapsed_ms(),
+            task_ms: time.elapsed_ms(now.instant),
+            task_started_at: TaskTime::wall(time.started, now.instant, now.ts),
+            task_ended_at: TaskTime::wall(time.ended, now.instant, now.ts),
             queued: entry.caps.queued,
             error: entry.error.clone(),
         }
@@ -74,7 +91,8 @@ impl Handler<InspectTree> for Supervisor {
     type Result = MessageResult<InspectTree>;
 
     fn handle(&mut self, _msg: InspectTree, _ctx: &mut Self::Context) -> Self::Result {
-        let rows = self.tree_order().into_iter().map(|id| self.view(id, &self.index[&id])).collect();
+        let now = Now::read();
+        let rows = self.tree_order().into_iter().map(|id| self.view(id, &self.index[&id], now)).collect();
         MessageResult(rows)
     }
 }
@@ -107,7 +125,7 @@ impl Handler<InspectOne> for Supervisor {
             _ => None,
         };
         let detail = SubagentDetail {
-            view: self.view(id, entry),
+            view: self.view(id, entry, Now::read()),
             config: entry.config.clone(),
             task: queued_task,
             result: entry.result.clone(),

@@ -80,10 +80,16 @@ pub(super) struct TaskTime {
 
 impl TaskTime {
     /// How long the task has run (still running) or ran, in milliseconds.
-    pub(super) fn elapsed_ms(&self) -> Option<u64> {
+    pub(super) fn elapsed_ms(&self, now: std::time::Instant) -> Option<u64> {
         let started = self.started?;
-        let until = self.ended.unwrap_or_else(std::time::Instant::now);
+        let until = self.ended.unwrap_or(now);
         Some(u64::try_from(until.saturating_duration_since(started).as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// `at` in seconds since the Unix epoch, given the two clocks read
+    /// together now.
+    pub(super) fn wall(at: Option<std::time::Instant>, now: std::time::Instant, now_ts: f64) -> Option<f64> {
+        at.map(|at| now_ts - now.saturating_duration_since(at).as_secs_f64())
     }
 }
 

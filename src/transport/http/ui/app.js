@@ -139,11 +139,12 @@ function drawSessions() {
         <td class="mono" title="${escapeHtml(s.session_id)}">${escapeHtml(s.session_id.slice(0, 8))}…</td>
         <td>${escapeHtml(s.transport)}</td>
         <td title="${escapeHtml(s.peer)}">${escapeHtml(s.agent_id)}</td>
-        <td>${formatAge(s.age_seconds)}</td>
+        <td class="age">${formatAge(s.age_seconds)}</td>
         <td>${chips || '<span class="muted">none</span>'}</td></tr>`;
     })
     .join("");
-  $("host-summary").textContent = `${state.sessions.length} sessions · ${total} subagents`;
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  $("host-summary").textContent = `${plural(state.sessions.length, "session")} · ${plural(total, "subagent")}`;
 }
 
 function chooseSession(id) {
@@ -309,6 +310,12 @@ async function loadTree() {
     state.truncated = body.truncated;
     $("tree-note").textContent = body.truncated ? "Only the first 100 000 subagents are shown." : "";
     drawCounts(body.session.subagents || {});
+    // The sessions table's counts for this session are as fresh as its tree.
+    const listed = state.sessions.findIndex((s) => s.session_id === session);
+    if (listed >= 0) {
+      state.sessions[listed] = body.session;
+      drawSessions();
+    }
     if (state.chosen && !rows.has(state.chosen)) chooseSubagent(null);
     draw();
   } catch (error) {
@@ -469,17 +476,30 @@ function drawDetail() {
   drawTimeline();
 }
 
+// What the host's record says of the task, for the time before the page
+// heard its events.
+function recordedTimeline(d) {
+  const lines = [];
+  if (d.task_started_at != null) lines.push({ at: d.task_started_at * 1000, event: "task started", recorded: true, text: d.task ? d.task.name : "" });
+  if (d.task_ended_at != null) lines.push({ at: d.task_ended_at * 1000, event: "task ended", status: d.status, recorded: true, text: d.error || "" });
+  return lines;
+}
+
 function drawTimeline() {
-  const lines = state.timelines.get(state.chosen) || [];
+  const heard = state.timelines.get(state.chosen) || [];
+  const firstHeard = heard.length ? heard[0].at : Infinity;
+  const recorded = state.detail && state.detail.subagent_id === state.chosen ? recordedTimeline(state.detail) : [];
+  const lines = recorded.filter((line) => line.at < firstHeard - 1).concat(heard);
   const items = lines
     .slice()
     .reverse()
     .map((line) => {
       const time = new Date(line.at).toLocaleTimeString();
-      return `<li><time>${escapeHtml(time)}</time><span>${escapeHtml(line.event)} ${line.status ? statusBadge(line.status) : ""}</span>
-        <span class="${line.event === "failed" || line.event === "timeout" ? "error" : ""}">${escapeHtml(line.text)}</span></li>`;
+      const bad = line.event === "failed" || line.event === "timeout" || line.status === "FAILED";
+      return `<li class="${line.recorded ? "recorded" : ""}"><time>${escapeHtml(time)}</time><span>${escapeHtml(line.event)} ${line.status ? statusBadge(line.status) : ""}</span>
+        <span class="${bad ? "error" : ""}">${escapeHtml(line.text)}</span></li>`;
     });
-  if (!items.length) items.push('<li class="muted">No events since this page opened.</li>');
+  if (!items.length) items.push('<li class="muted">No task yet, and no events since this page opened.</li>');
   $("timeline").innerHTML = items.join("");
 }
 
