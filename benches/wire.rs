@@ -25,6 +25,10 @@
 //! | `wire_store/{memory,sqlite,sqlite_normal,postgres}_1_session` | one cycle over TCP, 1 connection, `WINDOW` in flight, on `--store memory`, an SQLite file (`synchronous` full, the default, and normal), a PostgreSQL database; after each, the commits per second and mean batch size (from `/health`) are printed |
 //! | `restart/sqlite_10k_subagents` | one restart: `subagentd` started on an SQLite store holding a session of 10 000 subagents (killed with SIGKILL before), until a client resumed that session and listed all 10 000 |
 //!
+//! The live view (issue 16): `live_view/{page_closed,page_open}`, one cycle
+//! of a session while another runs 1 000 busy subagents, with the operator's
+//! page closed and open on that session (see `support/live_view.rs`).
+//!
 //! Several hosts (issue 12): `cluster/haproxy_{1,3}_nodes_8_sessions`, one
 //! cycle through HAProxy to 1 or 3 nodes on one PostgreSQL database, and a
 //! count of PostgreSQL's work per cycle (see `support/cluster.rs`).
@@ -709,5 +713,8 @@ fn restart(c: &mut Criterion) {
 #[path = "support/cluster.rs"]
 mod cluster;
 
-criterion_group!(benches, wire, stores, restart, cluster::cluster);
+#[path = "support/live_view.rs"]
+mod live_view;
+
+criterion_group!(benches, wire, stores, restart, cluster::cluster, live_view::live_view);
 criterion_main!(benches);

@@ -151,21 +151,35 @@ pub enum Next {
 }
 
 impl Watch {
+    fn wants(&self, notice: &Notice) -> bool {
+        match &self.session {
+            None => true,
+            Some(id) => notice.kind == "session" || notice.session == *id,
+        }
+    }
+
     /// The next notice this stream wants.
     pub async fn next(&mut self) -> Next {
         loop {
             match self.rx.recv().await {
-                Ok(notice) => {
-                    let wanted = match &self.session {
-                        None => true,
-                        Some(id) => notice.kind == "session" || notice.session == *id,
-                    };
-                    if wanted {
-                        return Next::Notice(notice);
-                    }
-                }
+                Ok(notice) if self.wants(&notice) => return Next::Notice(notice),
+                Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => return Next::Missed(missed),
                 Err(broadcast::error::RecvError::Closed) => return Next::Closed,
+            }
+        }
+    }
+
+    /// The next notice this stream wants, if one is already queued (a
+    /// stream sends what is queued in one write).
+    pub fn try_next(&mut self) -> Option<Next> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(notice) if self.wants(&notice) => return Some(Next::Notice(notice)),
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Empty) => return None,
+                Err(broadcast::error::TryRecvError::Lagged(missed)) => return Some(Next::Missed(missed)),
+                Err(broadcast::error::TryRecvError::Closed) => return Some(Next::Closed),
             }
         }
     }

@@ -49,6 +49,7 @@ use crate::admin::{LiveSession, Next, Watch};
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::session::{Auth, Service};
+use crate::transport::lines::WRITE_BATCH;
 
 /// Rows a tree answer holds unless `limit` says otherwise.
 const DEFAULT_ROWS: usize = 10_000;
@@ -279,21 +280,36 @@ async fn next_chunk(mut streaming: Streaming) -> Option<(Result<Bytes, Infallibl
         _ = streaming.shutdown.cancelled() => return None,
         next = tokio::time::timeout(KEEPALIVE, streaming.watch.next()) => next,
     };
-    let chunk = match next {
-        Err(_idle) => Bytes::from_static(b": keepalive\n\n"),
-        Ok(Next::Notice(notice)) => {
-            let mut chunk = Vec::with_capacity(notice.data.len() + 32);
-            chunk.extend_from_slice(b"event: ");
-            chunk.extend_from_slice(notice.kind.as_bytes());
-            chunk.extend_from_slice(b"\ndata: ");
-            chunk.extend_from_slice(notice.data.as_bytes());
-            chunk.extend_from_slice(b"\n\n");
-            Bytes::from(chunk)
-        }
-        Ok(Next::Missed(missed)) => Bytes::from(format!("event: resync\ndata: {{\"missed\":{missed}}}\n\n")),
-        Ok(Next::Closed) => return None,
+    let mut next = match next {
+        Err(_idle) => return Some((Ok(Bytes::from_static(b": keepalive\n\n")), streaming)),
+        Ok(next) => next,
     };
-    Some((Ok(chunk), streaming))
+    // What is queued already goes out in the same chunk (one write).
+    let mut chunk = Vec::new();
+    loop {
+        match next {
+            Next::Notice(notice) => {
+                chunk.extend_from_slice(b"event: ");
+                chunk.extend_from_slice(notice.kind.as_bytes());
+                chunk.extend_from_slice(b"\ndata: ");
+                chunk.extend_from_slice(notice.data.as_bytes());
+                chunk.extend_from_slice(b"\n\n");
+            }
+            Next::Missed(missed) => {
+                chunk.extend_from_slice(format!("event: resync\ndata: {{\"missed\":{missed}}}\n\n").as_bytes())
+            }
+            Next::Closed if chunk.is_empty() => return None,
+            Next::Closed => break,
+        }
+        if chunk.len() >= WRITE_BATCH {
+            break;
+        }
+        match streaming.watch.try_next() {
+            Some(queued) => next = queued,
+            None => break,
+        }
+    }
+    Some((Ok(Bytes::from(chunk)), streaming))
 }
 
 async fn stream(req: HttpRequest, query: web::Query<StreamQuery>, api: web::Data<AdminApi>) -> HttpResponse {

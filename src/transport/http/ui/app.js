@@ -8,6 +8,7 @@ const ROW_HEIGHT = 26;
 const TIMELINE_MAX = 200; // events kept per subagent
 const TREE_REFRESH_MS = 1000; // at most one tree reload per second
 const SESSIONS_POLL_MS = 3000;
+const DRAW_EVERY_MS = 100; // the tree is redrawn at most ten times a second
 const BUSY = new Set(["RUNNING", "WAITING"]);
 const STATUSES = ["READY", "RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED", "TERMINATED"];
 
@@ -29,6 +30,8 @@ const state = {
   treeAgain: false,
   lastTreeLoad: 0,
   drawQueued: false,
+  lastDraw: 0,
+  scrollQueued: false,
   truncated: false,
 };
 
@@ -256,6 +259,8 @@ function onEvent(message) {
   // Task times run on this browser's clock, from when the page heard of them.
   const now = Date.now();
   const wasBusy = BUSY.has(row.status);
+  // Only what the row shows redraws it (progress, messages and merges do not).
+  const shown = `${row.status}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`;
   if (content.status) row.status = content.status;
   if (event.event === "delegated" || event.event === "resumed") {
     row.task_ms = 0;
@@ -269,7 +274,7 @@ function onEvent(message) {
   if (content.usage) row.usage = content.usage;
   if (content.subtree_usage) row.subtree_usage = content.subtree_usage;
   if (content.usage || event.event === "spawned") scheduleTree(); // ancestors' subtree totals moved
-  draw();
+  if (shown !== `${row.status}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`) draw();
   if (id === state.chosen) {
     drawTimeline();
     loadDetail();
@@ -355,12 +360,26 @@ function computeVisible() {
   state.visible = visible;
 }
 
+// Batches every change into one redraw, at most every DRAW_EVERY_MS and
+// on an animation frame (none while the tab is hidden).
 function draw() {
   if (state.drawQueued) return;
   state.drawQueued = true;
-  requestAnimationFrame(() => {
+  const wait = Math.max(0, state.lastDraw + DRAW_EVERY_MS - performance.now());
+  setTimeout(() => requestAnimationFrame(() => {
     state.drawQueued = false;
+    state.lastDraw = performance.now();
     computeVisible();
+    drawRows();
+  }), wait);
+}
+
+// Scrolling redraws the rows in view at once (the tree has not changed).
+function drawScrolled() {
+  if (state.scrollQueued) return;
+  state.scrollQueued = true;
+  requestAnimationFrame(() => {
+    state.scrollQueued = false;
     drawRows();
   });
 }
@@ -586,7 +605,7 @@ $("detail-body").addEventListener("click", (event) => {
   chooseSubagent(link.dataset.goto);
   scrollToRow(link.dataset.goto);
 });
-$("tree-viewport").addEventListener("scroll", () => draw(), { passive: true });
+$("tree-viewport").addEventListener("scroll", drawScrolled, { passive: true });
 window.addEventListener("resize", () => draw());
 $("filter").addEventListener("input", (event) => {
   state.filter = event.target.value.trim();
