@@ -31,6 +31,7 @@ mod fake_openai;
 mod test_database;
 
 mod actor_adapters;
+mod actor_inspect;
 mod actor_lifecycle;
 mod actor_limits;
 mod actor_merge;

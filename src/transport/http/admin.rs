@@ -331,3 +331,25 @@ async fn stream(req: HttpRequest, query: web::Query<StreamQuery>, api: web::Data
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .streaming(futures_util::stream::unfold(Streaming { watch, first, shutdown }, next_chunk))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    fn request(peer: &str, host: &str) -> HttpRequest {
+        TestRequest::default().peer_addr(peer.parse().unwrap()).insert_header((header::HOST, host)).to_http_request()
+    }
+
+    #[test]
+    fn local_means_a_loopback_peer_naming_a_loopback_host() {
+        assert!(is_local(&request("127.0.0.1:5000", "127.0.0.1:8080")));
+        assert!(is_local(&request("127.0.0.1:5000", "localhost:8080")));
+        assert!(is_local(&request("127.0.0.1:5000", "LOCALHOST")));
+        assert!(is_local(&request("[::1]:5000", "[::1]:8080")));
+        assert!(!is_local(&request("192.0.2.7:5000", "127.0.0.1:8080")), "a remote peer");
+        assert!(!is_local(&request("127.0.0.1:5000", "rebound.example:8080")), "a name rebound to loopback");
+        assert!(!is_local(&request("127.0.0.1:5000", "192.0.2.1:8080")));
+        assert!(!is_local(&request("127.0.0.1:5000", "")));
+    }
+}
