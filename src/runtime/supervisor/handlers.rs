@@ -269,15 +269,13 @@ impl Handler<Report> for Supervisor {
         if msg.kind.ends_task() {
             entry.result = msg.result;
             entry.error = msg.error.clone();
-            if entry.task_time.started.is_some() && entry.task_time.ended.is_none() {
-                entry.task_time.ended = Some(std::time::Instant::now());
-            }
+            entry.task_time.end();
             // What it did not use of its budget flows back to its ancestors.
             entry.usage.release();
         } else if matches!(msg.kind, EventKind::Delegated | EventKind::Resumed) {
             entry.result = None;
             entry.error = None;
-            entry.task_time = super::record::TaskTime { started: Some(std::time::Instant::now()), ended: None };
+            entry.task_time.start();
         }
         // A task stopped by a budget takes its running descendants with it.
         let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.clone() } else { Vec::new() };

@@ -79,6 +79,18 @@ pub(super) struct TaskTime {
 }
 
 impl TaskTime {
+    /// A task starts now.
+    pub(super) fn start(&mut self) {
+        *self = Self { started: Some(std::time::Instant::now()), ended: None };
+    }
+
+    /// The task started ends now (a subagent that never ran has no times).
+    pub(super) fn end(&mut self) {
+        if self.started.is_some() && self.ended.is_none() {
+            self.ended = Some(std::time::Instant::now());
+        }
+    }
+
     /// How long the task has run (still running) or ran, in milliseconds.
     pub(super) fn elapsed_ms(&self, now: std::time::Instant) -> Option<u64> {
         let started = self.started?;
