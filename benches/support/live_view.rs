@@ -7,6 +7,9 @@
 //! Needs what the browser test needs (Node.js, Chromium, `npm ci --prefix
 //! tests/browser`); without them the group says so and is left out.
 //!
+//! `live_view/page_closed_again` runs after the page is closed: the two
+//! closed runs bracket the open one.
+//!
 //! `cargo bench --bench wire -- live_view`
 
 use criterion::{Criterion, Throughput};
@@ -126,5 +129,10 @@ pub(crate) fn live_view(c: &mut Criterion) {
         b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
     });
     drop(page);
+    // Closed again: the two closed runs bracket the open one, so a change
+    // of load on the machine during the group shows.
+    group.bench_function("page_closed_again", |b| {
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+    });
     group.finish();
 }
