@@ -16,8 +16,8 @@
 //!   `event` is the `SUBAGENT_EVENT` exactly as the session's client gets
 //!   it; `event: session`, `data: {"session", "state": "opened"|"closed",
 //!   "summary"}` for every session; `event: resync` when the stream fell
-//!   behind and missed some (reload the state). A comment line every 15 s
-//!   keeps it alive. At most [`MAX_WATCHES`] streams at once (503 past it).
+//!   behind and missed some (reload the state). Events are sent in batches
+//!   at most every 100 ms. A comment line every 15 s keeps it alive. At most [`MAX_WATCHES`] streams at once (503 past it).
 //! - `POST /admin/sessions/{id}/subagents/{sid}/cancel` and `…/terminate`:
 //!   as the protocol's cancel and terminate (the session's client sees the
 //!   same events); `{"ok": true, "stopped": [ids]}`. Each needs the header
@@ -59,6 +59,11 @@ const MAX_ROWS: usize = 100_000;
 
 /// How often an idle stream sends a comment (a dead connection is found).
 const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// How long a stream gathers events before it sends them: an operator does
+/// not see 100 ms, and the page then wakes ten times a second, not once per
+/// event.
+const COALESCE: Duration = Duration::from_millis(100);
 
 /// The header a cancel or terminate must carry (see the module docs).
 pub const CONFIRM_HEADER: &str = "X-Subagentd-Confirm";
@@ -284,7 +289,9 @@ async fn next_chunk(mut streaming: Streaming) -> Option<(Result<Bytes, Infallibl
         Err(_idle) => return Some((Ok(Bytes::from_static(b": keepalive\n\n")), streaming)),
         Ok(next) => next,
     };
-    // What is queued already goes out in the same chunk (one write).
+    // What comes within COALESCE goes out in the same chunk (one write, one
+    // wake-up of the page): a busy session's events trickle in one by one.
+    tokio::time::sleep(COALESCE).await;
     let mut chunk = Vec::new();
     loop {
         match next {

@@ -194,12 +194,15 @@ async function attach(session) {
       const { value, done } = await reader.read();
       if (done) break;
       buffer += value;
+      // Every complete event in the chunk, then one cut of the buffer (a
+      // cut per event would copy the rest of the chunk each time).
+      let start = 0;
       let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        onBlock(block);
+      while ((end = buffer.indexOf("\n\n", start)) >= 0) {
+        onBlock(buffer.slice(start, end));
+        start = end + 2;
       }
+      if (start > 0) buffer = buffer.slice(start);
     }
   } catch (error) {
     if (controller.signal.aborted) return;
