@@ -476,12 +476,39 @@ async fn fake_session(stream: TcpStream) {
 
 // ---- criterion ----------------------------------------------------------------
 
+/// How a sample waits for the host to tear its sessions down before the
+/// next sample starts (a sample that overlaps the last one's teardown
+/// measures both: the slowest samples were that, see BENCHMARKS.md).
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    /// A fixed pause (a host without `/health`).
+    Pause,
+    /// Until the host's `/health` counts the sessions it had before.
+    Health(SocketAddr),
+}
+
+/// Sessions the host at `http` has open now (its `/health`).
+fn open_sessions(http: SocketAddr) -> u64 {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(http).expect("connect http");
+    write!(stream, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    let body = &text[text.find("\r\n\r\n").expect("body") + 4..];
+    let health: serde_json::Value = serde_json::from_str(body).expect("health json");
+    health["sessions"].as_u64().expect("sessions")
+}
+
 /// Time for `iters` cycles spread over `sessions` fresh sessions made by `open`.
-async fn timed<F, Fut>(iters: u64, sessions: u64, open: F) -> Duration
+async fn timed<F, Fut>(iters: u64, sessions: u64, settle: Settle, open: F) -> Duration
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Client>,
 {
+    let before = match settle {
+        Settle::Health(http) => Some(open_sessions(http)),
+        Settle::Pause => None,
+    };
     let clients = futures_util::future::join_all((0..sessions).map(|_| open())).await;
     let share = iters.div_ceil(sessions);
     let start = Instant::now();
@@ -489,9 +516,49 @@ where
     let elapsed = start.elapsed();
     futures_util::future::join_all(clients.into_iter().map(Client::close)).await;
     // Let the host tear the sessions down before the next sample.
-    actix_rt::time::sleep(Duration::from_millis(20 + share / 1000)).await;
+    match (settle, before) {
+        (Settle::Health(http), Some(before)) => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while open_sessions(http) > before && Instant::now() < deadline {
+                actix_rt::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        _ => actix_rt::time::sleep(Duration::from_millis(20 + share / 1000)).await,
+    }
     // Report time for exactly `iters` cycles.
     elapsed.mul_f64(iters as f64 / (share * sessions) as f64)
+}
+
+/// The per-cycle time of every sample of one bench, for its tail: criterion
+/// prints the mean and the slope, this the median and the 99th percentile.
+#[derive(Default)]
+struct Tail(RefCell<Vec<f64>>);
+
+impl Tail {
+    /// Records a sample of `iters` cycles that took `took`; returns `took`.
+    fn record(&self, iters: u64, took: Duration) -> Duration {
+        self.0.borrow_mut().push(took.as_secs_f64() * 1e6 / iters as f64);
+        took
+    }
+
+    /// Prints the samples' median and 99th percentile per cycle, and forgets them.
+    fn report(&self, name: &str) {
+        let mut samples = std::mem::take(&mut *self.0.borrow_mut());
+        if samples.is_empty() {
+            return;
+        }
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        eprintln!(
+            "{name}: per cycle over {} samples (warm-up included): p50 {:.2} µs, p99 {:.2} µs ({:.1}× p50), mean {:.2} µs",
+            samples.len(),
+            at(0.5),
+            at(0.99),
+            at(0.99) / at(0.5),
+            mean
+        );
+    }
 }
 
 fn wire(c: &mut Criterion) {
@@ -501,22 +568,27 @@ fn wire(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("wire_tcp");
     group.throughput(Throughput::Elements(1));
+    let settle = Settle::Health(service.http);
+    let tail = Tail::default();
     group.bench_function("floor_1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(fake))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, Settle::Pause, || tcp_client(fake)))))
     });
+    tail.report("wire_tcp/floor_1_session");
     group.bench_function("1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("wire_tcp/1_session");
     group.bench_function("8_sessions", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 8, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 8, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("wire_tcp/8_sessions");
     group.finish();
 
     let mut group = c.benchmark_group("wire_http");
     // Three requests (/send) per cycle: the figure is requests per second.
     group.throughput(Throughput::Elements(3));
     group.bench_function("1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || http_client(service.http))))
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, settle, || http_client(service.http))))
     });
     group.finish();
 }
@@ -591,7 +663,7 @@ fn stores(c: &mut Criterion) {
         let measured = Cell::new(Duration::ZERO);
         group.bench_function(format!("{name}_1_session"), |b| {
             b.iter_custom(|iters| {
-                let took = system.block_on(timed(iters, 1, || tcp_client(service.tcp)));
+                let took = system.block_on(timed(iters, 1, Settle::Health(service.http), || tcp_client(service.tcp)));
                 measured.set(measured.get() + took);
                 took
             })

@@ -18,7 +18,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::{start_service, tcp_client, timed, HANDSHAKE};
+use super::{start_service, tcp_client, timed, Settle, Tail, HANDSHAKE};
 
 /// Subagents in the watched session.
 const BUSY_SUBAGENTS: usize = 1000;
@@ -121,18 +121,23 @@ pub(crate) fn live_view(c: &mut Criterion) {
     let (session, _busy) = busy_session(service.tcp, BUSY_SUBAGENTS);
     let mut group = c.benchmark_group("live_view");
     group.throughput(Throughput::Elements(1));
+    let settle = Settle::Health(service.http);
+    let tail = Tail::default();
     group.bench_function("page_closed", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("live_view/page_closed");
     let page = Page::open(service.http, &session);
     group.bench_function("page_open", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("live_view/page_open");
     drop(page);
     // Closed again: the two closed runs bracket the open one, so a change
     // of load on the machine during the group shows.
     group.bench_function("page_closed_again", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("live_view/page_closed_again");
     group.finish();
 }
