@@ -541,17 +541,22 @@ impl Tail {
         took
     }
 
-    /// Prints the samples' median and 99th percentile per cycle, and forgets them.
+    /// Prints the median and 99th percentile per cycle of the measured
+    /// samples, and forgets them all. Criterion first warms up with 1, 2, 4, …
+    /// cycles (latency, not throughput), then measures exactly `SAMPLES`
+    /// samples: the last ones recorded.
     fn report(&self, name: &str) {
+        const SAMPLES: usize = 100;
         let mut samples = std::mem::take(&mut *self.0.borrow_mut());
-        if samples.is_empty() {
+        if samples.len() < SAMPLES {
             return;
         }
+        samples.drain(..samples.len() - SAMPLES);
         samples.sort_by(f64::total_cmp);
         let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
         let mean = samples.iter().sum::<f64>() / samples.len() as f64;
         eprintln!(
-            "{name}: per cycle over {} samples (warm-up included): p50 {:.2} µs, p99 {:.2} µs ({:.1}× p50), mean {:.2} µs",
+            "{name}: per cycle over its {} samples: p50 {:.2} µs, p99 {:.2} µs ({:.1}× p50), mean {:.2} µs",
             samples.len(),
             at(0.5),
             at(0.99),
