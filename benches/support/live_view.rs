@@ -1,14 +1,11 @@
 //! The live view's cost (issue 16): the TCP cycle of one session while
 //! another session runs 1 000 subagents, each reporting progress once a
-//! second, first with the operator's page closed, then with it open on that
-//! busy session (headless Chromium through `tests/browser/watch.mjs`, on
-//! the same two cores as the host and the client).
+//! second, with the operator's page closed and open on that busy session
+//! (headless Chromium through `tests/browser/watch.mjs`, on the same two
+//! cores as the host and the client).
 //!
 //! Needs what the browser test needs (Node.js, Chromium, `npm ci --prefix
 //! tests/browser`); without them the group says so and is left out.
-//!
-//! `live_view/page_closed_again` runs after the page is closed: the two
-//! closed runs bracket the open one.
 //!
 //! `cargo bench --bench wire -- live_view`
 
@@ -16,7 +13,9 @@ use criterion::{Criterion, Throughput};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use super::{start_service, tcp_client, timed, Settle, Tail, HANDSHAKE};
 
@@ -75,9 +74,14 @@ fn busy_session(addr: SocketAddr, n: usize) -> (String, TcpStream) {
     (session, stream)
 }
 
-/// The page, open in headless Chromium until dropped.
+/// The page in headless Chromium, open or closed (the tab on
+/// `about:blank`), until dropped.
 struct Page {
     child: Child,
+    commands: ChildStdin,
+    answers: mpsc::Receiver<String>,
+    // The longest gaps between the page's frames it reported.
+    frames: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Page {
@@ -89,27 +93,54 @@ impl Page {
             .stdout(Stdio::piped())
             .spawn()
             .expect("start node");
+        let commands = child.stdin.take().expect("stdin");
         let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("READY"), "the page did not open");
-        // Its responsiveness reports, printed as they come.
+        let (tx, answers) = mpsc::channel();
+        let frames = Arc::new(Mutex::new(Vec::new()));
+        let seen = frames.clone();
         std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                eprintln!("live_view: longest gap between the page's frames in 5 s: {} ms", &line[6..]);
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                match line.strip_prefix("FRAME ") {
+                    Some(ms) => seen.lock().unwrap().push(ms.parse().unwrap_or(0)),
+                    None => {
+                        let _ = tx.send(line);
+                    }
+                }
             }
         });
-        Self { child }
+        let page = Self { child, commands, answers, frames };
+        page.expect("OPEN");
+        page
+    }
+
+    fn expect(&self, what: &str) {
+        let said = self.answers.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        assert_eq!(said, what, "the page script");
+    }
+
+    /// Opens (`true`) or closes the page.
+    fn set(&mut self, open: bool) {
+        writeln!(self.commands, "{}", if open { "open" } else { "close" }).expect("write");
+        self.expect(if open { "OPEN" } else { "CLOSED" });
     }
 }
 
 impl Drop for Page {
     fn drop(&mut self) {
-        drop(self.child.stdin.take());
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-/// `live_view/{page_closed,page_open}`: one cycle of another session.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// `live_view/{page_closed,page_open}`: one cycle of another session,
+/// with criterion; then the same alternated, closed and open, round after
+/// round in one run (the machine's speed drifts more than the effect), with
+/// the medians and their ratio printed.
 pub(crate) fn live_view(c: &mut Criterion) {
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     if !Path::new(&chromium).exists() || !browser_dir().join("node_modules/playwright-core").exists() {
@@ -119,25 +150,47 @@ pub(crate) fn live_view(c: &mut Criterion) {
     let system = actix_rt::System::new();
     let service = start_service();
     let (session, _busy) = busy_session(service.tcp, BUSY_SUBAGENTS);
+    let settle = Settle::Health(service.http);
+    let mut page = Page::open(service.http, &session);
+    page.set(false);
     let mut group = c.benchmark_group("live_view");
     group.throughput(Throughput::Elements(1));
-    let settle = Settle::Health(service.http);
     let tail = Tail::default();
     group.bench_function("page_closed", |b| {
         b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
     tail.report("live_view/page_closed");
-    let page = Page::open(service.http, &session);
+    page.set(true);
     group.bench_function("page_open", |b| {
         b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
     tail.report("live_view/page_open");
-    drop(page);
-    // Closed again: the two closed runs bracket the open one, so a change
-    // of load on the machine during the group shows.
-    group.bench_function("page_closed_again", |b| {
-        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
-    });
-    tail.report("live_view/page_closed_again");
     group.finish();
+
+    const ROUNDS: usize = 8;
+    const CYCLES: u64 = 30_000;
+    let (mut closed, mut open) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for state in [false, true] {
+            page.set(state);
+            std::thread::sleep(Duration::from_secs(1));
+            let took = system.block_on(timed(CYCLES, 1, settle, || tcp_client(service.tcp)));
+            let rate = CYCLES as f64 / took.as_secs_f64();
+            if state {
+                open.push(rate)
+            } else {
+                closed.push(rate)
+            }
+        }
+    }
+    let (closed, open) = (median(&mut closed), median(&mut open));
+    let mut frames = std::mem::take(&mut *page.frames.lock().unwrap());
+    frames.sort_unstable();
+    eprintln!(
+        "live_view alternated ({ROUNDS} rounds of {CYCLES} cycles each way): page closed {closed:.0} cycles/s, \
+         open {open:.0} cycles/s: {:+.1} %; the page's longest frame gap per 5 s: median {} ms, worst {} ms",
+        (open / closed - 1.0) * 100.0,
+        frames.get(frames.len() / 2).copied().unwrap_or(0),
+        frames.last().copied().unwrap_or(0)
+    );
 }
