@@ -263,12 +263,15 @@ async fn tcp_client(addr: SocketAddr) -> Client {
     Client { next_id: Cell::new(1), window: WINDOW, busy: Cell::new(0), pending, out: Out::Tcp(tx) }
 }
 
-/// Opens an HTTP session, attaches its `/stream`, and handshakes.
-async fn http_client(addr: SocketAddr) -> Client {
-    let client = awc::Client::builder()
-        .connector(awc::Connector::new().limit(2 * WINDOW))
-        .timeout(Duration::from_secs(30))
-        .finish();
+/// The HTTP connection pool every sample's session uses, as one client
+/// process (the SDK's) would: a pool per sample opened up to 200 fresh
+/// connections at once, every sample.
+fn http_pool() -> awc::Client {
+    awc::Client::builder().connector(awc::Connector::new().limit(2 * WINDOW)).timeout(Duration::from_secs(30)).finish()
+}
+
+/// Opens an HTTP session on `client`'s pool, attaches its `/stream`, and handshakes.
+async fn http_client(addr: SocketAddr, client: awc::Client) -> Client {
     let base = format!("http://{addr}");
     let mut opened = client.post(format!("{base}/session")).send().await.expect("POST /session");
     let body: serde_json::Value = opened.json().await.expect("session json");
@@ -593,7 +596,8 @@ fn wire(c: &mut Criterion) {
     // Three requests (/send) per cycle: the figure is requests per second.
     group.throughput(Throughput::Elements(3));
     group.bench_function("1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, settle, || http_client(service.http))))
+        let pool = http_pool();
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, settle, || http_client(service.http, pool.clone()))))
     });
     group.finish();
 }

@@ -133,7 +133,23 @@ fn bind(flag: &str, text: &str, auth: &Auth, insecure: bool) -> Result<std::net:
              (set [auth] tokens or token_env in --config, or pass --insecure)"
         ));
     }
-    std::net::TcpListener::bind(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))
+    listen(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))
+}
+
+/// Connections the kernel queues for a listener before it accepts them.
+/// `std` listens with 128: a client opening a pool of connections at once
+/// (an HTTP client with 200 requests in flight) overflowed it, and each
+/// dropped SYN cost that connection the 1 s SYN retransmission.
+const BACKLOG: i32 = 1024;
+
+// A listener on `addr` with [`BACKLOG`] (and, as `std` does, SO_REUSEADDR).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
 }
 
 // Tests and scripts read the address (port 0 picks a free one) from here:

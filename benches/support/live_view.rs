@@ -167,6 +167,10 @@ pub(crate) fn live_view(c: &mut Criterion) {
     tail.report("live_view/page_open");
     group.finish();
 
+    // Not a criterion bench: run it only when the filter names this group.
+    if !std::env::args().skip(1).any(|arg| "live_view/alternated".contains(arg.as_str()) && !arg.starts_with('-')) {
+        return;
+    }
     const ROUNDS: usize = 8;
     const CYCLES: u64 = 30_000;
     let (mut closed, mut open) = (Vec::new(), Vec::new());
