@@ -25,6 +25,10 @@
 //! | `wire_store/{memory,sqlite,sqlite_normal,postgres}_1_session` | one cycle over TCP, 1 connection, `WINDOW` in flight, on `--store memory`, an SQLite file (`synchronous` full, the default, and normal), a PostgreSQL database; after each, the commits per second and mean batch size (from `/health`) are printed |
 //! | `restart/sqlite_10k_subagents` | one restart: `subagentd` started on an SQLite store holding a session of 10 000 subagents (killed with SIGKILL before), until a client resumed that session and listed all 10 000 |
 //!
+//! The live view (issue 16): `live_view/{page_closed,page_open}`, one cycle
+//! of a session while another runs 1 000 busy subagents, with the operator's
+//! page closed and open on that session (see `support/live_view.rs`).
+//!
 //! Several hosts (issue 12): `cluster/haproxy_{1,3}_nodes_8_sessions`, one
 //! cycle through HAProxy to 1 or 3 nodes on one PostgreSQL database, and a
 //! count of PostgreSQL's work per cycle (see `support/cluster.rs`).
@@ -259,12 +263,15 @@ async fn tcp_client(addr: SocketAddr) -> Client {
     Client { next_id: Cell::new(1), window: WINDOW, busy: Cell::new(0), pending, out: Out::Tcp(tx) }
 }
 
-/// Opens an HTTP session, attaches its `/stream`, and handshakes.
-async fn http_client(addr: SocketAddr) -> Client {
-    let client = awc::Client::builder()
-        .connector(awc::Connector::new().limit(2 * WINDOW))
-        .timeout(Duration::from_secs(30))
-        .finish();
+/// The HTTP connection pool every sample's session uses, as one client
+/// process (the SDK's) would: a pool per sample opened up to 200 fresh
+/// connections at once, every sample.
+fn http_pool() -> awc::Client {
+    awc::Client::builder().connector(awc::Connector::new().limit(2 * WINDOW)).timeout(Duration::from_secs(30)).finish()
+}
+
+/// Opens an HTTP session on `client`'s pool, attaches its `/stream`, and handshakes.
+async fn http_client(addr: SocketAddr, client: awc::Client) -> Client {
     let base = format!("http://{addr}");
     let mut opened = client.post(format!("{base}/session")).send().await.expect("POST /session");
     let body: serde_json::Value = opened.json().await.expect("session json");
@@ -472,12 +479,39 @@ async fn fake_session(stream: TcpStream) {
 
 // ---- criterion ----------------------------------------------------------------
 
+/// How a sample waits for the host to tear its sessions down before the
+/// next sample starts (a sample that overlaps the last one's teardown
+/// measures both: the slowest samples were that, see BENCHMARKS.md).
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    /// A fixed pause (a host without `/health`).
+    Pause,
+    /// Until the host's `/health` counts the sessions it had before.
+    Health(SocketAddr),
+}
+
+/// Sessions the host at `http` has open now (its `/health`).
+fn open_sessions(http: SocketAddr) -> u64 {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(http).expect("connect http");
+    write!(stream, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    let body = &text[text.find("\r\n\r\n").expect("body") + 4..];
+    let health: serde_json::Value = serde_json::from_str(body).expect("health json");
+    health["sessions"].as_u64().expect("sessions")
+}
+
 /// Time for `iters` cycles spread over `sessions` fresh sessions made by `open`.
-async fn timed<F, Fut>(iters: u64, sessions: u64, open: F) -> Duration
+async fn timed<F, Fut>(iters: u64, sessions: u64, settle: Settle, open: F) -> Duration
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Client>,
 {
+    let before = match settle {
+        Settle::Health(http) => Some(open_sessions(http)),
+        Settle::Pause => None,
+    };
     let clients = futures_util::future::join_all((0..sessions).map(|_| open())).await;
     let share = iters.div_ceil(sessions);
     let start = Instant::now();
@@ -485,9 +519,54 @@ where
     let elapsed = start.elapsed();
     futures_util::future::join_all(clients.into_iter().map(Client::close)).await;
     // Let the host tear the sessions down before the next sample.
-    actix_rt::time::sleep(Duration::from_millis(20 + share / 1000)).await;
+    match (settle, before) {
+        (Settle::Health(http), Some(before)) => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while open_sessions(http) > before && Instant::now() < deadline {
+                actix_rt::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        _ => actix_rt::time::sleep(Duration::from_millis(20 + share / 1000)).await,
+    }
     // Report time for exactly `iters` cycles.
     elapsed.mul_f64(iters as f64 / (share * sessions) as f64)
+}
+
+/// The per-cycle time of every sample of one bench, for its tail: criterion
+/// prints the mean and the slope, this the median and the 99th percentile.
+#[derive(Default)]
+struct Tail(RefCell<Vec<f64>>);
+
+impl Tail {
+    /// Records a sample of `iters` cycles that took `took`; returns `took`.
+    fn record(&self, iters: u64, took: Duration) -> Duration {
+        self.0.borrow_mut().push(took.as_secs_f64() * 1e6 / iters as f64);
+        took
+    }
+
+    /// Prints the median and 99th percentile per cycle of the measured
+    /// samples, and forgets them all. Criterion first warms up with 1, 2, 4, …
+    /// cycles (latency, not throughput), then measures exactly `SAMPLES`
+    /// samples: the last ones recorded.
+    fn report(&self, name: &str) {
+        const SAMPLES: usize = 100;
+        let mut samples = std::mem::take(&mut *self.0.borrow_mut());
+        if samples.len() < SAMPLES {
+            return;
+        }
+        samples.drain(..samples.len() - SAMPLES);
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        eprintln!(
+            "{name}: per cycle over its {} samples: p50 {:.2} µs, p99 {:.2} µs ({:.1}× p50), mean {:.2} µs",
+            samples.len(),
+            at(0.5),
+            at(0.99),
+            at(0.99) / at(0.5),
+            mean
+        );
+    }
 }
 
 fn wire(c: &mut Criterion) {
@@ -497,22 +576,28 @@ fn wire(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("wire_tcp");
     group.throughput(Throughput::Elements(1));
+    let settle = Settle::Health(service.http);
+    let tail = Tail::default();
     group.bench_function("floor_1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(fake))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, Settle::Pause, || tcp_client(fake)))))
     });
+    tail.report("wire_tcp/floor_1_session");
     group.bench_function("1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 1, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("wire_tcp/1_session");
     group.bench_function("8_sessions", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 8, || tcp_client(service.tcp))))
+        b.iter_custom(|iters| tail.record(iters, system.block_on(timed(iters, 8, settle, || tcp_client(service.tcp)))))
     });
+    tail.report("wire_tcp/8_sessions");
     group.finish();
 
     let mut group = c.benchmark_group("wire_http");
     // Three requests (/send) per cycle: the figure is requests per second.
     group.throughput(Throughput::Elements(3));
     group.bench_function("1_session", |b| {
-        b.iter_custom(|iters| system.block_on(timed(iters, 1, || http_client(service.http))))
+        let pool = http_pool();
+        b.iter_custom(|iters| system.block_on(timed(iters, 1, settle, || http_client(service.http, pool.clone()))))
     });
     group.finish();
 }
@@ -587,7 +672,7 @@ fn stores(c: &mut Criterion) {
         let measured = Cell::new(Duration::ZERO);
         group.bench_function(format!("{name}_1_session"), |b| {
             b.iter_custom(|iters| {
-                let took = system.block_on(timed(iters, 1, || tcp_client(service.tcp)));
+                let took = system.block_on(timed(iters, 1, Settle::Health(service.http), || tcp_client(service.tcp)));
                 measured.set(measured.get() + took);
                 took
             })
@@ -709,5 +794,8 @@ fn restart(c: &mut Criterion) {
 #[path = "support/cluster.rs"]
 mod cluster;
 
-criterion_group!(benches, wire, stores, restart, cluster::cluster);
+#[path = "support/live_view.rs"]
+mod live_view;
+
+criterion_group!(benches, wire, stores, restart, cluster::cluster, live_view::live_view);
 criterion_main!(benches);

@@ -21,6 +21,8 @@
 //! - [`session`]: one protocol connection ([`session::Connection`]):
 //!   handshake and auth, the session pools, byte bounds on requests, the
 //!   dispatch of both namespaces, the bounded input and outbox.
+//! - [`admin`]: the operator's side: the open sessions and the hub that
+//!   streams their events to `/admin/stream` and the `/ui` page.
 //! - [`runtime`]: the actors. The supervisor (`runtime/supervisor/`: its
 //!   records are the tree; spawn rules; the one stop routine), the subagent
 //!   actor (`runtime/subagent/`), memory and mailboxes, merge strategies,
@@ -42,6 +44,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]
 
 pub mod adapter;
+pub mod admin;
 pub mod config;
 pub mod error;
 pub mod event;

@@ -49,11 +49,12 @@ struct ServeArgs {
     #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = DEFAULT_TCP)]
     tcp: Option<String>,
     /// Serve HTTP+SSE on HOST:PORT: POST /session, POST /send, GET /stream,
-    /// GET /health (default when omitted: 127.0.0.1:8080; a bare PORT means
+    /// GET /health, GET /metrics, and the live view GET /ui with its API
+    /// /admin/* (default when omitted: 127.0.0.1:8080; a bare PORT means
     /// 127.0.0.1:PORT).
     #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = DEFAULT_HTTP)]
     http: Option<String>,
-    /// TOML config file ([limits], [auth], [[routes]], [server]). Without it,
+    /// TOML config file ([limits], [auth], [admin], [[routes]], [server], …). Without it,
     /// built-in defaults apply and the scripted adapter serves every model.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -80,8 +81,9 @@ struct ServeArgs {
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormatArg,
     /// Serve `GET /metrics` (Prometheus) on HOST:PORT of its own, for a
-    /// service without --http (a bare PORT means 127.0.0.1:PORT). With
-    /// --http, /metrics is there too.
+    /// service without --http (a bare PORT means 127.0.0.1:PORT); the live
+    /// view (/ui, /admin/*) is served there too. With --http, both are
+    /// there.
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
 }
@@ -131,7 +133,23 @@ fn bind(flag: &str, text: &str, auth: &Auth, insecure: bool) -> Result<std::net:
              (set [auth] tokens or token_env in --config, or pass --insecure)"
         ));
     }
-    std::net::TcpListener::bind(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))
+    listen(addr).map_err(|err| format!("cannot bind --{flag} {addr}: {err}"))
+}
+
+/// Connections the kernel queues for a listener before it accepts them.
+/// `std` listens with 128: a client opening a pool of connections at once
+/// (an HTTP client with 200 requests in flight) overflowed it, and each
+/// dropped SYN cost that connection the 1 s SYN retransmission.
+const BACKLOG: i32 = 1024;
+
+// A listener on `addr` with [`BACKLOG`] (and, as `std` does, SO_REUSEADDR).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
 }
 
 // Tests and scripts read the address (port 0 picks a free one) from here:

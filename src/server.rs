@@ -39,6 +39,8 @@ pub struct Settings {
     pub router: AdapterRouter,
     /// The accepted handshake tokens.
     pub auth: Auth,
+    /// The tokens of the operator's page and API (`[admin] tokens`).
+    pub admin_tokens: Auth,
     /// Where the sessions' trees live.
     pub workers: Workers,
     /// HTTP worker threads (0: one per CPU).
@@ -63,6 +65,7 @@ impl Settings {
             limits: file.limits.clone(),
             router: crate::adapter::router(file)?,
             auth: Auth::with_tokens(file.auth_tokens()?),
+            admin_tokens: Auth::with_tokens(file.admin_tokens()?),
             workers,
             http_workers: file.server.http_workers,
             final_flush: Duration::from_millis(file.server.final_flush_ms),
@@ -109,18 +112,22 @@ pub async fn run(
         Workers::InPlace => Vec::new(),
     };
     let handles = workers.iter().map(|worker| worker.handle()).collect();
+    let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
+    let store = settings.store.clone();
+    let service = Service::with_store(Host::with_workers(config, handles), settings.auth, settings.store);
+    let admin = http::admin::AdminApi::new(service.clone(), settings.admin_tokens);
     let metrics_server = match listeners.metrics {
         Some(listener) => {
-            let server = http::metrics::server(listener).map_err(|err| format!("metrics: {err}"))?;
+            // The operator's page goes where HTTP is served: here when
+            // nothing else serves it.
+            let page = listeners.http.is_none().then(|| admin.clone());
+            let server = http::metrics::server(listener, page).map_err(|err| format!("metrics: {err}"))?;
             let handle = server.handle();
             actix_rt::spawn(server);
             Some(handle)
         }
         None => None,
     };
-    let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
-    let store = settings.store.clone();
-    let service = Service::with_store(Host::with_workers(config, handles), settings.auth, settings.store);
     let served = if listeners.stdio {
         let on_shutdown = service.clone();
         actix_rt::spawn(async move {
@@ -129,7 +136,7 @@ pub async fn run(
         });
         stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
     } else {
-        let http = (settings.http_workers, settings.journal_retained);
+        let http = HttpSettings { workers: settings.http_workers, journal_retained: settings.journal_retained, admin };
         serve_network(service, listeners.tcp, listeners.http, http, settings.final_flush, shutdown).await
     };
     if let Some(handle) = metrics_server {
@@ -151,11 +158,18 @@ async fn stop_sessions(service: &Service) {
     service.shutdown();
 }
 
+// What the HTTP listener runs with.
+struct HttpSettings {
+    workers: usize,
+    journal_retained: usize,
+    admin: Arc<http::admin::AdminApi>,
+}
+
 async fn serve_network(
     service: Arc<Service>,
     tcp: Option<std::net::TcpListener>,
     http: Option<std::net::TcpListener>,
-    (http_workers, journal_retained): (usize, usize),
+    settings: HttpSettings,
     final_flush: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
@@ -169,9 +183,9 @@ async fn serve_network(
     if let Some(listener) = http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
-        let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, journal_retained);
-        let server =
-            http::server(listener, sessions, threads(http_workers)).map_err(|err| format!("http {addr}: {err}"))?;
+        let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, settings.journal_retained);
+        let server = http::server(listener, sessions, settings.admin, threads(settings.workers))
+            .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
         actix_rt::spawn(server);
     }

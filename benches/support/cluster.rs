@@ -147,7 +147,7 @@ pub(super) fn cluster(c: &mut Criterion) {
         let members: Vec<&Service> = nodes.iter().take(count).collect();
         let haproxy = start_haproxy(&members, &format!("{count}"));
         group.bench_function(format!("haproxy_{count}_nodes_8_sessions"), |b| {
-            b.iter_custom(|iters| system.block_on(timed(iters, 8, || tcp_client(haproxy.tcp))))
+            b.iter_custom(|iters| system.block_on(timed(iters, 8, Settle::Pause, || tcp_client(haproxy.tcp))))
         });
     }
     group.finish();

@@ -1,5 +1,5 @@
 //! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]`,
-//! `[server]`, `[store]` and `[cluster]`.
+//! `[server]`, `[store]`, `[cluster]`, `[telemetry]` and `[admin]`.
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file; the layers
@@ -40,6 +40,22 @@ pub struct FileConfig {
     /// What the spans (traces) record.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Who may use the operator's page and API (`/ui`, `/admin/*`).
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: the tokens of the operator's page and API (`/ui`,
+/// `/admin/*`), a list apart from `[auth]`: neither grants the other's
+/// access. With none set, the page and API answer on loopback only, and
+/// not at all when `[auth]` has tokens.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Accepted `Authorization: Bearer` tokens.
+    pub tokens: Vec<String>,
+    /// An environment variable holding one more accepted token.
+    pub token_env: Option<String>,
 }
 
 /// `[telemetry]`: what the exported spans may contain.
@@ -315,14 +331,25 @@ impl FileConfig {
     /// The accepted auth tokens: `tokens` plus the value of `token_env`,
     /// which must be set and not blank when named.
     pub fn auth_tokens(&self) -> Result<Vec<String>, String> {
-        let mut tokens = self.auth.tokens.clone();
-        if let Some(var) = &self.auth.token_env {
-            match std::env::var(var) {
-                Ok(token) if !token.trim().is_empty() => tokens.push(token),
-                Ok(_) => return Err(format!("auth.token_env names `{var}`, which is set but blank")),
-                Err(_) => return Err(format!("auth.token_env names `{var}`, which is not set (or not unicode)")),
-            }
-        }
-        Ok(tokens)
+        tokens_with_env("auth", &self.auth.tokens, self.auth.token_env.as_deref())
     }
+
+    /// The `[admin]` tokens: `admin.tokens` plus the one `admin.token_env`
+    /// names (an error when it is named but unset or blank).
+    pub fn admin_tokens(&self) -> Result<Vec<String>, String> {
+        tokens_with_env("admin", &self.admin.tokens, self.admin.token_env.as_deref())
+    }
+}
+
+// A table's `tokens` plus the one its `token_env` names.
+fn tokens_with_env(table: &str, listed: &[String], env: Option<&str>) -> Result<Vec<String>, String> {
+    let mut tokens = listed.to_vec();
+    if let Some(var) = env {
+        match std::env::var(var) {
+            Ok(token) if !token.trim().is_empty() => tokens.push(token),
+            Ok(_) => return Err(format!("{table}.token_env names `{var}`, which is set but blank")),
+            Err(_) => return Err(format!("{table}.token_env names `{var}`, which is not set (or not unicode)")),
+        }
+    }
+    Ok(tokens)
 }

@@ -136,6 +136,11 @@ pub(crate) struct RunTask {
     pub resume: Option<Resume>,
 }
 
+/// The task a subagent runs or last ran (the operator's view).
+#[derive(Message)]
+#[rtype(result = "Option<Arc<TaskDefinition>>")]
+pub(crate) struct CurrentTask;
+
 /// Rebuild a fresh supervisor's tree from a stored session; answers how
 /// many tasks resume.
 #[derive(Message)]

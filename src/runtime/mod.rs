@@ -10,11 +10,13 @@
 //! - [`merge`]: merge strategies.
 //! - [`task`]: what runs a task: the adapter trait, the task's context, the
 //!   router.
+//! - [`inspect`]: the operator's view of a tree (the admin API).
 //! - [`trace`]: the spans of a task (`invoke_agent`, `chat`, `execute_tool`).
 //! - `usage`: token counts per subagent, summed up the tree as they are
 //!   spent, and the budgets they are held to; `budget`: a config's budget.
 
 pub(crate) mod budget;
+pub mod inspect;
 pub mod memory;
 pub mod merge;
 pub(crate) mod messages;
@@ -280,6 +282,21 @@ impl Tree {
             let _ = tokio::time::timeout_at(deadline, tokio::task::unconstrained(waits)).await;
         }
         self.close().await
+    }
+
+    /// Every subagent as the operator's view shows it, in tree order.
+    pub async fn inspect(&self) -> Result<Vec<inspect::SubagentView>, HostError> {
+        Ok(self.inner.addr.send(supervisor::InspectTree).await?)
+    }
+
+    /// One subagent in detail (its config, task and last result).
+    pub async fn inspect_one(&self, id: SubagentId) -> Result<inspect::SubagentDetail, HostError> {
+        self.inner.addr.send(supervisor::InspectOne(id)).await?
+    }
+
+    /// The session's subagents counted by status.
+    pub async fn status_counts(&self) -> Result<inspect::StatusCounts, HostError> {
+        Ok(self.inner.addr.send(supervisor::CountStatuses).await?)
     }
 
     /// Whether the session's supervisor is still running.

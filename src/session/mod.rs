@@ -36,6 +36,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::{Listed, LiveSession};
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::metrics::metrics;
@@ -169,6 +170,9 @@ struct State {
     // A handshake asking to resume a stored session, served by the run loop
     // (it loads from the store): its request id and body.
     resume: Option<(String, HandshakeRequest)>,
+    // Its place in the operator's list of sessions (from its first
+    // successful handshake, or its restore, until it ends).
+    listed: Option<Listed>,
 }
 
 enum Ending {
@@ -265,6 +269,7 @@ impl Connection {
             state.agent_id = agent_id;
             state.handshaken = true;
             state.open = Some(metrics().session_opened(self.transport));
+            self.list_for_admin(&mut state);
         }
         actix_rt::spawn(self.outbox.clone().watch_stall(self.service.limits().client_stall()));
         let overflowed = self.outbox.overflowed().clone();
@@ -431,8 +436,18 @@ impl Connection {
             state.open = Some(metrics().session_opened(self.transport));
         }
         self.store_session(req);
+        self.list_for_admin(state);
         self.outbox.push(reply);
         None
+    }
+
+    // Shows the session in the operator's list, under its id and agent now
+    // (again after a second handshake or a resume: the new listing replaces
+    // the old).
+    fn list_for_admin(&self, state: &mut State) {
+        let live =
+            LiveSession::new(&self.session_id, self.transport, &self.peer, &state.agent_id, self.session.clone());
+        state.listed = Some(self.service.admin().list(live));
     }
 
     // Stores the session as its handshake shaped it (from now on its changes

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::Tap;
 use crate::event::{Event, EventSink};
 use crate::metrics::metrics;
 use crate::protocol::encode;
@@ -426,13 +427,27 @@ impl Drop for OutboxReceiver {
     }
 }
 
-/// The session's [`EventSink`]: events become `SUBAGENT_EVENT` lines.
+/// The session's [`EventSink`]: events become `SUBAGENT_EVENT` lines, for
+/// the client and, while an operator's stream watches the session, for the
+/// admin hub.
 #[derive(Debug, Clone)]
-pub struct OutboxSink(pub Arc<Outbox>);
+pub struct OutboxSink {
+    outbox: Arc<Outbox>,
+    tap: Tap,
+}
+
+impl OutboxSink {
+    /// A sink into `outbox`, tapped by `tap`.
+    pub fn new(outbox: Arc<Outbox>, tap: Tap) -> Self {
+        Self { outbox, tap }
+    }
+}
 
 impl EventSink for OutboxSink {
     fn emit(&self, event: Event) {
-        self.0.push(encode::event(&event));
+        let line = encode::event(&event);
+        self.tap.event(&line);
+        self.outbox.push(line);
     }
 }
 

@@ -76,7 +76,9 @@ impl Connection {
         let log = SessionLog::restored(wanted, service.store().clone(), next_seq);
         // Lines from here on (the resumed tasks' events) are the stored session's.
         self.outbox.attach_log(log.clone());
-        let tree = service.host().open_logged_tree(Arc::new(OutboxSink(self.outbox.clone())), log.clone());
+        let tree = service
+            .host()
+            .open_logged_tree(Arc::new(OutboxSink::new(self.outbox.clone(), service.admin().tap(wanted))), log.clone());
         let resumed = match tree.restore(stored.subagents).await {
             Ok(resumed) => resumed,
             Err(err) => {
@@ -110,6 +112,9 @@ impl Connection {
         state.grant = grant;
         state.handshaken = true;
         state.agent_id.clone_from(&req.agent_id);
+        if state.grant.is_some() {
+            self.list_for_admin(state);
+        }
         self.outbox.push(reply);
         None
     }

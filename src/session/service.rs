@@ -20,6 +20,7 @@ use super::handshake::{Grant, CAPABILITY, CAPABILITY_ALIAS};
 use super::input::{self, InputSender};
 use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
 use super::Connection;
+use crate::admin::Admin;
 use crate::config::Limits;
 use crate::error::HostError;
 use crate::protocol::codec::Frame;
@@ -65,6 +66,8 @@ pub struct Service {
     // connection may not resume one of them), with what stops one when
     // another node takes it.
     in_use: Mutex<HashMap<String, Option<Served>>>,
+    // The open sessions as the operator sees them, and their event hub.
+    admin: Arc<Admin>,
 }
 
 /// What stops a stored session served here.
@@ -113,6 +116,7 @@ impl Service {
             shutdown: CancellationToken::new(),
             store,
             in_use: Mutex::default(),
+            admin: Arc::default(),
         });
         let owner: Weak<dyn SessionOwner> = Arc::downgrade(&service) as Weak<dyn SessionOwner>;
         service.store.set_session_owner(owner);
@@ -223,7 +227,8 @@ impl Service {
         // Served over HTTP from now on: its stream can replay.
         log.keep_lines(true);
         outbox.attach_log(log.clone());
-        let tree = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
+        let tree =
+            self.host.open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(id))), log.clone());
         let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.give_back(id))?;
         let (input, input_rx) =
             input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
@@ -248,6 +253,11 @@ impl Service {
             log,
             journal: stored.journal,
         }))
+    }
+
+    /// The open sessions and their event hub (the admin API).
+    pub fn admin(&self) -> &Arc<Admin> {
+        &self.admin
     }
 
     /// The actor host.
@@ -332,7 +342,9 @@ impl Service {
         let session_id = uuid::Uuid::new_v4().simple().to_string();
         let log = SessionLog::new(session_id.as_str(), self.store.clone());
         outbox.attach_log(log.clone());
-        let session = self.host.open_logged_tree(Arc::new(OutboxSink(outbox.clone())), log.clone());
+        let session = self
+            .host
+            .open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(&session_id))), log.clone());
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
         let session = Connection::new(self.clone(), session, log.clone(), outbox, stop.clone(), input_rx, slot);

@@ -30,6 +30,7 @@ impl InProcess {
             limits,
             router: AdapterRouter::default(),
             auth: Auth::open(),
+            admin_tokens: Auth::open(),
             workers: Workers::InPlace,
             http_workers: 1,
             final_flush: Duration::from_secs(1),

@@ -96,6 +96,8 @@ pub(crate) struct SubagentActor {
     result: Option<Arc<JsonObject>>,
     error: Option<Arc<str>>,
     task: Option<RunningTask>,
+    // The task it runs or last ran (the operator's view shows it).
+    last_task: Option<Arc<TaskDefinition>>,
     generation: u64,
     awaiters: Vec<AwaitReply>,
     // Set when terminate starts; the actor takes no new work after it.
@@ -132,6 +134,7 @@ impl SubagentActor {
             result: seed.result,
             error: seed.error,
             task: None,
+            last_task: None,
             generation: seed.tasks_started,
             awaiters: Vec::new(),
             terminating: false,
@@ -274,6 +277,14 @@ impl Handler<RunTask> for SubagentActor {
         }
         self.start_task(msg.task, msg.deadline_cap, msg.parent_span, msg.resume, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
+    }
+}
+
+impl Handler<CurrentTask> for SubagentActor {
+    type Result = Option<Arc<TaskDefinition>>;
+
+    fn handle(&mut self, _msg: CurrentTask, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_task.clone()
     }
 }
 

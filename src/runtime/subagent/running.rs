@@ -124,6 +124,7 @@ impl SubagentActor {
         let generation = self.generation;
         let attempt = resume.as_ref().map_or(1, |resume| resume.attempt);
         let task = Arc::new(task);
+        self.last_task = Some(task.clone());
         self.log.record(|session| Change::TaskStarted {
             session,
             id: self.id,

@@ -275,11 +275,13 @@ impl Handler<Report> for Supervisor {
         if msg.kind.ends_task() {
             entry.result = msg.result;
             entry.error = msg.error.clone();
+            entry.task_time.end();
             // What it did not use of its budget flows back to its ancestors.
             entry.usage.release();
         } else if matches!(msg.kind, EventKind::Delegated | EventKind::Resumed) {
             entry.result = None;
             entry.error = None;
+            entry.task_time.start();
         }
         // A task stopped by a budget takes its running descendants with it.
         let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.clone() } else { Vec::new() };

@@ -14,9 +14,11 @@
 //! - `forward`: delegate and await replies that skip the supervisor.
 //! - `queue`: the concurrency caps, and the tasks waiting for a slot.
 //! - `handlers`: the message handlers.
+//! - `inspect`: the operator's view (admin API) read from the records.
 
 mod forward;
 mod handlers;
+mod inspect;
 mod queue;
 mod record;
 mod restore;
@@ -39,6 +41,7 @@ use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
 use crate::runtime::usage::{self, UsageMeter};
 use crate::store::SessionLog;
+pub(crate) use inspect::{CountStatuses, InspectOne, InspectTree};
 use record::{Entry, Interned, SharedAddr, Slot};
 
 /// Root actor of one session.

@@ -64,6 +64,45 @@ pub(super) struct Entry {
     pub(super) wall: Option<Arc<WallBudget>>,
     // Its place under the running caps (`queue`).
     pub(super) caps: Caps,
+    // When its current (or last) task started and ended, for the operator's
+    // view (`inspect`).
+    pub(super) task_time: TaskTime,
+}
+
+/// When a subagent's current or last task started and ended (the operator's
+/// view shows how long it has run). Unknown for a task that ran before a
+/// restart.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct TaskTime {
+    pub(super) started: Option<std::time::Instant>,
+    pub(super) ended: Option<std::time::Instant>,
+}
+
+impl TaskTime {
+    /// A task starts now.
+    pub(super) fn start(&mut self) {
+        *self = Self { started: Some(std::time::Instant::now()), ended: None };
+    }
+
+    /// The task started ends now (a subagent that never ran has no times).
+    pub(super) fn end(&mut self) {
+        if self.started.is_some() && self.ended.is_none() {
+            self.ended = Some(std::time::Instant::now());
+        }
+    }
+
+    /// How long the task has run (still running) or ran, in milliseconds.
+    pub(super) fn elapsed_ms(&self, now: std::time::Instant) -> Option<u64> {
+        let started = self.started?;
+        let until = self.ended.unwrap_or(now);
+        Some(u64::try_from(until.saturating_duration_since(started).as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// `at` in seconds since the Unix epoch, given the two clocks read
+    /// together now.
+    pub(super) fn wall(at: Option<std::time::Instant>, now: std::time::Instant, now_ts: f64) -> Option<f64> {
+        at.map(|at| now_ts - now.saturating_duration_since(at).as_secs_f64())
+    }
 }
 
 /// A subagent's place under the running caps (`queue`).

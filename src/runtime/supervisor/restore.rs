@@ -81,6 +81,7 @@ impl Supervisor {
                 usage,
                 wall,
                 caps: Caps::default(),
+                task_time: Default::default(),
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {

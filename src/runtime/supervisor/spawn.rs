@@ -143,6 +143,7 @@ impl Supervisor {
             usage,
             wall,
             caps: Caps::default(),
+            task_time: Default::default(),
         };
         crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;

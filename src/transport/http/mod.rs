@@ -28,6 +28,8 @@
 //!   `GET /ready` → 200 while the node can serve, 503 while its store is out
 //!   of reach or it shuts down.
 //! - `GET /metrics` → the Prometheus metrics ([`metrics`]).
+//! - `GET /ui` and `/admin/*` → the operator's live view and its API
+//!   ([`admin`]).
 //! - `POST /session`, `/send` and `/stream` name the session in an
 //!   `X-Session-Id` response header (a router learns where it is served),
 //!   and on a cluster node the node in `X-Subagentd-Node`. A request naming
@@ -80,8 +82,10 @@ use crate::protocol::encode;
 use crate::session::service::INPUT_QUEUE;
 use crate::session::OutboxReceiver;
 
+pub mod admin;
 pub mod metrics;
 mod sessions;
+mod ui;
 
 pub use sessions::HttpSessions;
 use sessions::{lock, HttpEntry};
@@ -148,7 +152,7 @@ fn is_session_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-fn peer(req: &HttpRequest) -> String {
+pub(super) fn peer(req: &HttpRequest) -> String {
     req.peer_addr().map_or_else(|| "an unknown peer".to_owned(), |addr| addr.to_string())
 }
 
@@ -206,7 +210,7 @@ fn body_timeout(sessions: &HttpSessions, req: &HttpRequest, accepted: usize) -> 
 }
 
 // The token of an `Authorization: Bearer <token>` header.
-fn bearer(req: &HttpRequest) -> Option<&str> {
+pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -528,14 +532,21 @@ async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
 
 /// Builds the HTTP server on an already bound listener; run the returned
 /// [`Server`] (a future) and stop it through its handle.
-pub fn server(listener: std::net::TcpListener, sessions: Arc<HttpSessions>, workers: usize) -> std::io::Result<Server> {
+pub fn server(
+    listener: std::net::TcpListener,
+    sessions: Arc<HttpSessions>,
+    admin: Arc<admin::AdminApi>,
+    workers: usize,
+) -> std::io::Result<Server> {
     listener.set_nonblocking(true)?;
     let workers = workers.max(1);
     // actix bounds connections per worker: split `max_connections` evenly.
     let per_worker = sessions.service.limits().max_connections.div_ceil(workers).max(1);
     let data = web::Data::from(sessions);
+    let admin = web::Data::from(admin);
     let server = HttpServer::new(move || {
         App::new()
+            .configure(|cfg| admin::routes(cfg, admin.clone()))
             .app_data(data.clone())
             .route("/session", web::post().to(create))
             .route("/send", web::post().to(send))

@@ -295,8 +295,10 @@ pub fn http_with_headers(
 ) -> (u16, std::collections::HashMap<String, String>, Value) {
     let mut stream = TcpStream::connect(addr).expect("connect http");
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -330,6 +332,9 @@ pub struct SseStream {
     buffer: String,
     /// The `id:` of the last event read (0 before any).
     pub last_id: u64,
+    // A2E messages (each checked against the SDK's contract), or any JSON
+    // (the admin stream).
+    protocol: bool,
 }
 
 impl SseStream {
@@ -340,14 +345,20 @@ impl SseStream {
     /// Opens a stream that resumes after event `last_event_id` (the
     /// `Last-Event-ID` header) when given.
     pub fn open_after(addr: &str, session: &str, last_event_id: Option<u64>) -> Self {
+        let resume = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
+        Self::get(addr, "/stream", &format!("X-Session-Id: {session}\r\n{resume}"), true)
+    }
+
+    /// Opens the admin stream at `path` (its data is any JSON) with extra
+    /// header lines `headers` (each ending in CRLF).
+    pub fn open_admin(addr: &str, path: &str, headers: &str) -> Self {
+        Self::get(addr, path, headers, false)
+    }
+
+    fn get(addr: &str, path: &str, headers: &str, protocol: bool) -> Self {
         let mut stream = TcpStream::connect(addr).expect("connect http");
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        let resume = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
-        write!(
-            stream,
-            "GET /stream HTTP/1.1\r\nHost: {addr}\r\nX-Session-Id: {session}\r\n{resume}Accept: text/event-stream\r\n\r\n"
-        )
-        .unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Accept: text/event-stream\r\n\r\n").unwrap();
         let mut reader = BufReader::new(stream);
         let mut status = 0;
         let mut content_type = String::new();
@@ -369,7 +380,7 @@ impl SseStream {
                 }
             }
         }
-        Self { reader, status, content_type, chunked, buffer: String::new(), last_id: 0 }
+        Self { reader, status, content_type, chunked, buffer: String::new(), last_id: 0, protocol }
     }
 
     fn fill(&mut self) -> bool {
@@ -418,12 +429,21 @@ impl SseStream {
                         assert!(id > self.last_id, "SSE ids increase: {id} after {}", self.last_id);
                         self.last_id = id;
                     } else if let Some(value) = line.strip_prefix("data: ") {
-                        data = Some(crate::contract::checked(value));
+                        data = Some(match self.protocol {
+                            true => crate::contract::checked(value),
+                            false => serde_json::from_str(value).expect("admin stream data is JSON"),
+                        });
+                    } else if !self.protocol && (line.starts_with(':') || line.starts_with("retry: ")) {
+                        // The admin stream's keepalives and reconnect delay.
                     } else {
                         assert!(line.is_empty(), "unexpected SSE line {line:?}");
                     }
                 }
-                return Some((name, data.expect("a data: line")));
+                match data {
+                    Some(data) => return Some((name, data)),
+                    None if !self.protocol => continue,
+                    None => panic!("an SSE event without a data: line"),
+                }
             }
             if !self.fill() {
                 return None;

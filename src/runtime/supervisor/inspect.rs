@@ -1,0 +1,143 @@
+//! The operator's view, answered from the records (see
+//! [`crate::runtime::inspect`]): the tree in order, counts by status, and
+//! one subagent in detail (its task asked of its actor).
+
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::record::{Entry, Slot, TaskTime};
+use super::Supervisor;
+use crate::error::HostError;
+use crate::ids::SubagentId;
+use crate::protocol::wire::TaskDefinition;
+use crate::runtime::budget;
+use crate::runtime::inspect::{StatusCounts, SubagentDetail, SubagentView};
+use crate::runtime::messages::CurrentTask;
+
+/// Every subagent as a row, in tree order.
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentView>")]
+pub(crate) struct InspectTree;
+
+/// The session's subagents counted by status.
+#[derive(Message)]
+#[rtype(result = "StatusCounts")]
+pub(crate) struct CountStatuses;
+
+/// One subagent in detail.
+#[derive(Message)]
+#[rtype(result = "Result<SubagentDetail, HostError>")]
+pub(crate) struct InspectOne(pub SubagentId);
+
+/// The monotonic and the wall clock, read together once per answer.
+#[derive(Clone, Copy)]
+struct Now {
+    instant: Instant,
+    ts: f64,
+}
+
+impl Now {
+    fn read() -> Self {
+        Self { instant: Instant::now(), ts: crate::protocol::encode::now_ts() }
+    }
+}
+
+impl Supervisor {
+    fn view(&self, id: SubagentId, entry: &Entry, now: Now) -> SubagentView {
+        let time = entry.task_time;
+        SubagentView {
+            subagent_id: id,
+            parent: entry.parent,
+            name: entry.config.name.as_str().into(),
+            model: entry.config.model.as_str().into(),
+            status: entry.status,
+            depth: entry.depth,
+            children: entry.children.len(),
+            usage: entry.usage.own(),
+            subtree_usage: entry.usage.subtree(),
+            budget_remaining: budget::remaining(id, &entry.usage, entry.wall.as_deref()),
+            task_ms: time.elapsed_ms(now.instant),
+            task_started_at: TaskTime::wall(time.started, now.instant, now.ts),
+            task_ended_at: TaskTime::wall(time.ended, now.instant, now.ts),
+            queued: entry.caps.queued,
+            error: entry.error.clone(),
+        }
+    }
+
+    /// Every record in tree order: each root (a top-level subagent, or one
+    /// whose parent's record was forgotten) in spawn order, followed by its
+    /// subtree depth first, children oldest first.
+    fn tree_order(&self) -> Vec<SubagentId> {
+        let mut roots: Vec<(u64, SubagentId)> = self
+            .index
+            .iter()
+            .filter(|(_, entry)| entry.parent.is_none_or(|parent| !self.index.contains_key(&parent)))
+            .map(|(id, entry)| (entry.ord, *id))
+            .collect();
+        roots.sort_unstable();
+        let mut order = Vec::with_capacity(self.index.len());
+        let mut pending: Vec<SubagentId> = roots.into_iter().rev().map(|(_, id)| id).collect();
+        while let Some(id) = pending.pop() {
+            let Some(entry) = self.index.get(&id) else { continue };
+            order.push(id);
+            pending.extend(entry.children.iter().rev().copied());
+        }
+        order
+    }
+}
+
+impl Handler<InspectTree> for Supervisor {
+    type Result = MessageResult<InspectTree>;
+
+    fn handle(&mut self, _msg: InspectTree, _ctx: &mut Self::Context) -> Self::Result {
+        let now = Now::read();
+        let rows = self.tree_order().into_iter().map(|id| self.view(id, &self.index[&id], now)).collect();
+        MessageResult(rows)
+    }
+}
+
+impl Handler<CountStatuses> for Supervisor {
+    type Result = MessageResult<CountStatuses>;
+
+    fn handle(&mut self, _msg: CountStatuses, _ctx: &mut Self::Context) -> Self::Result {
+        let mut counts = StatusCounts::default();
+        for entry in self.index.values() {
+            counts.add(entry.status);
+        }
+        MessageResult(counts)
+    }
+}
+
+impl Handler<InspectOne> for Supervisor {
+    type Result = ResponseFuture<Result<SubagentDetail, HostError>>;
+
+    fn handle(&mut self, msg: InspectOne, _ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.0;
+        let entry = match self.entry(id) {
+            Ok(entry) => entry,
+            Err(err) => return Box::pin(async move { Err(err) }),
+        };
+        let queued_task: Option<Arc<TaskDefinition>> =
+            self.queue.iter().find(|queued| queued.id == id).map(|queued| Arc::new(queued.task.clone()));
+        let addr = match &entry.slot {
+            Slot::Live { addr, .. } if queued_task.is_none() => Some(Arc::clone(addr)),
+            _ => None,
+        };
+        let detail = SubagentDetail {
+            view: self.view(id, entry, Now::read()),
+            config: entry.config.clone(),
+            task: queued_task,
+            result: entry.result.clone(),
+            child_ids: entry.children.clone(),
+        };
+        Box::pin(async move {
+            let mut detail = detail;
+            if let Some(addr) = addr {
+                // An actor that stopped meanwhile has no task to show.
+                detail.task = addr.send(CurrentTask).await.ok().flatten();
+            }
+            Ok(detail)
+        })
+    }
+}

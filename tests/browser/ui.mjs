@@ -1,0 +1,107 @@
+// Drives the live view (/ui) in headless Chromium for tests/it/e2e_ui.rs.
+//
+//   node ui.mjs BASE_URL SESSION_ID EXPECTED_JSON
+//
+// EXPECTED_JSON maps subagent ids to the status each must show. The script
+// opens the page, picks the session from the sessions table, waits for
+// every expected row, prints `READY`, then obeys one JSON command per stdin
+// line, answering each with one line on stdout:
+//
+//   {"wait": {"id": ID, "status": S}}  -> `SEEN` once the row shows S (the
+//                                         page was not reloaded meanwhile)
+//   {"terminate": ID}                   -> `STOPPED` once the page's terminate
+//                                         (confirmed) was answered
+//   {"screenshot": {"select": ID, "path": P}} -> `SHOT` once written
+//   {"quit": true}                      -> exits
+//
+// Anything that goes wrong prints `ERROR <why>` and exits 1.
+import { chromium } from "playwright-core";
+import readline from "node:readline";
+
+const [base, session, expectedJson] = process.argv.slice(2);
+const expected = JSON.parse(expectedJson);
+const TIMEOUT = 15000;
+
+function say(line) {
+  process.stdout.write(`${line}\n`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  // As root in a sandbox with a closed network: no sandbox, no background calls home.
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
+});
+
+async function main() {
+  const page = await browser.newPage({ viewport: { width: 1500, height: 720 } });
+  const dialogs = [];
+  page.on("dialog", async (dialog) => {
+    dialogs.push(dialog.message());
+    await dialog.accept();
+  });
+  const problems = [];
+  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+  page.on("console", (message) => {
+    if (message.type() === "error") problems.push(`console: ${message.text()}`);
+  });
+  page.setDefaultTimeout(TIMEOUT);
+  await page.goto(`${base}/ui`);
+  // The session is listed with its transport; choosing it shows its tree.
+  const sessionRow = page.locator(`#sessions tr[data-session="${session}"]`);
+  await sessionRow.waitFor();
+  await sessionRow.click();
+  await page.evaluate(() => {
+    window.__loadedOnce = true;
+  });
+  for (const [id, status] of Object.entries(expected)) {
+    await page.locator(`.row[data-id="${id}"][data-status="${status}"]`).waitFor();
+  }
+  await page.locator("#conn.conn-live").waitFor();
+  say("READY");
+
+  const lines = readline.createInterface({ input: process.stdin });
+  for await (const line of lines) {
+    const command = JSON.parse(line);
+    if (command.wait) {
+      const { id, status } = command.wait;
+      await page.locator(`.row[data-id="${id}"][data-status="${status}"]`).waitFor();
+      const same = await page.evaluate(() => window.__loadedOnce === true);
+      if (!same) throw new Error("the page was reloaded");
+      say("SEEN");
+    } else if (command.terminate) {
+      const id = command.terminate;
+      await page.locator(`.row[data-id="${id}"]`).click();
+      await page.locator(`#detail-title:has-text("${id}")`).waitFor();
+      const button = page.locator("#terminate-button");
+      await button.waitFor({ state: "visible" });
+      if (await button.isDisabled()) throw new Error("terminate is disabled");
+      const answered = page.waitForResponse((r) => r.url().endsWith(`/subagents/${id}/terminate`));
+      await button.click();
+      const response = await answered;
+      if (response.status() !== 200) throw new Error(`terminate answered ${response.status()}`);
+      if (!dialogs.some((text) => text.includes(id))) throw new Error(`no confirmation was asked: ${dialogs}`);
+      await page.locator(`.row[data-id="${id}"][data-status="TERMINATED"]`).waitFor();
+      say("STOPPED");
+    } else if (command.screenshot) {
+      const { select, path } = command.screenshot;
+      await page.locator(`.row[data-id="${select}"]`).click();
+      await page.locator("#detail-error").waitFor();
+      await page.screenshot({ path, fullPage: false });
+      say("SHOT");
+    } else if (command.quit) {
+      break;
+    }
+  }
+  if (problems.length) throw new Error(problems.join("; "));
+}
+
+try {
+  await main();
+  await browser.close();
+} catch (error) {
+  say(`ERROR ${String(error.message || error).split("\n")[0]}`);
+  await browser.close();
+  process.exit(1);
+}

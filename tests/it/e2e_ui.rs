@@ -1,0 +1,144 @@
+//! The live view (`/ui`) in a real browser: headless Chromium driven by
+//! `tests/browser/ui.mjs` (playwright-core) against the real binary. It
+//! needs Node.js, Debian's `chromium` (or `CHROMIUM=/path`) and
+//! `npm ci --prefix tests/browser`; `.ci/run` installs them. Missing, the
+//! test fails and says what to install.
+//!
+//! The picture it takes is the README's (`docs/ui.png`): always the real page.
+
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::e2e_admin::{handshake, list, session_of, three_levels};
+use crate::e2e_support::{LineClient, Server, PATIENCE};
+
+fn browser_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
+}
+
+// Fails with what to install when the browser or its driver is missing.
+fn require_browser() {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let driver = browser_dir().join("node_modules/playwright-core");
+    let node = Command::new("node").arg("--version").output().is_ok_and(|out| out.status.success());
+    assert!(
+        node && Path::new(&chromium).exists() && driver.exists(),
+        "the live view's browser test needs Node.js (found: {node}), Chromium at {chromium} (CHROMIUM=… to \
+         change; `apt-get install chromium`) and playwright-core (`npm ci --prefix tests/browser`); \
+         .ci/run installs them"
+    );
+}
+
+/// The browser script, talked to one line at a time.
+struct Browser {
+    child: Child,
+    commands: ChildStdin,
+    answers: mpsc::Receiver<String>,
+}
+
+impl Browser {
+    fn open(base: &str, session: &str, expected: &serde_json::Value) -> Self {
+        let mut child = Command::new("node")
+            .arg(browser_dir().join("ui.mjs"))
+            .args([base, session, &expected.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start node");
+        let commands = child.stdin.take().unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, commands, answers }
+    }
+
+    /// Waits for the script's next line, which must be `expected`.
+    fn expect(&self, expected: &str) {
+        // Chromium's first start on a cold machine is slow.
+        let line = self.answers.recv_timeout(PATIENCE * 2).unwrap_or_else(|_| "no answer in time".into());
+        assert_eq!(line, expected, "the browser script said {line:?}");
+    }
+
+    fn send(&mut self, command: serde_json::Value) {
+        writeln!(self.commands, "{command}").expect("write to the browser script");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = writeln!(self.commands, "{}", json!({ "quit": true }));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+    }
+}
+
+#[test]
+fn the_live_view_shows_a_tree_as_it_runs_and_terminates_a_subtree_from_the_page() {
+    require_browser();
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
+    let http = server.http.clone().unwrap();
+    let mut client = LineClient::connect(server.tcp.as_ref().unwrap());
+    handshake(&mut client, "report-writer", "");
+    let tree = three_levels(&mut client);
+    // An idle subagent: the test gives it a task once the page is open.
+    client.send(
+        &json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "r", "agent": { "name": "reviewer", "model": "scripted-sim" } }),
+    );
+    let reviewer = client.reply("r")["subagent_id"].as_str().unwrap().to_owned();
+    let session = session_of(&http, "report-writer", &[]);
+
+    let expected = json!({
+        tree.planner.as_str(): "RUNNING",
+        tree.researcher.as_str(): "RUNNING",
+        tree.reader.as_str(): "RUNNING",
+        tree.writer.as_str(): "FAILED",
+        reviewer.as_str(): "READY",
+    });
+    let mut browser = Browser::open(&format!("http://{http}"), &session, &expected);
+    browser.expect("READY");
+
+    // A status change reaches the open page without a reload.
+    let task =
+        json!({ "name": "review", "instruction": "review the draft", "metadata": { "script": [{ "sleep_ms": 700 }] } });
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": reviewer, "task": task }));
+    assert_eq!(client.reply("d")["accepted"], true);
+    browser.send(json!({ "wait": { "id": reviewer, "status": "RUNNING" } }));
+    browser.expect("SEEN");
+    browser.send(json!({ "wait": { "id": reviewer, "status": "COMPLETED" } }));
+    browser.expect("SEEN");
+
+    // Terminate from the page (confirmed there): the subtree stops, as the
+    // session's own client sees through the protocol.
+    browser.send(json!({ "terminate": tree.researcher }));
+    browser.expect("STOPPED");
+    let subagents = list(&mut client);
+    let status =
+        |id: &str| subagents.iter().find(|s| s["subagent_id"] == id).map(|s| s["status"].as_str().unwrap().to_owned());
+    assert_eq!(status(&tree.researcher).as_deref(), Some("TERMINATED"));
+    assert_eq!(status(&tree.reader).as_deref(), Some("TERMINATED"), "the researcher's child goes with it");
+    assert_eq!(status(&tree.planner).as_deref(), Some("RUNNING"), "its parent goes on");
+    assert_eq!(status(&tree.writer).as_deref(), Some("FAILED"));
+
+    // The README's picture: the failed writer chosen, its error shown.
+    let picture = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ui.png");
+    browser.send(json!({ "screenshot": { "select": tree.writer, "path": picture } }));
+    browser.expect("SHOT");
+    let png = std::fs::read(&picture).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a real picture: {} bytes", png.len());
+}
