@@ -16,6 +16,8 @@
 //!   SQLite and PostgreSQL; sessions resume and running tasks go on.
 //! - `golden`: request line in, reply line out, for both namespaces.
 //! - `stress`: random operations over several sessions.
+//! - `teardown`: close, drain, merge, cancel and terminate of large trees
+//!   stay correct where they were made linear.
 //! - `model`: random lifecycle sequences against a reference model (proptest).
 //!
 //! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
@@ -57,5 +59,6 @@ pub(crate) mod protocol;
 mod server;
 mod store_resume;
 mod stress;
+mod teardown;
 mod usage;
 mod wire_types;
