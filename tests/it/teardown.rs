@@ -69,7 +69,8 @@ async fn cancelling_a_subtree_takes_exactly_its_queued_tasks_out_and_the_rest_st
     let blocker = spawn_model(&session, "blocker", "gated").await;
     delegate(&session, blocker, TaskDefinition::new("block", "hold the only slot")).await;
     let parent = spawn(&session, "parent", None).await;
-    let (inside_a, inside_b) = (spawn(&session, "in_a", Some(parent)).await, spawn(&session, "in_b", Some(parent)).await);
+    let (inside_a, inside_b) =
+        (spawn(&session, "in_a", Some(parent)).await, spawn(&session, "in_b", Some(parent)).await);
     let (outside_a, outside_b) = (spawn(&session, "out_a", None).await, spawn(&session, "out_b", None).await);
     // Queued behind the blocker, the subtree's tasks between the others'.
     for id in [outside_a, inside_a, outside_b, inside_b] {
