@@ -490,16 +490,20 @@ enum Settle {
     Health(SocketAddr),
 }
 
-/// Sessions the host at `http` has open now (its `/health`).
-fn open_sessions(http: SocketAddr) -> u64 {
+/// The host's `GET /health`.
+fn health(http: SocketAddr) -> serde_json::Value {
     use std::io::Read;
     let mut stream = std::net::TcpStream::connect(http).expect("connect http");
     write!(stream, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
     let mut text = String::new();
     stream.read_to_string(&mut text).expect("read");
     let body = &text[text.find("\r\n\r\n").expect("body") + 4..];
-    let health: serde_json::Value = serde_json::from_str(body).expect("health json");
-    health["sessions"].as_u64().expect("sessions")
+    serde_json::from_str(body).expect("health json")
+}
+
+/// Sessions the host at `http` has open now.
+fn open_sessions(http: SocketAddr) -> u64 {
+    health(http)["sessions"].as_u64().expect("sessions")
 }
 
 /// Time for `iters` cycles spread over `sessions` fresh sessions made by `open`.
@@ -645,13 +649,7 @@ fn run_sql(url: &str, sql: &str) {
 
 /// `(commits, changes)` from the service's `/health`.
 fn store_stats(http: SocketAddr) -> (u64, u64) {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(http).expect("connect http");
-    write!(stream, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read");
-    let body = &text[text.find("\r\n\r\n").expect("body") + 4..];
-    let health: serde_json::Value = serde_json::from_str(body).expect("health json");
+    let health = health(http);
     (health["store"]["commits"].as_u64().unwrap_or(0), health["store"]["changes"].as_u64().unwrap_or(0))
 }
 
@@ -690,9 +688,12 @@ fn stores(c: &mut Criterion) {
     group.finish();
 }
 
-/// Spawns `n` subagents in one TCP session (pipelined), and returns the
-/// session id with the connection still open.
-fn fill_session(addr: SocketAddr, n: usize) -> (String, std::net::TcpStream) {
+/// A TCP session, handshaken, on a blocking socket: its id, the socket, and
+/// a buffered reader and writer on it.
+type BlockingSession =
+    (String, std::net::TcpStream, std::io::BufReader<std::net::TcpStream>, std::io::BufWriter<std::net::TcpStream>);
+
+fn blocking_session(addr: SocketAddr) -> BlockingSession {
     use std::io::BufRead;
     let stream = std::net::TcpStream::connect(addr).expect("connect");
     let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
@@ -703,6 +704,15 @@ fn fill_session(addr: SocketAddr, n: usize) -> (String, std::net::TcpStream) {
     reader.read_line(&mut line).expect("handshake reply");
     let hello: serde_json::Value = serde_json::from_str(&line).expect("json");
     let session = hello["session_id"].as_str().expect("session id").to_owned();
+    (session, stream, reader, writer)
+}
+
+/// Spawns `n` subagents in one TCP session (pipelined), and returns the
+/// session id with the connection still open.
+fn fill_session(addr: SocketAddr, n: usize) -> (String, std::net::TcpStream) {
+    use std::io::BufRead;
+    let (session, stream, mut reader, mut writer) = blocking_session(addr);
+    let mut line = String::new();
     for i in 0..n {
         writeln!(
             writer,

@@ -17,7 +17,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use super::{start_service, tcp_client, timed, Settle, Tail, HANDSHAKE};
+use super::{blocking_session, start_service, tcp_client, timed, Settle, Tail};
 
 /// Subagents in the watched session.
 const BUSY_SUBAGENTS: usize = 1000;
@@ -30,15 +30,8 @@ fn browser_dir() -> PathBuf {
 /// once a second for ten minutes; a thread reads (and drops) its lines.
 /// Returns its id and the connection, which keeps it open.
 fn busy_session(addr: SocketAddr, n: usize) -> (String, TcpStream) {
-    let stream = TcpStream::connect(addr).expect("connect");
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut writer = std::io::BufWriter::new(stream.try_clone().expect("clone"));
-    writeln!(writer, "{HANDSHAKE}").expect("write");
-    writer.flush().expect("flush");
+    let (session, stream, mut reader, mut writer) = blocking_session(addr);
     let mut line = String::new();
-    reader.read_line(&mut line).expect("handshake reply");
-    let hello: serde_json::Value = serde_json::from_str(&line).expect("json");
-    let session = hello["session_id"].as_str().expect("session id").to_owned();
     let step = r#"{"progress":"working"},{"sleep_ms":1000}"#;
     let script = vec![step; 600].join(",");
     for i in 0..n {

@@ -35,29 +35,6 @@ type Labels<const N: usize> = [(&'static str, &'static str); N];
 type ModelLabels = [(&'static str, String); 2];
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Every status, in the order of [`status_index`].
-const STATUSES: [SubagentStatus; 7] = [
-    SubagentStatus::Ready,
-    SubagentStatus::Running,
-    SubagentStatus::Waiting,
-    SubagentStatus::Completed,
-    SubagentStatus::Failed,
-    SubagentStatus::Cancelled,
-    SubagentStatus::Terminated,
-];
-
-fn status_index(status: SubagentStatus) -> usize {
-    match status {
-        SubagentStatus::Ready => 0,
-        SubagentStatus::Running => 1,
-        SubagentStatus::Waiting => 2,
-        SubagentStatus::Completed => 3,
-        SubagentStatus::Failed => 4,
-        SubagentStatus::Cancelled => 5,
-        SubagentStatus::Terminated => 6,
-    }
-}
-
 /// How a task ended, as the `outcome` label of the task metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskOutcome {
@@ -152,7 +129,8 @@ impl Metrics {
         registry.register("sessions_open", "Protocol sessions open now, by transport", sessions_open.clone());
 
         let subagents_family: Family<Labels<1>, ShardedGauge> = Family::default();
-        let subagents = STATUSES.map(|status| subagents_family.get_or_create_owned(&[("status", status.as_str())]));
+        let subagents =
+            SubagentStatus::ALL.map(|status| subagents_family.get_or_create_owned(&[("status", status.as_str())]));
         registry.register("subagents", "Subagents held now (live and retained), by status", subagents_family);
 
         let tasks_started = ShardedCounter::default();
@@ -260,20 +238,20 @@ impl Metrics {
 
     /// A subagent record appeared with `status`.
     pub(crate) fn subagent_added(&self, status: SubagentStatus) {
-        self.subagents[status_index(status)].add(1);
+        self.subagents[status.index()].add(1);
     }
 
     /// A subagent record's status changed.
     pub(crate) fn subagent_moved(&self, from: SubagentStatus, to: SubagentStatus) {
         if from != to {
-            self.subagents[status_index(from)].add(-1);
-            self.subagents[status_index(to)].add(1);
+            self.subagents[from.index()].add(-1);
+            self.subagents[to.index()].add(1);
         }
     }
 
     /// A subagent record with `status` was dropped.
     pub(crate) fn subagent_removed(&self, status: SubagentStatus) {
-        self.subagents[status_index(status)].add(-1);
+        self.subagents[status.index()].add(-1);
     }
 
     /// A task started.

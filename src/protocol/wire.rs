@@ -35,6 +35,16 @@ pub enum SubagentStatus {
 }
 
 impl SubagentStatus {
+    /// Every status, in declaration order: [`SubagentStatus::index`] is a
+    /// status's place here (tables indexed by status use it).
+    pub const ALL: [Self; 7] =
+        [Self::Ready, Self::Running, Self::Waiting, Self::Completed, Self::Failed, Self::Cancelled, Self::Terminated];
+
+    /// Its place in [`SubagentStatus::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// True while a task is executing (`RUNNING` or `WAITING`).
     pub fn is_busy(self) -> bool {
         matches!(self, Self::Running | Self::Waiting)

@@ -66,31 +66,21 @@ pub struct SubagentDetail {
     pub child_ids: Vec<SubagentId>,
 }
 
-/// How many of a session's subagents are in each status, in the wire
-/// spelling (`READY` …), every status present.
+/// How many of a session's subagents are in each status (indexed by
+/// [`SubagentStatus::index`]); serialized by the wire spelling (`READY` …),
+/// every status present.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatusCounts(pub [usize; 7]);
 
 impl StatusCounts {
-    /// Every status, in the order of the counts.
-    pub const STATUSES: [SubagentStatus; 7] = [
-        SubagentStatus::Ready,
-        SubagentStatus::Running,
-        SubagentStatus::Waiting,
-        SubagentStatus::Completed,
-        SubagentStatus::Failed,
-        SubagentStatus::Cancelled,
-        SubagentStatus::Terminated,
-    ];
-
     /// Counts one more in `status`.
     pub fn add(&mut self, status: SubagentStatus) {
-        self.0[status as usize] += 1;
+        self.0[status.index()] += 1;
     }
 
     /// The count of `status`.
     pub fn get(&self, status: SubagentStatus) -> usize {
-        self.0[status as usize]
+        self.0[status.index()]
     }
 
     /// All subagents counted.
@@ -102,8 +92,8 @@ impl StatusCounts {
 impl Serialize for StatusCounts {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(Self::STATUSES.len()))?;
-        for status in Self::STATUSES {
+        let mut map = serializer.serialize_map(Some(SubagentStatus::ALL.len()))?;
+        for status in SubagentStatus::ALL {
             map.serialize_entry(status.as_str(), &self.get(status))?;
         }
         map.end()
