@@ -11,7 +11,7 @@ pub mod hub;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use crate::runtime::Tree;
 pub use hub::{Hub, Next, Notice, Tap, Watch};
@@ -43,7 +43,7 @@ impl LiveSession {
             transport,
             peer: peer.to_owned(),
             agent_id: agent_id.to_owned(),
-            opened_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            opened_at: crate::protocol::encode::now_ts(),
             opened: Instant::now(),
             tree,
         }
@@ -87,9 +87,7 @@ impl Admin {
         if !self.hub.is_watched() {
             return;
         }
-        let mut data = session.summary();
-        data["state"] = json!(state);
-        let data = json!({ "session": &*session.id, "state": state, "summary": data }).to_string();
+        let data = json!({ "session": &*session.id, "state": state, "summary": session.summary() }).to_string();
         self.hub.publish_session(Notice { session: session.id.clone(), kind: "session", data });
     }
 

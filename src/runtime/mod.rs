@@ -284,9 +284,10 @@ impl Tree {
         self.close().await
     }
 
-    /// Every subagent as the operator's view shows it, in tree order.
-    pub async fn inspect(&self) -> Result<Vec<inspect::SubagentView>, HostError> {
-        Ok(self.inner.addr.send(supervisor::InspectTree).await?)
+    /// The first `limit` subagents as the operator's view shows them, in
+    /// tree order, and how many the session holds in all.
+    pub async fn inspect(&self, limit: usize) -> Result<(Vec<inspect::SubagentView>, usize), HostError> {
+        Ok(self.inner.addr.send(supervisor::InspectTree { limit }).await?)
     }
 
     /// One subagent in detail (its config, task and last result).

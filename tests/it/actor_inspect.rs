@@ -24,7 +24,10 @@ async fn rows_come_in_tree_order_with_parents_children_and_task_times() {
     wait_for_status(&tree, child_b, SubagentStatus::Failed).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
 
-    let rows = tree.inspect().await.unwrap();
+    let (rows, total) = tree.inspect(usize::MAX).await.unwrap();
+    assert_eq!(total, 5);
+    let (first_two, _) = tree.inspect(2).await.unwrap();
+    assert_eq!(first_two.iter().map(|row| row.subagent_id).collect::<Vec<_>>(), [first, child_a]);
     let order: Vec<_> = rows.iter().map(|row| row.subagent_id).collect();
     assert_eq!(order, [first, child_a, grandchild, child_b, second], "depth first, oldest first");
     let row = |id| rows.iter().find(|row| row.subagent_id == id).unwrap();
@@ -76,7 +79,7 @@ async fn a_row_whose_parents_record_was_forgotten_is_a_root() {
     tree.terminate(parent).await.unwrap();
     let listed: Vec<_> = tree.list().await.unwrap().subagents.iter().map(|info| info.subagent_id).collect();
     assert_eq!(listed, [child], "the setup: only the child's record is left");
-    let rows = tree.inspect().await.unwrap();
+    let (rows, _) = tree.inspect(usize::MAX).await.unwrap();
     assert_eq!(rows.len(), 1, "the orphan is not lost from the view");
     assert_eq!((rows[0].subagent_id, rows[0].parent), (child, Some(parent)));
 }

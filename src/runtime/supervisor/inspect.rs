@@ -15,10 +15,13 @@ use crate::runtime::budget;
 use crate::runtime::inspect::{StatusCounts, SubagentDetail, SubagentView};
 use crate::runtime::messages::CurrentTask;
 
-/// Every subagent as a row, in tree order.
+/// The first `limit` subagents as rows, in tree order, and how many there
+/// are in all.
 #[derive(Message)]
-#[rtype(result = "Vec<SubagentView>")]
-pub(crate) struct InspectTree;
+#[rtype(result = "(Vec<SubagentView>, usize)")]
+pub(crate) struct InspectTree {
+    pub limit: usize,
+}
 
 /// The session's subagents counted by status.
 #[derive(Message)]
@@ -90,10 +93,11 @@ impl Supervisor {
 impl Handler<InspectTree> for Supervisor {
     type Result = MessageResult<InspectTree>;
 
-    fn handle(&mut self, _msg: InspectTree, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: InspectTree, _ctx: &mut Self::Context) -> Self::Result {
         let now = Now::read();
-        let rows = self.tree_order().into_iter().map(|id| self.view(id, &self.index[&id], now)).collect();
-        MessageResult(rows)
+        let order = self.tree_order();
+        let rows = order.iter().take(msg.limit).map(|id| self.view(*id, &self.index[id], now)).collect();
+        MessageResult((rows, order.len()))
     }
 }
 

@@ -201,13 +201,11 @@ async fn tree(
         return refused;
     }
     let Some(session) = api.service.admin().session(&path) else { return unknown_session(&path) };
-    let mut rows = match session.tree.inspect().await {
-        Ok(rows) => rows,
+    let limit = query.limit.unwrap_or(DEFAULT_ROWS).min(MAX_ROWS);
+    let (rows, total) = match session.tree.inspect(limit).await {
+        Ok(found) => found,
         Err(err) => return failed(&err),
     };
-    let total = rows.len();
-    let limit = query.limit.unwrap_or(DEFAULT_ROWS).min(MAX_ROWS);
-    rows.truncate(limit);
     HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(json!({
         "session": summary(&session).await,
         "subagents": rows,
