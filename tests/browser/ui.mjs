@@ -44,7 +44,9 @@ async function main() {
   const problems = [];
   page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
   page.on("console", (message) => {
-    if (message.type() === "error") problems.push(`console: ${message.text()}`);
+    if (message.type() === "error" || /Content Security Policy/.test(message.text())) {
+      problems.push(`console: ${message.text()}`);
+    }
   });
   page.setDefaultTimeout(TIMEOUT);
   await page.goto(`${base}/ui`);
@@ -58,6 +60,9 @@ async function main() {
   for (const [id, status] of Object.entries(expected)) {
     await page.locator(`.row[data-id="${id}"][data-status="${status}"]`).waitFor();
   }
+  // The tree is drawn as a tree: each level further in than its parent.
+  const indents = await page.$$eval(".row .name", (names) => names.map((name) => parseFloat(getComputedStyle(name).paddingLeft)));
+  if (!indents.some((indent) => indent > 0)) throw new Error(`no row is indented: ${indents}`);
   await page.locator("#conn.conn-live").waitFor();
   say("READY");
 

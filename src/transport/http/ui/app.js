@@ -406,7 +406,7 @@ function drawRows() {
     const indent = state.filter ? 0 : row.depth * 16;
     html.push(`<div class="row row-grid s-${escapeHtml(row.status)}${row.subagent_id === state.chosen ? " selected" : ""}"
       data-id="${escapeHtml(row.subagent_id)}" data-status="${escapeHtml(row.status)}" title="${escapeHtml(row.error || "")}">
-      <span class="name" style="padding-left:${indent}px"><span class="caret ${caret}" data-caret="1"></span>
+      <span class="name" data-indent="${indent}"><span class="caret ${caret}" data-caret="1"></span>
         <span class="label">${escapeHtml(row.name)}</span> <span class="id mono">${escapeHtml(row.subagent_id)}</span></span>
       <span class="mono">${escapeHtml(row.model)}</span>
       <span>${statusBadge(row.status)}</span>
@@ -419,6 +419,8 @@ function drawRows() {
   const rows = $("tree-rows");
   rows.style.transform = `translateY(${first * ROW_HEIGHT}px)`;
   rows.innerHTML = html.join("");
+  // Through the CSSOM: the content security policy refuses style attributes.
+  for (const name of rows.querySelectorAll(".name[data-indent]")) name.style.paddingLeft = `${name.dataset.indent}px`;
 }
 
 // Running times tick while tasks run.
