@@ -14,6 +14,9 @@
 //   {"screenshot": {"select": ID, "path": P}} -> `SHOT` once written
 //   {"quit": true}                      -> exits
 //
+// With ADMIN_TOKEN in the environment, the page must first ask for the
+// admin token, which the script gives it.
+//
 // Anything that goes wrong prints `ERROR <why>` and exits 1.
 import { chromium } from "playwright-core";
 import readline from "node:readline";
@@ -50,6 +53,13 @@ async function main() {
   });
   page.setDefaultTimeout(TIMEOUT);
   await page.goto(`${base}/ui`);
+  // With ADMIN_TOKEN set the host has [admin] tokens: the page asks for one,
+  // once, in its dialog.
+  if (process.env.ADMIN_TOKEN) {
+    await page.locator("#token-dialog[open]").waitFor();
+    await page.locator("#token-input").fill(process.env.ADMIN_TOKEN);
+    await page.locator("#token-form button[type=submit]").click();
+  }
   // The session is listed with its transport; choosing it shows its tree.
   const sessionRow = page.locator(`#sessions tr[data-session="${session}"]`);
   await sessionRow.waitFor();

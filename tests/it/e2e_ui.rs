@@ -42,7 +42,16 @@ struct Browser {
 
 impl Browser {
     fn open(base: &str, session: &str, expected: &serde_json::Value) -> Self {
-        let mut child = Command::new("node")
+        Self::open_with_token(base, session, expected, None)
+    }
+
+    /// Opens the page, which must ask for `admin_token` first when given.
+    fn open_with_token(base: &str, session: &str, expected: &serde_json::Value, admin_token: Option<&str>) -> Self {
+        let mut command = Command::new("node");
+        if let Some(token) = admin_token {
+            command.env("ADMIN_TOKEN", token);
+        }
+        let mut child = command
             .arg(browser_dir().join("ui.mjs"))
             .args([base, session, &expected.to_string()])
             .stdin(Stdio::piped())
@@ -141,4 +150,19 @@ fn the_live_view_shows_a_tree_as_it_runs_and_terminates_a_subtree_from_the_page(
     browser.expect("SHOT");
     let png = std::fs::read(&picture).expect("the screenshot");
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a real picture: {} bytes", png.len());
+}
+
+#[test]
+fn with_admin_tokens_the_page_asks_for_one_and_then_shows_the_tree() {
+    require_browser();
+    let config = "[auth]\ntokens = [\"a2e-token\"]\n[admin]\ntokens = [\"admin-token\"]\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let http = server.http.clone().unwrap();
+    let mut client = LineClient::connect(server.tcp.as_ref().unwrap());
+    handshake(&mut client, "guarded", "a2e-token");
+    let tree = three_levels(&mut client);
+    let session = session_of(&http, "guarded", &[("Authorization", "Bearer admin-token")]);
+    let expected = json!({ tree.reader.as_str(): "RUNNING", tree.writer.as_str(): "FAILED" });
+    let browser = Browser::open_with_token(&format!("http://{http}"), &session, &expected, Some("admin-token"));
+    browser.expect("READY");
 }
