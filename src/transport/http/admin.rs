@@ -16,8 +16,9 @@
 //!   `event` is the `SUBAGENT_EVENT` exactly as the session's client gets
 //!   it; `event: session`, `data: {"session", "state": "opened"|"closed",
 //!   "summary"}` for every session; `event: resync` when the stream fell
-//!   behind and missed some (reload the state). Events are sent in batches
-//!   at most every 100 ms. A comment line every 15 s keeps it alive. At most [`MAX_WATCHES`] streams at once (503 past it).
+//!   behind and missed some (reload the state). Events go out in batches,
+//!   at most one every 100 ms. A comment line every 15 s keeps it alive. At
+//!   most [`MAX_WATCHES`] streams at once (503 past it).
 //! - `POST /admin/sessions/{id}/subagents/{sid}/cancel` and `…/terminate`:
 //!   as the protocol's cancel and terminate (the session's client sees the
 //!   same events); `{"ok": true, "stopped": [ids]}`. Each needs the header
