@@ -106,10 +106,35 @@ async fn finished_session(session: Tree, n: usize) -> (Tree, Vec<SubagentId>) {
     (session, ids)
 }
 
-fn close(c: &mut Criterion) {
-    let system = actix_rt::System::new();
-    let mut group = c.benchmark_group("close");
+/// How a session of finished subagents is torn down.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// `Tree::close`.
+    Close,
+    /// `Tree::drain` (nothing is busy: it closes).
+    Drain,
+}
+
+impl Ending {
+    async fn end(self, session: &Tree) -> Vec<SubagentId> {
+        match self {
+            Self::Close => session.close().await,
+            Self::Drain => session.drain(Duration::from_secs(60)).await,
+        }
+    }
+}
+
+/// A group of few samples (each builds a large session first).
+fn group<'a>(c: &'a mut Criterion, name: &str) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut group = c.benchmark_group(name);
     group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    group
+}
+
+/// `ending` of a session of N finished subagents, for each N.
+fn finished_teardown(c: &mut Criterion, name: &str, ending: Ending) {
+    let system = actix_rt::System::new();
+    let mut group = group(c, name);
     for n in [5_000usize, 20_000, 100_000] {
         let host = host(n);
         group.throughput(Throughput::Elements(n as u64));
@@ -121,7 +146,7 @@ fn close(c: &mut Criterion) {
                     iters,
                     |s| finished_session(s, n),
                     |s, _| async move {
-                        assert_eq!(s.close().await.len(), n, "every subagent stopped");
+                        assert_eq!(ending.end(&s).await.len(), n, "every subagent stopped");
                         s
                     },
                 )
@@ -131,10 +156,13 @@ fn close(c: &mut Criterion) {
     group.finish();
 }
 
+fn close(c: &mut Criterion) {
+    finished_teardown(c, "close", Ending::Close);
+}
+
 fn stop_raw(c: &mut Criterion) {
     let system = actix_rt::System::new();
-    let mut group = c.benchmark_group("stop_raw");
-    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    let mut group = group(c, "stop_raw");
     for n in [5_000usize, 20_000, 100_000] {
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(BenchmarkId::from_parameter(n), |b| {
@@ -159,35 +187,13 @@ fn stop_raw(c: &mut Criterion) {
 }
 
 fn drain(c: &mut Criterion) {
-    let system = actix_rt::System::new();
-    let mut group = c.benchmark_group("drain");
-    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
-    for n in [5_000usize, 20_000, 100_000] {
-        let host = host(n);
-        group.throughput(Throughput::Elements(n as u64));
-        group.bench_function(BenchmarkId::from_parameter(n), |b| {
-            b.iter_custom(|iters| {
-                timed(
-                    &system,
-                    &host,
-                    iters,
-                    |s| finished_session(s, n),
-                    |s, _| async move {
-                        assert_eq!(s.drain(Duration::from_secs(60)).await.len(), n, "every subagent stopped");
-                        s
-                    },
-                )
-            })
-        });
-    }
-    group.finish();
+    finished_teardown(c, "drain", Ending::Drain);
 }
 
 fn merge(c: &mut Criterion) {
     const N: usize = 10_000;
     let system = actix_rt::System::new();
-    let mut group = c.benchmark_group("merge");
-    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    let mut group = group(c, "merge");
     group.throughput(Throughput::Elements(N as u64));
     let host = host(N);
     // A merge leaves its session as it was: one session per strategy serves every iteration.
@@ -230,8 +236,7 @@ async fn tree(session: &Tree, shape: &str, n: usize) -> Vec<SubagentId> {
 fn terminate(c: &mut Criterion) {
     const N: usize = 10_000;
     let system = actix_rt::System::new();
-    let mut group = c.benchmark_group("terminate");
-    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    let mut group = group(c, "terminate");
     group.throughput(Throughput::Elements(N as u64));
     let host = host(N);
     for shape in ["wide", "deep"] {
@@ -255,8 +260,7 @@ fn terminate(c: &mut Criterion) {
 fn cancel(c: &mut Criterion) {
     const N: usize = 10_000;
     let system = actix_rt::System::new();
-    let mut group = c.benchmark_group("cancel");
-    group.sample_size(10).sampling_mode(SamplingMode::Flat).measurement_time(Duration::from_secs(3));
+    let mut group = group(c, "cancel");
     group.throughput(Throughput::Elements(N as u64));
     let host = host(N);
     let task = sleeping_task();

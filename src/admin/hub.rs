@@ -106,12 +106,15 @@ impl Hub {
 pub struct Tap {
     hub: Arc<Hub>,
     session: Arc<str>,
+    // `{"session":<id>,"event":`, what every notice of it starts with.
+    prefix: Arc<str>,
 }
 
 impl Tap {
     /// A tap for `session`'s events.
     pub fn new(hub: Arc<Hub>, session: &str) -> Self {
-        Self { hub, session: session.into() }
+        let prefix = format!("{{\"session\":{},\"event\":", serde_json::Value::from(session));
+        Self { hub, session: session.into(), prefix: prefix.into() }
     }
 
     /// Publishes one `SUBAGENT_EVENT` line (as the client gets it), when a
@@ -120,10 +123,8 @@ impl Tap {
         if !self.hub.wants(&self.session) {
             return;
         }
-        let mut data = String::with_capacity(line.len() + self.session.len() + 24);
-        data.push_str("{\"session\":");
-        data.push_str(&serde_json::Value::from(&*self.session).to_string());
-        data.push_str(",\"event\":");
+        let mut data = String::with_capacity(self.prefix.len() + line.len() + 1);
+        data.push_str(&self.prefix);
         data.push_str(line);
         data.push('}');
         let _ = self.hub.tx.send(Arc::new(Notice { session: self.session.clone(), kind: "subagent", data }));

@@ -122,8 +122,13 @@ impl Handler<InspectOne> for Supervisor {
             Ok(entry) => entry,
             Err(err) => return Box::pin(async move { Err(err) }),
         };
-        let queued_task: Option<Arc<TaskDefinition>> =
-            self.queue.iter().find(|queued| queued.id == id).map(|queued| Arc::new(queued.task.clone()));
+        // Only a record marked queued has a task in the queue.
+        let queued_task: Option<Arc<TaskDefinition>> = entry
+            .caps
+            .queued
+            .then(|| self.queue.iter().find(|queued| queued.id == id))
+            .flatten()
+            .map(|queued| Arc::new(queued.task.clone()));
         let addr = match &entry.slot {
             Slot::Live { addr, .. } if queued_task.is_none() => Some(Arc::clone(addr)),
             _ => None,
