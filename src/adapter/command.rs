@@ -19,7 +19,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::protocol::wire::JsonObject;
+use crate::protocol::wire::{JsonObject, RawObject};
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::store::Checkpoint;
 
@@ -84,7 +84,7 @@ impl AgentAdapter for CommandAdapter {
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {
         let config = self.config.clone();
-        Box::pin(async move { run_program(&config, &ctx).await })
+        Box::pin(async move { run_program(&config, &ctx).await.map(RawObject::from) })
     }
 }
 

@@ -5,12 +5,12 @@
 //! `task.metadata.script` it runs the steps of the contract in DESIGN.md, each
 //! one step toward `max_steps`. A malformed script fails its task only.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentConfig, TaskDefinition, Usage};
+use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, TaskDefinition, Usage};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// The scripted adapter (the default route).
@@ -76,20 +76,32 @@ fn parse_script(metadata: &JsonObject) -> Result<Option<Vec<Step>>, TaskError> {
         .map_err(|err| TaskError(format!("malformed script at `script.{}`: {}", err.path(), err.inner())))
 }
 
-// Values are built directly: `json!` would send each one through serde.
+fn summary_of(ctx: &TaskContext) -> String {
+    format!("Completed task: {}", ctx.task.name)
+}
+
+/// The same result as an object a script's steps add to.
 fn default_result(ctx: &TaskContext) -> JsonObject {
     let mut result = JsonObject::new();
-    result.insert("summary".into(), Value::String(format!("Completed task: {}", ctx.task.name)));
+    result.insert("summary".into(), Value::String(summary_of(ctx)));
     result.insert("instruction".into(), Value::String(ctx.task.instruction.clone()));
     result
 }
 
-/// A `{"role": …, "content": …}` memory entry.
-fn memory_entry(role: &str, content: Value) -> Value {
-    let mut entry = JsonObject::new();
-    entry.insert("role".into(), Value::String(role.to_owned()));
-    entry.insert("content".into(), content);
-    Value::Object(entry)
+/// The result of a task without a script:
+/// `{"instruction": …, "summary": "Completed task: <name>"}`. Fields are in
+/// key order, as a `Value` object writes them.
+#[derive(Serialize)]
+struct DefaultResult<'a> {
+    instruction: &'a str,
+    summary: &'a str,
+}
+
+/// A `{"content": …, "role": …}` memory entry (key order, as above).
+#[derive(Serialize)]
+struct Said<'a, T: Serialize> {
+    content: T,
+    role: &'a str,
 }
 
 impl AgentAdapter for ScriptedAdapter {
@@ -105,6 +117,9 @@ impl AgentAdapter for ScriptedAdapter {
         Box::pin(async move {
             let cancel = ctx.cancel.clone();
             tokio::select! {
+                // The script first: most steps never wait, and then the
+                // cancel token is never polled (nor its waiter registered).
+                biased;
                 outcome = run_script(&ctx) => outcome,
                 _ = cancel.cancelled() => Err(TaskError::new("cancelled")),
             }
@@ -122,7 +137,7 @@ struct Gathered {
     tokens: Usage,
 }
 
-async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
+async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     // A resumed script goes on after its last completed step, with what it
     // had gathered; its memory was stored with that checkpoint.
     let (first, gathered) = match ctx.resume_point() {
@@ -132,14 +147,17 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
             (checkpoint.step as usize, gathered)
         }
         None => {
-            ctx.memory.push(memory_entry("user", Value::String(ctx.task.instruction.clone())));
+            ctx.memory.push(Said { content: &ctx.task.instruction, role: "user" });
             (0, Gathered::default())
         }
     };
     let Some(steps) = parse_script(&ctx.task.metadata)? else {
         ctx.step()?;
-        let result = default_result(ctx);
-        ctx.memory.push(memory_entry("assistant", result["summary"].clone()));
+        // Encoded straight from structs, with no `Value` tree between: the
+        // default task is the one every benchmark runs.
+        let summary = summary_of(ctx);
+        let result = RawObject::encode(&DefaultResult { instruction: &ctx.task.instruction, summary: &summary });
+        ctx.memory.push(Said { content: &summary, role: "assistant" });
         return Ok(result);
     };
     let Gathered { mut messages, mut children, mut tokens } = gathered;
@@ -220,9 +238,9 @@ async fn run_script(ctx: &TaskContext) -> Result<JsonObject, TaskError> {
         result.entry("children").or_insert(Value::Object(children));
     }
     if let Some(summary) = result.get("summary") {
-        ctx.memory.push(json!({ "role": "assistant", "content": summary }));
+        ctx.memory.push(Said { content: summary, role: "assistant" });
     }
-    Ok(result)
+    Ok(RawObject::from(result))
 }
 
 impl Default for AdapterRouter {

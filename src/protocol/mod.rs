@@ -4,11 +4,13 @@
 //! - [`codec`]: NDJSON framing with a line limit.
 //! - [`request`]: decoding a line into a typed [`request::Request`].
 //! - [`encode`]: the envelope on every outgoing message, and error replies.
+//! - [`raw`]: JSON objects kept as their encoded text (task results).
 //! - [`multi_agent`]: the SDK's `multi_agent/*` namespace, mapped onto the
 //!   same requests.
 
 pub mod codec;
 pub mod encode;
 pub mod multi_agent;
+pub mod raw;
 pub mod request;
 pub mod wire;

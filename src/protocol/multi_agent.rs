@@ -168,7 +168,7 @@ pub struct AgentAwaitResponse {
     /// Its status.
     pub status: &'static str,
     /// The last task's result.
-    pub result: Option<std::sync::Arc<JsonObject>>,
+    pub result: Option<super::wire::RawObject>,
     /// The last task's error.
     pub error: Option<std::sync::Arc<str>>,
     /// Tokens its own tasks used (an addition to the SDK's fields).

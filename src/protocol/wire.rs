@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
+pub use super::raw::RawObject;
 use crate::ids::SubagentId;
 
 /// A JSON object (`dict[str, Any]` in the spec).
@@ -295,7 +296,7 @@ pub struct AwaitResponse {
     pub status: SubagentStatus,
     /// Task result.
     #[serde(default)]
-    pub result: Option<Arc<JsonObject>>,
+    pub result: Option<RawObject>,
     /// Error message if failed.
     #[serde(default)]
     pub error: Option<Arc<str>>,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::ids::SubagentId;
-use crate::protocol::wire::{BudgetRemaining, JsonObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
+use crate::protocol::wire::{BudgetRemaining, RawObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
 
 /// One subagent as a row of the operator's tree.
 #[derive(Debug, Clone, Serialize)]
@@ -61,7 +61,7 @@ pub struct SubagentDetail {
     /// has run none since its actor started).
     pub task: Option<Arc<TaskDefinition>>,
     /// Its last task's result.
-    pub result: Option<Arc<JsonObject>>,
+    pub result: Option<RawObject>,
     /// Its children's ids, oldest first.
     pub child_ids: Vec<SubagentId>,
 }

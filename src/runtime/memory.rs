@@ -4,6 +4,7 @@
 //! a per-subagent lock; no lock is ever shared by two subagents unless their
 //! memory scope says they share memory.
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +22,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A bounded list of memory entries (chat-style `{"role", "content"}` objects).
 ///
+/// Entries are kept as their encoded JSON text: a memory is mostly kept and
+/// written out (to the store, to a command adapter), and a `Value` object
+/// costs a B-tree node of over 600 bytes where its text costs its length.
+///
 /// Cloning shares the same memory (`shared` scope); [`Memory::snapshot_copy`]
 /// makes an independent copy (`snapshot` scope).
 #[derive(Debug, Clone)]
@@ -32,10 +37,13 @@ pub struct Memory {
     max_bytes: usize,
 }
 
-/// The entries with their encoded sizes, and the sum of those.
+/// One entry, as its encoded JSON text.
+pub type MemoryEntry = Box<RawValue>;
+
+/// The entries, and the sum of their encoded sizes.
 #[derive(Debug, Clone, Default)]
 struct Entries {
-    list: VecDeque<(Value, usize)>,
+    list: VecDeque<MemoryEntry>,
     bytes: usize,
 }
 
@@ -46,30 +54,44 @@ impl Memory {
     }
 
     /// An empty memory that keeps at most `capacity` entries and `max_bytes`
-    /// bytes of them (as encoded JSON, about: see `encode::approx_len`).
+    /// bytes of them (as encoded JSON).
     pub fn with_bounds(capacity: usize, max_bytes: usize) -> Self {
         Self { inner: Arc::default(), capacity: capacity.max(1), max_bytes }
     }
 
     /// Appends an entry, dropping the oldest ones to stay within the bounds.
     /// An entry larger than the whole byte bound is not kept.
-    pub fn push(&self, entry: Value) {
-        let size = approx_len(&entry);
+    pub fn push(&self, entry: impl serde::Serialize) {
+        // Encoding a `Value` or a plain struct into a string cannot fail.
+        if let Ok(encoded) = serde_json::value::to_raw_value(&entry) {
+            self.push_encoded(encoded);
+        }
+    }
+
+    /// Appends an entry already encoded, as [`Memory::push`] does.
+    pub fn push_encoded(&self, entry: MemoryEntry) {
+        let size = entry.get().len();
         if size > self.max_bytes {
             return;
         }
         let mut entries = lock(&self.inner);
         while entries.list.len() >= self.capacity || entries.bytes + size > self.max_bytes {
-            let Some((_, dropped)) = entries.list.pop_front() else { break };
-            entries.bytes -= dropped;
+            let Some(dropped) = entries.list.pop_front() else { break };
+            entries.bytes -= dropped.get().len();
         }
-        entries.list.push_back((entry, size));
+        entries.list.push_back(entry);
         entries.bytes += size;
     }
 
-    /// The entries, oldest first.
-    pub fn entries(&self) -> Vec<Value> {
-        lock(&self.inner).list.iter().map(|(entry, _)| entry.clone()).collect()
+    /// The entries as kept, oldest first.
+    pub fn entries(&self) -> Vec<MemoryEntry> {
+        lock(&self.inner).list.iter().cloned().collect()
+    }
+
+    /// The entries parsed, oldest first, for an adapter that reads them.
+    pub fn values(&self) -> Vec<Value> {
+        // Each was encoded from a value, so each parses back.
+        lock(&self.inner).list.iter().map(|entry| serde_json::from_str(entry.get()).unwrap_or(Value::Null)).collect()
     }
 
     /// Number of entries.
@@ -225,14 +247,14 @@ mod tests {
             memory.push(json!(format!("entry {n:02}")));
         }
         assert!(memory.bytes() <= 50, "{} bytes", memory.bytes());
-        assert_eq!(memory.entries().last(), Some(&json!("entry 09")));
+        assert_eq!(memory.values().last(), Some(&json!("entry 09")));
         assert_eq!(
-            memory.entries().first(),
+            memory.values().first(),
             Some(&json!("entry 05")),
             "five entries of 10 bytes fit; oldest dropped first"
         );
         memory.push(json!("x".repeat(60)));
-        assert_eq!(memory.entries().last(), Some(&json!("entry 09")), "an entry over the whole bound is not kept");
+        assert_eq!(memory.values().last(), Some(&json!("entry 09")), "an entry over the whole bound is not kept");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
-use crate::protocol::wire::{AwaitResponse, JsonObject, SubagentStatus};
+use crate::protocol::wire::{AwaitResponse, JsonObject, RawObject, SubagentStatus};
 
 /// One subagent's outcome, as a strategy sees it.
 #[derive(Debug, Clone)]
@@ -27,10 +27,10 @@ pub struct MergeInput {
 }
 
 impl MergeInput {
-    /// The result object (empty when there is none).
-    pub fn result(&self) -> &JsonObject {
-        static EMPTY: std::sync::OnceLock<JsonObject> = std::sync::OnceLock::new();
-        self.outcome.result.as_deref().unwrap_or_else(|| EMPTY.get_or_init(JsonObject::new))
+    /// The result object (empty when there is none), parsed from its text
+    /// on each call.
+    pub fn result(&self) -> JsonObject {
+        self.outcome.result.as_ref().map(RawObject::to_object).unwrap_or_default()
     }
 }
 
@@ -212,7 +212,7 @@ mod tests {
             outcome: AwaitResponse {
                 subagent_id: SubagentId(n),
                 status: SubagentStatus::Completed,
-                result: Some(Arc::new(result)),
+                result: Some(RawObject::from(result)),
                 error: None,
                 usage: Default::default(),
                 subtree_usage: Default::default(),

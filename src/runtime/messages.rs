@@ -116,7 +116,7 @@ pub(crate) struct Report {
     pub id: SubagentId,
     pub kind: EventKind,
     pub status: SubagentStatus,
-    pub result: Option<Arc<JsonObject>>,
+    pub result: Option<RawObject>,
     pub error: Option<Arc<str>>,
     pub detail: EventDetail,
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use super::writer::now_ms;
 use super::{Change, Held, SessionRow, SubagentRow};
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentStatus, TaskDefinition, Usage};
-use crate::runtime::memory::InboxMessage;
+use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
+use crate::runtime::memory::{InboxMessage, MemoryEntry};
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +64,7 @@ type Key = (Arc<str>, SubagentId);
 #[derive(Debug, Clone)]
 struct Patch {
     status: SubagentStatus,
-    result: Option<Arc<JsonObject>>,
+    result: Option<RawObject>,
     error: Option<Arc<str>>,
     tasks_started: Option<u64>,
     // Set when a task ended: its subagent's own tokens so far.
@@ -88,7 +88,7 @@ struct Folded<'a> {
     subagents: HashMap<Key, SubagentRow>,
     patches: HashMap<Key, Patch>,
     tasks: HashMap<Key, TaskOp<'a>>,
-    memories: HashMap<Key, &'a Vec<Value>>,
+    memories: HashMap<Key, &'a Vec<MemoryEntry>>,
     mailboxes: HashMap<Key, &'a Vec<InboxMessage>>,
     journal: Vec<(&'a Arc<str>, u64, &'a String)>,
     // Per session: the lowest and highest journal seq of the batch.
@@ -392,7 +392,7 @@ fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<Key, Subage
                     int(row.tasks_started),
                     Arg::Text(json(&*row.config)),
                     Arg::Text(status_text(row.status)),
-                    Arg::OptText(row.result.as_deref().map(json)),
+                    Arg::OptText(row.result.as_ref().map(|result| result.text().to_owned())),
                     Arg::OptText(row.error.as_deref().map(str::to_owned)),
                     int(row.usage.input_tokens),
                     int(row.usage.output_tokens),
@@ -421,7 +421,7 @@ fn subagent_patches(dialect: Dialect, ops: &mut Vec<Op>, patches: &HashMap<Key, 
                 *id,
                 [
                     Arg::Text(status_text(patch.status)),
-                    Arg::OptText(patch.result.as_deref().map(json)),
+                    Arg::OptText(patch.result.as_ref().map(|result| result.text().to_owned())),
                     Arg::OptText(patch.error.as_deref().map(str::to_owned)),
                     Arg::OptInt(patch.tasks_started.map(|n| i64::try_from(n).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.input_tokens).unwrap_or(i64::MAX))),
@@ -653,7 +653,7 @@ fn mailbox_json(messages: &[InboxMessage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::SubagentConfig;
+    use crate::protocol::wire::{JsonObject, SubagentConfig};
 
     fn row() -> SubagentRow {
         SubagentRow {
@@ -686,7 +686,7 @@ mod tests {
                 session: session.clone(),
                 id,
                 status: SubagentStatus::Completed,
-                result: Some(Arc::new(result)),
+                result: Some(RawObject::from(result)),
                 error: None,
                 held: Held::default(),
                 usage: Usage { input_tokens: 123, output_tokens: 45 },

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::writer::CommitGate;
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
-use crate::runtime::memory::InboxMessage;
+use crate::protocol::wire::{RawObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
+use crate::runtime::memory::{InboxMessage, MemoryEntry};
 
 /// A session's identity, as its first successful handshake set it.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +49,7 @@ pub struct SubagentRow {
     /// Its status.
     pub status: SubagentStatus,
     /// Its last result.
-    pub result: Option<Arc<JsonObject>>,
+    pub result: Option<RawObject>,
     /// Its last error.
     pub error: Option<Arc<str>>,
     /// Tokens its own tasks used (as of its last task's end).
@@ -70,7 +70,7 @@ pub struct Checkpoint {
 #[derive(Debug, Default)]
 pub struct Held {
     /// The entries of the memory it uses, keyed by the subagent that owns it.
-    pub memory: Option<(SubagentId, Vec<Value>)>,
+    pub memory: Option<(SubagentId, Vec<MemoryEntry>)>,
     /// Its undelivered messages, when they changed.
     pub mailbox: Option<Vec<InboxMessage>>,
 }
@@ -99,7 +99,7 @@ pub enum Change {
         session: Arc<str>,
         id: SubagentId,
         status: SubagentStatus,
-        result: Option<Arc<JsonObject>>,
+        result: Option<RawObject>,
         error: Option<Arc<str>>,
         held: Held,
         // The tokens its own tasks have used, this one included.

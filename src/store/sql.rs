@@ -479,7 +479,7 @@ impl SqlStore {
             let status: SubagentStatus = serde_json::from_value(Value::String(sub[9].text().unwrap_or_default()))
                 .map_err(|err| StoreError(format!("stored status: {err}")))?;
             let result = match sub[10].text() {
-                Some(text) => Some(std::sync::Arc::new(parse_json(Some(text))?)),
+                Some(text) => Some(parse_json(Some(text))?),
                 None => None,
             };
             let row = SubagentRow {

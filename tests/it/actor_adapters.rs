@@ -23,7 +23,7 @@ impl AgentAdapter for Named {
         Box::pin(async move {
             let mut result = JsonObject::new();
             result.insert("adapter".into(), json!(name));
-            Ok(result)
+            Ok(result.into())
         })
     }
 }
@@ -38,11 +38,11 @@ impl AgentAdapter for MemoryProbe {
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {
         Box::pin(async move {
-            let seen = ctx.memory.entries();
+            let seen = ctx.memory.values();
             ctx.memory.push(json!({ "role": "user", "content": ctx.task.instruction }));
             let mut result = JsonObject::new();
             result.insert("memory".into(), Value::Array(seen));
-            Ok(result)
+            Ok(result.into())
         })
     }
 }
@@ -99,7 +99,7 @@ async fn the_router_tries_model_globs_in_order_then_the_default() {
     let (session, _events) = open(&host);
     let id = spawn_model(&session, "a", "gpt-3.5", None, MemoryScope::Shared).await;
     let answer = run_to_end(&session, id, TaskDefinition::new("t", "x")).await;
-    assert_eq!(answer.result.unwrap()["adapter"], json!("second"));
+    assert_eq!(answer.result.unwrap().to_object()["adapter"], json!("second"));
 }
 
 #[actix_rt::test]
@@ -108,9 +108,9 @@ async fn the_scripted_adapter_without_a_script_answers_like_the_reference_host()
     let (session, _events) = open(&host);
     let id = spawn(&session, "plain", None).await;
     let answer = run_to_end(&session, id, TaskDefinition::new("research_topic", "Research X")).await;
-    let result = answer.result.unwrap();
+    let result = answer.result.unwrap().to_object();
     assert_eq!(
-        *result,
+        result,
         json!({ "summary": "Completed task: research_topic", "instruction": "Research X" })
             .as_object()
             .unwrap()
@@ -148,9 +148,9 @@ async fn script_return_of_a_non_object_is_wrapped_as_value() {
     let answer =
         run_to_end(&session, id, script_task("r", json!([{ "return": [1, 2] }, { "fail": "not reached" }]))).await;
     assert_eq!(answer.status, SubagentStatus::Completed);
-    assert_eq!(answer.result.unwrap()["value"], json!([1, 2]));
+    assert_eq!(answer.result.unwrap().to_object()["value"], json!([1, 2]));
     let answer = run_to_end(&session, id, script_task("r2", json!([{ "return": { "a": 1 } }]))).await;
-    assert_eq!(answer.result.unwrap()["a"], json!(1));
+    assert_eq!(answer.result.unwrap().to_object()["a"], json!(1));
 }
 
 #[actix_rt::test]
@@ -168,7 +168,7 @@ async fn script_send_to_parent_reaches_a_parent_waiting_for_messages() {
     .await;
     assert_eq!(child_answer.status, SubagentStatus::Completed);
     let answer = session.await_result(parent).await.unwrap();
-    let messages = answer.result.unwrap()["messages"].clone();
+    let messages = answer.result.unwrap().to_object()["messages"].clone();
     assert_eq!(messages[0]["content"], json!("found it"));
     assert_eq!(messages[0]["from"], json!(child.to_string()));
 }
@@ -185,7 +185,7 @@ async fn script_send_by_id_and_wait_message_timeout_goes_on() {
     let script =
         json!([{ "wait_message": {} }, { "wait_message": { "timeout_ms": 20 } }, { "return": { "done": true } }]);
     let answer = run_to_end(&session, b, script_task("w", script)).await;
-    let result = answer.result.unwrap();
+    let result = answer.result.unwrap().to_object();
     assert_eq!(result["done"], json!(true));
     assert_eq!(result["messages"].as_array().unwrap().len(), 1, "the timed-out wait adds nothing");
     // Sending to a subagent that does not exist fails the sender's task only.
@@ -213,7 +213,7 @@ async fn script_spawn_and_await_children_build_a_real_nested_tree() {
     ]);
     let answer = run_to_end(&session, root, script_task("tree", script)).await;
     assert_eq!(answer.status, SubagentStatus::Completed, "{answer:?}");
-    let children = answer.result.unwrap()["children"].as_object().unwrap().clone();
+    let children = answer.result.unwrap().to_object()["children"].as_object().unwrap().clone();
     assert_eq!(children.len(), 2);
     let list = session.list().await.unwrap().subagents;
     assert_eq!(list.len(), 4);
@@ -298,7 +298,7 @@ async fn memory_scopes_share_copy_or_isolate_the_parents_memory() {
     // The parent adds to its memory after the spawn.
     run_to_end(&session, parent, TaskDefinition::new("t", "parent said two")).await;
     let seen = |answer: AwaitResponse| -> Vec<String> {
-        answer.result.unwrap()["memory"]
+        answer.result.unwrap().to_object()["memory"]
             .as_array()
             .unwrap()
             .iter()

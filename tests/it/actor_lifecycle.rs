@@ -32,7 +32,7 @@ async fn delegate_on_ready_is_accepted_and_running() {
     assert_eq!(reply, DelegateResponse { accepted: true, status: SubagentStatus::Running });
     let done = session.await_result(id).await.unwrap();
     assert_eq!(done.status, SubagentStatus::Completed);
-    assert_eq!(done.result.unwrap()["slept"], json!(50));
+    assert_eq!(done.result.unwrap().to_object()["slept"], json!(50));
 }
 
 #[actix_rt::test]
@@ -77,12 +77,12 @@ async fn delegate_while_running_or_waiting_is_refused_and_the_task_is_untouched(
     gate.open();
     let done = session.await_result(id).await.unwrap();
     assert_eq!(done.status, SubagentStatus::Completed);
-    assert_eq!(done.result.unwrap()["released"], json!("first"));
+    assert_eq!(done.result.unwrap().to_object()["released"], json!("first"));
     let payload = SubagentMessagePayload { kind: "note".into(), content: json!("go") };
     session.message("client_agent".into(), waiter, payload).await.unwrap();
     let waited = session.await_result(waiter).await.unwrap();
     assert_eq!(waited.status, SubagentStatus::Completed);
-    assert_eq!(waited.result.unwrap()["messages"][0]["content"], json!("go"));
+    assert_eq!(waited.result.unwrap().to_object()["messages"][0]["content"], json!("go"));
 }
 
 #[actix_rt::test]
@@ -104,7 +104,7 @@ async fn await_on_a_running_task_replies_when_it_ends_to_every_awaiter() {
     let (a, b) = futures_util::future::join(session.await_result(id), session.await_result(id)).await;
     for answer in [a.unwrap(), b.unwrap()] {
         assert_eq!(answer.status, SubagentStatus::Completed);
-        assert_eq!(answer.result.unwrap()["slept"], json!(100));
+        assert_eq!(answer.result.unwrap().to_object()["slept"], json!(100));
         assert_eq!(answer.error, None);
     }
 }
@@ -120,7 +120,7 @@ async fn await_on_a_finished_or_never_delegated_subagent_replies_at_once() {
     let first = session.await_result(fresh).await.unwrap();
     let again = tokio::time::timeout(Duration::from_secs(5), session.await_result(fresh)).await.unwrap().unwrap();
     assert_eq!(first, again);
-    assert_eq!(again.result.unwrap()["summary"], json!("Completed task: t"));
+    assert_eq!(again.result.unwrap().to_object()["summary"], json!("Completed task: t"));
 }
 
 #[actix_rt::test]
@@ -176,7 +176,7 @@ async fn terminate_stops_the_actor_and_the_record_stays_for_await_and_list() {
     assert_eq!((session.stats().tasks(), session.stats().actors()), (0, 0));
     let record = session.await_result(done).await.unwrap();
     assert_eq!(record.status, SubagentStatus::Terminated);
-    assert_eq!(record.result.unwrap()["answer"], json!(42), "last result kept");
+    assert_eq!(record.result.unwrap().to_object()["answer"], json!(42), "last result kept");
     assert_eq!(session.await_result(running).await.unwrap().status, SubagentStatus::Terminated);
     assert_eq!(listed_status(&session, running).await, Some(SubagentStatus::Terminated));
     let terminated: Vec<_> = drain_events(&mut events)
@@ -199,7 +199,7 @@ async fn message_to_a_live_subagent_lands_in_its_mailbox_and_is_read_by_its_task
     let reply = session.message("client_agent".into(), reader, payload).await.unwrap();
     assert!(reply.delivered);
     let answer = session.await_result(reader).await.unwrap();
-    let messages = &answer.result.unwrap()["messages"];
+    let messages = &answer.result.unwrap().to_object()["messages"];
     assert_eq!(messages[0]["content"], json!({ "hello": "world" }));
     assert_eq!(messages[0]["from"], json!("client_agent"));
     let got = drain_events(&mut events);

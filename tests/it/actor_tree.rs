@@ -100,7 +100,7 @@ impl AgentAdapter for Stubborn {
     fn run(&self, _ctx: TaskContext) -> TaskFuture {
         Box::pin(async {
             std::future::pending::<()>().await;
-            Ok(JsonObject::new())
+            Ok(JsonObject::new().into())
         })
     }
 }

@@ -102,7 +102,7 @@ async fn the_task_goes_in_on_stdin_the_result_comes_out_on_stdout_and_stderr_is_
     let (id, done) = run(&session, SubagentConfig::new("echoer", "cmd-echo"), task).await;
 
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
-    let result = done.result.expect("result");
+    let result = done.result.expect("result").to_object();
     assert_eq!(result["summary"], "done");
     let input = &result["echo"];
     assert_eq!(input["subagent_id"], json!(id));
@@ -119,7 +119,7 @@ async fn the_task_goes_in_on_stdin_the_result_comes_out_on_stdout_and_stderr_is_
     // The subagent keeps its memory: a second task sees the first exchange.
     assert!(session.delegate(id, TaskDefinition::new("again", "once more")).await.expect("delegate").accepted);
     let again = session.await_result(id).await.expect("await");
-    let memory = again.result.expect("result")["echo"]["memory"].clone();
+    let memory = again.result.expect("result").to_object()["echo"]["memory"].clone();
     assert_eq!(
         memory,
         json!([{"role": "user", "content": "repeat after me"}, {"role": "assistant", "content": "done"}])
@@ -165,7 +165,7 @@ async fn bad_exits_and_bad_output_fail_the_task_with_a_clear_error() {
 
     let (_, done) = run(&session, SubagentConfig::new("f", "cmd-logs"), task()).await;
     assert_eq!(done.status, SubagentStatus::Completed, "last line is the result: {:?}", done.error);
-    assert_eq!(done.result.expect("result")["answer"], 42);
+    assert_eq!(done.result.expect("result").to_object()["answer"], 42);
     assert!(session.is_open());
 }
 

@@ -109,7 +109,7 @@ async fn a_model_spawns_two_children_awaits_both_and_answers_from_their_results(
     let (boss_id, done) = run(&session, boss, "split the work").await;
 
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
-    let result = done.result.expect("result");
+    let result = done.result.expect("result").to_object();
     assert_eq!(result["summary"], "combined: result of worker-a + result of worker-b");
     assert_eq!(result["steps"], 3);
     assert_eq!(result["usage"], json!({"prompt_tokens": 30, "completion_tokens": 15, "total_tokens": 45}));
@@ -174,7 +174,7 @@ async fn a_429_and_a_503_are_retried_then_the_task_completes() {
     let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:patient"), "hello").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
-    let result = done.result.expect("result");
+    let result = done.result.expect("result").to_object();
     assert_eq!(result["summary"], "fine");
     assert_eq!(result["steps"], 1);
     assert_eq!(server.requests().len(), 3);
@@ -588,7 +588,7 @@ async fn a_streamed_reply_arrives_as_coalesced_progress_events_and_counts_its_us
     let (_id, seen) = id;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
     let whole: String = pieces.concat();
-    assert_eq!(done.result.as_ref().unwrap()["summary"], whole.as_str());
+    assert_eq!(done.result.as_ref().unwrap().to_object()["summary"], whole.as_str());
     assert_eq!(seen.iter().map(|(_, text)| text.as_str()).collect::<String>(), whole, "every piece, in order, once");
     // About 400 ms of text in at most one event per 100 ms (and the rest at the end).
     assert!((2..=6).contains(&seen.len()), "{} progress events", seen.len());
@@ -650,7 +650,7 @@ async fn a_server_that_ignores_stream_is_read_as_one_reply() {
     let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:plain"), "go").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
-    assert_eq!(done.result.unwrap()["summary"], "all at once");
+    assert_eq!(done.result.unwrap().to_object()["summary"], "all at once");
 }
 
 /// HTTPS for real: a TLS fake model server with a certificate made now.
@@ -670,7 +670,7 @@ async fn an_https_route_trusts_its_ca_file_and_refuses_an_unknown_certificate() 
     let session = host.open_tree(Arc::new(NullSink));
     let (_, done) = run(&session, agent("AGENT:secure"), "go").await;
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
-    assert_eq!(done.result.unwrap()["summary"], "over tls");
+    assert_eq!(done.result.unwrap().to_object()["summary"], "over tls");
     assert_eq!(server.requests().len(), 1);
 
     // The same server, without the CA: the public roots do not know it.

@@ -319,7 +319,7 @@ fn task_for(work: Work, step: usize) -> (TaskDefinition, Value) {
 }
 
 fn record_of(answer: &AwaitResponse) -> Record {
-    let result = answer.result.as_ref().map(|r| Value::Object((**r).clone()));
+    let result = answer.result.as_ref().map(|r| Value::Object(r.to_object()));
     (answer.status, result, answer.error.as_deref().map(str::to_owned))
 }
 
@@ -559,7 +559,8 @@ async fn many_terminated_children_under_one_live_parent_leave_its_child_count_eq
     delegate(&session, parent, script_task("count", json!([{ "await_children": {} }]))).await;
     let answer = session.await_result(parent).await.expect("await");
     assert_eq!(answer.status, SubagentStatus::Completed, "{answer:?}");
-    let children = answer.result.as_ref().and_then(|r| r.get("children")).and_then(Value::as_object);
+    let children = answer.result.as_ref().map(RawObject::to_object);
+    let children = children.as_ref().and_then(|r| r.get("children")).and_then(Value::as_object);
     let seen: BTreeSet<String> = children.map(|c| c.keys().cloned().collect()).unwrap_or_default();
     assert_eq!(seen, listed, "the parent's children are what the listing shows");
     assert_eq!(session.stats().actors(), 1);

@@ -117,7 +117,7 @@ async fn crash_and_resume(url: StoreUrl) {
     let kept = stored.subagents.iter().find(|s| s.id == done).expect("done stored");
     assert_eq!(kept.row.status, SubagentStatus::Completed);
     assert_eq!(kept.row.usage, Usage { input_tokens: 40, output_tokens: 4 }, "usage is stored at the task's end");
-    assert_eq!(kept.row.result.as_deref().map(|r| r["kept"].clone()), Some(json!(true)));
+    assert_eq!(kept.row.result.as_ref().map(|r| r.to_object()["kept"].clone()), Some(json!(true)));
 
     let (events, mut seen) = mpsc::unbounded_channel::<Event>();
     let log = SessionLog::restored(session_id.as_str(), second.clone(), stored.next_seq);
@@ -127,14 +127,14 @@ async fn crash_and_resume(url: StoreUrl) {
     assert_eq!(resumed, 2, "parent and kid were running");
     let answer = tokio::time::timeout(GUARD, tree.await_result(parent)).await.expect("parent ends").expect("await");
     assert_eq!(answer.status, SubagentStatus::Completed, "{:?}", answer.error);
-    let result = answer.result.expect("result");
+    let result = answer.result.expect("result").to_object();
     assert_eq!(result["parent"], "finished");
     let children = result["children"].as_object().expect("children");
     assert_eq!(children.len(), 1, "one child: the spawn step was not repeated");
     let list = tree.list().await.expect("list").subagents;
     assert_eq!(list.len(), 3);
     let kept = tree.await_result(done).await.expect("await");
-    assert_eq!(kept.result.expect("kept")["kept"], true);
+    assert_eq!(kept.result.expect("kept").to_object()["kept"], true);
     assert_eq!(kept.usage, Usage { input_tokens: 40, output_tokens: 4 }, "a finished subagent's usage survives");
     // The resumed parent counts what it spent before its checkpoint again, once.
     assert_eq!(answer.usage, Usage { input_tokens: 7, output_tokens: 1 });
@@ -288,7 +288,7 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
     assert_eq!(tree.restore(stored).await.expect("restore"), 2);
     let done = tokio::time::timeout(GUARD, tree.await_result(boss_id)).await.expect("boss ends").expect("await");
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
-    let result = done.result.expect("result");
+    let result = done.result.expect("result").to_object();
     assert_eq!(result["summary"], format!("boss saw \"{kid_id}\""), "the call was answered with the stored child");
     assert_eq!(result["steps"], 2, "one step before the restart, one after");
     assert_eq!(result["usage"]["total_tokens"], 30, "usage carried over from the checkpoint");

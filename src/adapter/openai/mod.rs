@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::metrics::metrics;
-use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
+use crate::protocol::wire::{JsonObject, RawObject, Usage as TokenUsage};
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::runtime::trace;
@@ -169,7 +169,7 @@ impl AgentAdapter for OpenAiAdapter {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(TaskError::new("cancelled")),
-                outcome = conversation(&config, tls, &ctx) => outcome,
+                outcome = conversation(&config, tls, &ctx) => outcome.map(RawObject::from),
             }
         })
     }
@@ -208,7 +208,7 @@ async fn conversation(config: &OpenAiConfig, tls: client::Tls, ctx: &TaskContext
         }
         None => {
             let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
-            messages.extend(history(&ctx.memory.entries()));
+            messages.extend(history(&ctx.memory.values()));
             say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
             (messages, Usage::default())
         }

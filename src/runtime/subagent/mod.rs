@@ -71,7 +71,7 @@ pub(crate) struct SubagentSeed {
     // Its status, last result and error so far (a restored subagent has had
     // tasks before its actor started).
     pub status: SubagentStatus,
-    pub result: Option<Arc<JsonObject>>,
+    pub result: Option<RawObject>,
     pub error: Option<Arc<str>>,
     // Its token counts (the record's meter).
     pub usage: Arc<UsageMeter>,
@@ -93,7 +93,7 @@ pub(crate) struct SubagentActor {
     mailbox: Arc<Mailbox>,
     status: SubagentStatus,
     // The last task's result and error, answered to awaits after it ends.
-    result: Option<Arc<JsonObject>>,
+    result: Option<RawObject>,
     error: Option<Arc<str>>,
     task: Option<RunningTask>,
     // The task it runs or last ran (the operator's view shows it).

@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
-use crate::protocol::encode::approx_object_len;
 use crate::protocol::wire::*;
 use crate::runtime::messages::Resume;
 use crate::runtime::task::{TaskContext, TaskShared};
@@ -30,7 +29,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// How a task ended, as seen from inside its tokio task.
 pub(super) enum Outcome {
-    Completed(JsonObject),
+    Completed(RawObject),
     Failed(String),
     TimedOut,
     // Dropped at once by terminate, or past the cancel grace period.
@@ -234,18 +233,15 @@ impl SubagentActor {
             outcome if task.cancel_requested => {
                 let wound_up = match outcome {
                     // Kept only within the result bound, as any result.
-                    Outcome::Completed(result) if approx_object_len(&result) <= self.host.limits.max_result_bytes => {
-                        Some(Arc::new(result))
-                    }
+                    Outcome::Completed(result) if result.len() <= self.host.limits.max_result_bytes => Some(result),
                     _ => None,
                 };
                 (SubagentStatus::Cancelled, EventKind::Cancelled, wound_up, Some("cancelled".into()))
             }
             Outcome::Completed(result) => {
-                let bytes = approx_object_len(&result);
-                let max = self.host.limits.max_result_bytes;
+                let (bytes, max) = (result.len(), self.host.limits.max_result_bytes);
                 if bytes <= max {
-                    (SubagentStatus::Completed, EventKind::Completed, Some(Arc::new(result)), None)
+                    (SubagentStatus::Completed, EventKind::Completed, Some(result), None)
                 } else {
                     let text = format!("the result is {bytes} bytes, over max_result_bytes ({max} bytes)");
                     (SubagentStatus::Failed, EventKind::Failed, None, Some(text.into()))

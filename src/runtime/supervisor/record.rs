@@ -41,7 +41,7 @@ pub(super) struct Entry {
     pub(super) depth: u32,
     // Mirror of the actor's status, kept from its reports.
     pub(super) status: SubagentStatus,
-    pub(super) result: Option<Arc<JsonObject>>,
+    pub(super) result: Option<RawObject>,
     pub(super) error: Option<Arc<str>>,
     // Handed to children spawned with `shared` or `snapshot` memory; dropped
     // (`None`) once the subagent is terminated, as nothing can use it then.

@@ -55,7 +55,7 @@ impl From<HostError> for TaskError {
 
 /// The boxed future an adapter returns. It runs on the session's arbiter
 /// thread, so it need not be `Send`.
-pub type TaskFuture = Pin<Box<dyn Future<Output = Result<JsonObject, TaskError>>>>;
+pub type TaskFuture = Pin<Box<dyn Future<Output = Result<RawObject, TaskError>>>>;
 
 /// Runs one task of one subagent.
 ///

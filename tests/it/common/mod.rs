@@ -162,7 +162,7 @@ impl AgentAdapter for Gate {
                 _ = open.wait_for(|open| *open) => {
                     let mut result = JsonObject::new();
                     result.insert("released".into(), json!(ctx.task.name));
-                    Ok(result)
+                    Ok(result.into())
                 }
             }
         })
