@@ -97,13 +97,6 @@ struct DefaultResult<'a> {
     summary: &'a str,
 }
 
-/// A `{"content": …, "role": …}` memory entry (key order, as above).
-#[derive(Serialize)]
-struct Said<'a, T: Serialize> {
-    content: T,
-    role: &'a str,
-}
-
 impl AgentAdapter for ScriptedAdapter {
     fn name(&self) -> &str {
         "scripted"
@@ -147,7 +140,7 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             (checkpoint.step as usize, gathered)
         }
         None => {
-            ctx.memory.push(Said { content: &ctx.task.instruction, role: "user" });
+            ctx.memory.say("user", &ctx.task.instruction);
             (0, Gathered::default())
         }
     };
@@ -157,7 +150,7 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
         // default task is the one every benchmark runs.
         let summary = summary_of(ctx);
         let result = RawObject::encode(&DefaultResult { instruction: &ctx.task.instruction, summary: &summary });
-        ctx.memory.push(Said { content: &summary, role: "assistant" });
+        ctx.memory.say("assistant", &summary);
         return Ok(result);
     };
     let Gathered { mut messages, mut children, mut tokens } = gathered;
@@ -237,8 +230,10 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     if let Some(children) = children {
         result.entry("children").or_insert(Value::Object(children));
     }
-    if let Some(summary) = result.get("summary") {
-        ctx.memory.push(Said { content: summary, role: "assistant" });
+    match result.get("summary") {
+        Some(Value::String(summary)) => ctx.memory.say("assistant", summary),
+        Some(summary) => ctx.memory.push(json!({ "role": "assistant", "content": summary })),
+        None => {}
     }
     Ok(RawObject::from(result))
 }

@@ -22,9 +22,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A bounded list of memory entries (chat-style `{"role", "content"}` objects).
 ///
-/// Entries are kept as their encoded JSON text: a memory is mostly kept and
-/// written out (to the store, to a command adapter), and a `Value` object
-/// costs a B-tree node of over 600 bytes where its text costs its length.
+/// A memory is mostly kept and written out (to the store, to a command
+/// adapter), rarely read, so its entries are kept compact ([`MemoryEntry`]):
+/// a `Value` object would cost a B-tree node of over 600 bytes each.
 ///
 /// Cloning shares the same memory (`shared` scope); [`Memory::snapshot_copy`]
 /// makes an independent copy (`snapshot` scope).
@@ -37,8 +37,56 @@ pub struct Memory {
     max_bytes: usize,
 }
 
-/// One entry, as its encoded JSON text.
-pub type MemoryEntry = Box<RawValue>;
+/// One memory entry.
+#[derive(Debug, Clone)]
+pub enum MemoryEntry {
+    /// A chat line with text content, `{"content": "…", "role": "…"}`, kept
+    /// as its two strings: the common entry costs no encoding at all.
+    Said {
+        /// Who said it (`user`, `assistant`, …).
+        role: &'static str,
+        /// What was said.
+        content: Box<str>,
+    },
+    /// Any other entry, as its encoded JSON text.
+    Encoded(Box<RawValue>),
+}
+
+impl MemoryEntry {
+    /// Bytes it takes as encoded JSON (a chat line: about, its escapes not
+    /// counted).
+    fn bytes(&self) -> usize {
+        match self {
+            // `{"content":"` … `","role":"` … `"}`
+            Self::Said { role, content } => content.len() + role.len() + 24,
+            Self::Encoded(text) => text.get().len(),
+        }
+    }
+
+    /// The entry as a value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Self::Said { role, content } => serde_json::json!({ "content": &**content, "role": role }),
+            // It was encoded from a value, so it parses back.
+            Self::Encoded(text) => serde_json::from_str(text.get()).unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl serde::Serialize for MemoryEntry {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        match self {
+            Self::Said { role, content } => {
+                let mut line = serializer.serialize_struct("Said", 2)?;
+                line.serialize_field("content", content)?;
+                line.serialize_field("role", role)?;
+                line.end()
+            }
+            Self::Encoded(text) => text.serialize(serializer),
+        }
+    }
+}
 
 /// The entries, and the sum of their encoded sizes.
 #[derive(Debug, Clone, Default)]
@@ -64,20 +112,25 @@ impl Memory {
     pub fn push(&self, entry: impl serde::Serialize) {
         // Encoding a `Value` or a plain struct into a string cannot fail.
         if let Ok(encoded) = serde_json::value::to_raw_value(&entry) {
-            self.push_encoded(encoded);
+            self.push_entry(MemoryEntry::Encoded(encoded));
         }
     }
 
-    /// Appends an entry already encoded, as [`Memory::push`] does.
-    pub fn push_encoded(&self, entry: MemoryEntry) {
-        let size = entry.get().len();
+    /// Appends the chat line `{"content": content, "role": role}`, as
+    /// [`Memory::push`] does.
+    pub fn say(&self, role: &'static str, content: &str) {
+        self.push_entry(MemoryEntry::Said { role, content: content.into() });
+    }
+
+    fn push_entry(&self, entry: MemoryEntry) {
+        let size = entry.bytes();
         if size > self.max_bytes {
             return;
         }
         let mut entries = lock(&self.inner);
         while entries.list.len() >= self.capacity || entries.bytes + size > self.max_bytes {
             let Some(dropped) = entries.list.pop_front() else { break };
-            entries.bytes -= dropped.get().len();
+            entries.bytes -= dropped.bytes();
         }
         entries.list.push_back(entry);
         entries.bytes += size;
@@ -90,8 +143,7 @@ impl Memory {
 
     /// The entries parsed, oldest first, for an adapter that reads them.
     pub fn values(&self) -> Vec<Value> {
-        // Each was encoded from a value, so each parses back.
-        lock(&self.inner).list.iter().map(|entry| serde_json::from_str(entry.get()).unwrap_or(Value::Null)).collect()
+        lock(&self.inner).list.iter().map(MemoryEntry::to_value).collect()
     }
 
     /// Number of entries.
@@ -255,6 +307,20 @@ mod tests {
         );
         memory.push(json!("x".repeat(60)));
         assert_eq!(memory.values().last(), Some(&json!("entry 09")), "an entry over the whole bound is not kept");
+    }
+
+    #[test]
+    fn a_chat_line_is_written_and_read_as_the_object_it_stands_for() {
+        let memory = Memory::new(10);
+        memory.say("user", "say \"hi\"");
+        memory.push(json!({"role": "tool", "content": [1]}));
+        let written = serde_json::to_string(&memory.entries()).unwrap();
+        assert_eq!(written, r#"[{"content":"say \"hi\"","role":"user"},{"content":[1],"role":"tool"}]"#);
+        assert_eq!(
+            memory.values(),
+            vec![json!({"role": "user", "content": "say \"hi\""}), json!({"role": "tool", "content": [1]})]
+        );
+        assert!(memory.bytes() >= written.len() - 4, "{} bytes counted for {written}", memory.bytes());
     }
 
     #[test]
