@@ -12,7 +12,10 @@
 //! delegate → await, the default scripted task), `fanout` (N subagents: all
 //! spawned, then all delegated, then all awaited, each phase concurrent),
 //! `fanout_chained` (one spawn-then-delegate future per subagent, then all
-//! awaited), `rawfanout` (N raw actors).
+//! awaited), `rawfanout` (N raw actors, one request each), `rawfanout3` (N
+//! raw actors, three phases of requests driven as `fanout` drives its
+//! spawn, delegate and await: the same driver cost per request, so the
+//! ratio to it counts the host's work, not the driver's).
 //! Divide the instruction count of `hot` by N for a per-cycle cost.
 
 use actix::prelude::*;
@@ -64,6 +67,15 @@ fn hot(system: &actix_rt::SystemRunner, session: &Tree, mode: &str, n: usize) {
             "rawfanout" => {
                 let addrs: Vec<_> = (0..n).map(|_| Echo.start()).collect();
                 all(addrs.iter().enumerate().map(|(i, a)| a.send(Ping(i as u64)))).await;
+                for addr in &addrs {
+                    addr.do_send(Stop);
+                }
+            }
+            "rawfanout3" => {
+                let addrs: Vec<_> = (0..n).map(|_| Echo.start()).collect();
+                for _phase in 0..3 {
+                    all(addrs.iter().enumerate().map(|(i, a)| a.send(Ping(i as u64)))).await;
+                }
                 for addr in &addrs {
                     addr.do_send(Stop);
                 }

@@ -53,12 +53,15 @@ pub enum MemoryEntry {
 }
 
 impl MemoryEntry {
-    /// Bytes it takes as encoded JSON (a chat line: about, its escapes not
-    /// counted).
+    /// Bytes it takes as encoded JSON (a chat line: exact unless it holds
+    /// control characters, counted as two bytes each).
     fn bytes(&self) -> usize {
         match self {
-            // `{"content":"` … `","role":"` … `"}`
-            Self::Said { role, content } => content.len() + role.len() + 24,
+            // `{"content":"` … `","role":"` … `"}`, and a backslash per escape.
+            Self::Said { role, content } => {
+                let escapes = content.bytes().filter(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\').count();
+                content.len() + escapes + role.len() + 24
+            }
             Self::Encoded(text) => text.get().len(),
         }
     }
@@ -320,7 +323,7 @@ mod tests {
             memory.values(),
             vec![json!({"role": "user", "content": "say \"hi\""}), json!({"role": "tool", "content": [1]})]
         );
-        assert!(memory.bytes() >= written.len() - 4, "{} bytes counted for {written}", memory.bytes());
+        assert_eq!(memory.bytes(), written.len() - "[,]".len(), "bytes counted for {written}");
     }
 
     #[test]
