@@ -119,6 +119,21 @@ pub(crate) struct Report {
     pub result: Option<RawObject>,
     pub error: Option<Arc<str>>,
     pub detail: EventDetail,
+    // Set when its task ended and it has nothing left to do: it may be put
+    // to sleep.
+    pub idle: Option<Idle>,
+}
+
+/// What an actor that reports itself idle hands back, so that its record
+/// can stand in for it until its next task or message.
+pub(crate) struct Idle {
+    // Messages from the supervisor it has handled: the supervisor puts it
+    // to sleep only if it sent no more than these.
+    pub handled: u64,
+    // Tasks it has started (the next one's number follows).
+    pub tasks_started: u64,
+    // The task it last ran (the operator's view).
+    pub last_task: Option<Arc<TaskDefinition>>,
 }
 
 // ---- supervisor (or a parent) to a subagent actor ----------------------------
@@ -135,6 +150,13 @@ pub(crate) struct RunTask {
     // Set when the task ran before the host restarted: it resumes.
     pub resume: Option<Resume>,
 }
+
+/// Stop: the subagent's task ended and it is idle; its record stands in for
+/// it, and the next task or message starts a new actor. Sent only once the
+/// supervisor knows nothing else it sent is still on the way.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Sleep;
 
 /// The task a subagent runs or last ran (the operator's view).
 #[derive(Message)]

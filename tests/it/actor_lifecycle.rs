@@ -301,10 +301,11 @@ async fn an_idle_subagent_has_no_actor_until_its_first_task_or_message() {
     assert_eq!(session.await_result(worker).await.unwrap().status, SubagentStatus::Ready);
     assert!(session.cancel(worker).await.unwrap().is_empty());
     assert_eq!(session.stats().actors(), 0);
-    delegate(&session, worker, TaskDefinition::new("t", "x")).await;
+    delegate(&session, worker, sleeping_task(60_000)).await;
     assert_eq!(session.stats().actors(), 1);
     let payload = SubagentMessagePayload { kind: "note".into(), content: json!(1) };
     session.message("client".into(), listener, payload).await.unwrap();
     assert_eq!(session.stats().actors(), 2);
-    assert_eq!(session.await_result(worker).await.unwrap().status, SubagentStatus::Completed);
+    assert_eq!(session.cancel(worker).await.unwrap(), vec![worker]);
+    assert_eq!(session.await_result(worker).await.unwrap().status, SubagentStatus::Cancelled);
 }

@@ -3,6 +3,7 @@
 //! subtree is gone.
 
 use crate::common::*;
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
@@ -52,9 +53,9 @@ async fn terminate_at_the_root_of_a_four_level_tree_stops_every_actor_before_rep
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let bystander = spawn(&session, "bystander", None).await;
-    // A finished task leaves the bystander's actor running, idle.
-    delegate(&session, bystander, TaskDefinition::new("t", "x")).await;
-    session.await_result(bystander).await.unwrap();
+    // A message it has not read keeps the bystander's actor awake, idle.
+    let payload = SubagentMessagePayload { kind: "note".into(), content: json!(1) };
+    session.message("client".into(), bystander, payload).await.unwrap();
     let ids = four_level_tree(&session).await;
     assert_eq!(session.stats().actors(), 6);
     let mut stopped = session.terminate(ids[0]).await.unwrap();
@@ -68,7 +69,7 @@ async fn terminate_at_the_root_of_a_four_level_tree_stops_every_actor_before_rep
     for id in &ids {
         assert_eq!(listed_status(&session, *id).await, Some(SubagentStatus::Terminated));
     }
-    assert_eq!(listed_status(&session, bystander).await, Some(SubagentStatus::Completed));
+    assert_eq!(listed_status(&session, bystander).await, Some(SubagentStatus::Ready));
 }
 
 #[actix_rt::test]

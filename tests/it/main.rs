@@ -37,6 +37,7 @@ mod actor_inspect;
 mod actor_lifecycle;
 mod actor_limits;
 mod actor_merge;
+mod actor_sleep;
 mod actor_tree;
 mod adapter_command;
 mod adapter_openai;

@@ -3,6 +3,11 @@
 //! cancel and itself on terminate. The tree it sits in is the supervisor's:
 //! a subtree is stopped by the supervisor's one stop routine.
 //!
+//! An actor lives while its subagent has work: once a task ends with nothing
+//! left to do, it says so in its report, and the supervisor may put it to
+//! sleep (`Sleep`), its record standing in for it. It counts the messages it
+//! handles, so that the supervisor can tell none is still on the way.
+//!
 //! - `running`: starting a task inside the actor and recording how it ended.
 
 mod running;
@@ -77,6 +82,8 @@ pub(crate) struct SubagentSeed {
     pub usage: Arc<UsageMeter>,
     // The wall-clock budget its tasks are held to.
     pub wall: Option<Arc<WallBudget>>,
+    // The task it last ran (an actor woken after sleeping).
+    pub last_task: Option<Arc<TaskDefinition>>,
 }
 
 /// One subagent of a session's tree.
@@ -102,6 +109,10 @@ pub(crate) struct SubagentActor {
     awaiters: Vec<AwaitReply>,
     // Set when terminate starts; the actor takes no new work after it.
     terminating: bool,
+    // Messages handled from the supervisor (see `Idle`).
+    handled: u64,
+    // Set when it stops to sleep (not terminated: its record stands in).
+    asleep: bool,
     log: Arc<SessionLog>,
     memory_owner: SubagentId,
     usage: Arc<UsageMeter>,
@@ -134,10 +145,12 @@ impl SubagentActor {
             result: seed.result,
             error: seed.error,
             task: None,
-            last_task: None,
+            last_task: seed.last_task,
             generation: seed.tasks_started,
             awaiters: Vec::new(),
             terminating: false,
+            handled: 0,
+            asleep: false,
             log: seed.log,
             memory_owner: seed.memory_owner,
             usage: seed.usage,
@@ -189,6 +202,10 @@ impl SubagentActor {
     }
 
     fn report(&self, kind: EventKind, detail: EventDetail) {
+        self.report_with(kind, detail, None);
+    }
+
+    fn report_with(&self, kind: EventKind, detail: EventDetail, idle: Option<Idle>) {
         let terminal = !self.status.is_busy() && self.status != SubagentStatus::Ready;
         self.supervisor.do_send(Report {
             id: self.id,
@@ -197,7 +214,25 @@ impl SubagentActor {
             result: if terminal { self.result.clone() } else { None },
             error: if terminal { self.error.clone() } else { None },
             detail,
+            idle,
         });
+    }
+
+    /// Whether it has nothing to do: no task, no await waiting on one, no
+    /// undelivered message, and not being stopped.
+    fn is_idle(&self) -> bool {
+        self.task.is_none() && !self.terminating && self.awaiters.is_empty() && self.mailbox.is_empty()
+    }
+
+    /// The report of a task's end, offering to sleep when it is idle and
+    /// `may_sleep`.
+    fn report_task_end(&self, kind: EventKind, may_sleep: bool) {
+        let idle = (may_sleep && self.is_idle()).then(|| Idle {
+            handled: self.handled,
+            tasks_started: self.generation,
+            last_task: self.last_task.clone(),
+        });
+        self.report_with(kind, EventDetail::None, idle);
     }
 
     fn answer_awaiters(&mut self) {
@@ -238,7 +273,7 @@ impl Actor for SubagentActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        if !self.terminating {
+        if !self.terminating && !self.asleep {
             // Stopped without being told to (a handler panicked): still tell
             // everyone the truth. The supervisor stops its descendants.
             log::warn!("{} stopped unexpectedly", self.id);
@@ -257,6 +292,7 @@ impl Handler<RunTask> for SubagentActor {
     type Result = ();
 
     fn handle(&mut self, msg: RunTask, ctx: &mut Self::Context) {
+        self.handled += 1;
         if self.terminating {
             return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
         }
@@ -280,10 +316,26 @@ impl Handler<RunTask> for SubagentActor {
     }
 }
 
+impl Handler<Sleep> for SubagentActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Sleep, ctx: &mut Self::Context) {
+        // The supervisor sends it only when nothing else it sent is on the
+        // way, so the actor is still as idle as it reported.
+        if !self.is_idle() {
+            log::error!("{} was put to sleep while it had work; it stays awake", self.id);
+            return;
+        }
+        self.asleep = true;
+        ctx.stop();
+    }
+}
+
 impl Handler<CurrentTask> for SubagentActor {
     type Result = Option<Arc<TaskDefinition>>;
 
     fn handle(&mut self, _msg: CurrentTask, _ctx: &mut Self::Context) -> Self::Result {
+        self.handled += 1;
         self.last_task.clone()
     }
 }
@@ -292,6 +344,7 @@ impl Handler<AwaitTask> for SubagentActor {
     type Result = ();
 
     fn handle(&mut self, msg: AwaitTask, _ctx: &mut Self::Context) {
+        self.handled += 1;
         let reply = msg.0;
         if self.task.is_none() && !self.terminating {
             return reply.send(Ok(self.record()));
@@ -311,6 +364,7 @@ impl Handler<Deliver> for SubagentActor {
     type Result = Result<(), HostError>;
 
     fn handle(&mut self, msg: Deliver, _ctx: &mut Self::Context) -> Self::Result {
+        self.handled += 1;
         if self.terminating {
             return Err(HostError::new(ErrorCode::InvalidState, format!("{} is terminated", self.id)));
         }
@@ -335,6 +389,7 @@ impl Handler<CancelQueued> for SubagentActor {
     type Result = ();
 
     fn handle(&mut self, _msg: CancelQueued, _ctx: &mut Self::Context) {
+        self.handled += 1;
         if self.task.is_some() || self.terminating {
             return;
         }
@@ -351,6 +406,7 @@ impl Handler<CancelTask> for SubagentActor {
     type Result = ResponseActFuture<Self, bool>;
 
     fn handle(&mut self, _msg: CancelTask, _ctx: &mut Self::Context) -> Self::Result {
+        self.handled += 1;
         let Some(task) = self.task.as_mut() else {
             return Box::pin(actix::fut::ready(false));
         };
@@ -374,6 +430,7 @@ impl Handler<StopActor> for SubagentActor {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _msg: StopActor, _ctx: &mut Self::Context) -> Self::Result {
+        self.handled += 1;
         if self.terminating {
             return Box::pin(actix::fut::ready(()));
         }

@@ -275,7 +275,9 @@ impl SubagentActor {
         self.error = error;
         self.record_task_end();
         self.answer_awaiters();
-        self.report(kind, EventDetail::None);
+        // A cancel that waits for this end answers only once the actor has
+        // seen it settle: no sleep offered then.
+        self.report_task_end(kind, task.settled.is_none());
         task.fire_settled();
     }
 }

@@ -260,6 +260,7 @@ impl Handler<Report> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: Report, ctx: &mut Self::Context) {
+        let idle = msg.idle;
         let Some(entry) = self.index.get_mut(&msg.id) else { return };
         if msg.kind != EventKind::Progress {
             entry.set_status(msg.status);
@@ -309,6 +310,9 @@ impl Handler<Report> for Supervisor {
         for child in overspent {
             ctx.spawn(actix::fut::wrap_future(self.cancel_subtree(child)).map(|_, _, _| ()));
         }
+        if let Some(idle) = idle {
+            self.put_to_sleep(msg.id, idle);
+        }
     }
 }
 
@@ -320,6 +324,13 @@ impl Handler<Close> for Supervisor {
         // Newest first, as OTP stops children in reverse start order.
         let roots: Vec<_> = self.top_level.values().rev().copied().collect();
         let stopping = self.terminate_subtrees(&roots);
+        // Actors falling asleep are gone before the reply too.
+        let dozing = self.dozing.all_gone();
+        let stopping = async move {
+            let stopped = stopping.await;
+            dozing.await;
+            stopped
+        };
         Box::pin(actix::fut::wrap_future(stopping).map(move |stopped, act: &mut Self, ctx| {
             // Ids go back to the host before the reply, so a closed session
             // holds none.

@@ -133,10 +133,12 @@ impl Handler<InspectOne> for Supervisor {
             Slot::Live { addr, .. } if queued_task.is_none() => Some(Arc::clone(addr)),
             _ => None,
         };
+        // An actor asleep left its last task with the record.
+        let task = queued_task.or_else(|| entry.last_task.clone());
         let detail = SubagentDetail {
             view: self.view(id, entry, Now::read()),
             config: entry.config.clone(),
-            task: queued_task,
+            task,
             result: entry.result.clone(),
             child_ids: entry.children.clone(),
         };

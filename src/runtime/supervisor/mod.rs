@@ -15,6 +15,7 @@
 //! - `queue`: the concurrency caps, and the tasks waiting for a slot.
 //! - `handlers`: the message handlers.
 //! - `inspect`: the operator's view (admin API) read from the records.
+//! - `sleep`: stopping the actors of subagents left with nothing to do.
 
 mod forward;
 mod handlers;
@@ -22,6 +23,7 @@ mod inspect;
 mod queue;
 mod record;
 mod restore;
+mod sleep;
 mod spawn;
 mod stop;
 
@@ -42,7 +44,7 @@ use crate::protocol::wire::*;
 use crate::runtime::usage::{self, UsageMeter};
 use crate::store::SessionLog;
 pub(crate) use inspect::{CountStatuses, InspectOne, InspectTree};
-use record::{Entry, Interned, SharedAddr, Slot};
+use record::{ActorLink, Entry, Interned, SharedAddr, Slot};
 
 /// Root actor of one session.
 pub(crate) struct Supervisor {
@@ -82,6 +84,8 @@ pub(crate) struct Supervisor {
     // Tasks holding a running slot, and those waiting for one (`queue`).
     running: usize,
     queue: VecDeque<queue::Queued>,
+    // Actors told to sleep, until they are gone (`sleep`).
+    dozing: sleep::Dozing,
 }
 
 impl Supervisor {
@@ -111,6 +115,7 @@ impl Supervisor {
             usage_root: UsageMeter::session(session_budget),
             running: 0,
             queue: VecDeque::new(),
+            dozing: Default::default(),
             log,
         }
     }
@@ -186,8 +191,9 @@ impl Supervisor {
             error: entry.error.clone(),
             usage: entry.usage.clone(),
             wall: entry.wall.clone(),
+            last_task: entry.last_task.take(),
         };
-        let addr = Arc::new(SubagentActor::new(seed).start());
+        let addr = Arc::new(ActorLink::new(SubagentActor::new(seed).start()));
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
         addr
     }

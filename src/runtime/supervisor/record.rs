@@ -2,8 +2,10 @@
 //! in the tree, and the status, result and error mirrored from its reports.
 //! The records are the session's one copy of the tree.
 
-use actix::Addr;
+use actix::dev::{Request, ToEnvelope};
+use actix::{Addr, Handler, Message};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -17,12 +19,63 @@ use crate::runtime::usage::UsageMeter;
 
 /// A subagent actor's address, shared so that forwarding a request clones an
 /// `Arc`, not an actix `Addr` (whose clone allocates twice).
-pub(super) type SharedAddr = Arc<Addr<SubagentActor>>;
+pub(super) type SharedAddr = Arc<ActorLink>;
+
+/// The supervisor's one way to a subagent actor: it counts every message
+/// sent, so that an actor that reports itself idle can be put to sleep only
+/// when nothing sent to it is still on the way (`sleep`). Every message the
+/// supervisor sends an actor goes through here.
+pub(crate) struct ActorLink {
+    addr: Addr<SubagentActor>,
+    sent: AtomicU64,
+}
+
+impl ActorLink {
+    pub(super) fn new(addr: Addr<SubagentActor>) -> Self {
+        Self { addr, sent: AtomicU64::new(0) }
+    }
+
+    /// Sends `msg`, counted, without waiting for its answer.
+    pub(super) fn do_send<M>(&self, msg: M)
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SubagentActor: Handler<M>,
+        <SubagentActor as actix::Actor>::Context: ToEnvelope<SubagentActor, M>,
+    {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.addr.do_send(msg);
+    }
+
+    /// Sends `msg`, counted: it is queued now, and the future answers it.
+    pub(super) fn send<M>(&self, msg: M) -> Request<SubagentActor, M>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SubagentActor: Handler<M>,
+        <SubagentActor as actix::Actor>::Context: ToEnvelope<SubagentActor, M>,
+    {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.addr.send(msg)
+    }
+
+    /// How many messages went out this way.
+    pub(super) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Puts the actor to sleep: the one message not counted, as the actor
+    /// stops on it and counts nothing more.
+    pub(super) fn sleep(&self) {
+        self.addr.do_send(crate::runtime::messages::Sleep);
+    }
+}
 
 /// Where a subagent's actor is.
 pub(super) enum Slot {
-    /// Spawned and not used yet: no actor runs, so an idle subagent costs only
-    /// its record. The actor starts on the first task or message.
+    /// No actor runs, so an idle subagent costs only its record: spawned and
+    /// not used yet, or put to sleep once its task ended (`sleep`). An actor
+    /// starts on the next task or message.
     Dormant,
     /// Its actor, and the token that fires once the actor has been dropped.
     Live { addr: SharedAddr, gone: CancellationToken },
@@ -67,6 +120,9 @@ pub(super) struct Entry {
     // When its current (or last) task started and ended, for the operator's
     // view (`inspect`).
     pub(super) task_time: TaskTime,
+    // The task it last ran, once its actor is asleep (the actor keeps it while
+    // it runs).
+    pub(super) last_task: Option<Arc<TaskDefinition>>,
 }
 
 /// When a subagent's current or last task started and ended (the operator's
@@ -117,7 +173,7 @@ pub(super) struct Caps {
 }
 
 impl Entry {
-    /// Its actor's address, when it has a live actor.
+    /// Its actor's address, when it has a live actor (to send it something).
     pub(super) fn live_addr(&self) -> Option<SharedAddr> {
         match &self.slot {
             Slot::Live { addr, .. } => Some(Arc::clone(addr)),

@@ -82,6 +82,7 @@ impl Supervisor {
                 wall,
                 caps: Caps::default(),
                 task_time: Default::default(),
+                last_task: None,
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {

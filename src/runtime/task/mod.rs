@@ -55,6 +55,10 @@ impl From<HostError> for TaskError {
 
 /// The boxed future an adapter returns. It runs on the session's arbiter
 /// thread, so it need not be `Send`.
+///
+/// Its result is a [`RawObject`], the object as encoded text: a result is
+/// kept and written out far more often than read. An adapter that builds a
+/// `JsonObject` returns `Ok(object.into())`.
 pub type TaskFuture = Pin<Box<dyn Future<Output = Result<RawObject, TaskError>>>>;
 
 /// Runs one task of one subagent.
@@ -253,6 +257,7 @@ impl TaskContext {
             result: None,
             error: None,
             detail: EventDetail::Progress(text.into()),
+            idle: None,
         });
     }
 
@@ -270,6 +275,7 @@ impl TaskContext {
             result: None,
             error: None,
             detail: EventDetail::None,
+            idle: None,
         });
     }
 

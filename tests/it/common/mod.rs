@@ -83,6 +83,19 @@ pub async fn wait_for_status(session: &Tree, id: SubagentId, status: SubagentSta
     panic!("{id} never reached {status:?}; now {:?}", listed_status(session, id).await);
 }
 
+/// The session's live actors once they reach `expected`, or after two
+/// seconds whatever they are: an actor put to sleep stops a moment after its
+/// task's end is answered.
+pub async fn actors_settled(session: &Tree, expected: usize) -> usize {
+    for _ in 0..2000 {
+        if session.stats().actors() == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    session.stats().actors()
+}
+
 /// Every event received so far.
 pub fn drain_events(rx: &mut UnboundedReceiver<Event>) -> Vec<Event> {
     let mut events = Vec::new();

@@ -1,0 +1,87 @@
+//! Putting idle subagents' actors to sleep.
+//!
+//! A finished subagent is mostly kept only to be awaited and listed, and
+//! its record answers both. Its actor (a tokio task, a mailbox, a context:
+//! more than a kilobyte) would sit idle until the session closes, and the
+//! close would then have to stop it. So an actor whose task ended with
+//! nothing left to do says so in its report (`Idle`), and the supervisor
+//! stops it (`Sleep`) and marks the record dormant; the next task or message
+//! starts a new actor from the record, as for a subagent never used.
+//!
+//! No message may be lost on the way. Every message the supervisor sends an
+//! actor goes through its `ActorLink`, which counts it, and the actor counts
+//! those it has handled. The supervisor puts an actor to sleep only when the
+//! two counts agree, that is when nothing it sent is still on the way; from
+//! then on the record is dormant, so nothing more is sent to that actor.
+
+use tokio_util::sync::CancellationToken;
+
+use super::record::Slot;
+use super::Supervisor;
+use crate::ids::SubagentId;
+use crate::protocol::wire::SubagentStatus;
+use crate::runtime::messages::Idle;
+
+/// Actors told to sleep that may not have stopped yet: a close waits for
+/// them, so that a closed session has no actor left. Those already gone are
+/// swept out whenever the list has doubled since the last sweep, so it holds
+/// about twice as many as are falling asleep at once, for a constant cost
+/// per sleep.
+pub(super) struct Dozing {
+    tokens: Vec<CancellationToken>,
+    sweep_at: usize,
+}
+
+impl Default for Dozing {
+    fn default() -> Self {
+        Self { tokens: Vec::new(), sweep_at: Self::FIRST_SWEEP }
+    }
+}
+
+impl Dozing {
+    const FIRST_SWEEP: usize = 64;
+
+    fn push(&mut self, gone: CancellationToken) {
+        if self.tokens.len() >= self.sweep_at {
+            self.tokens.retain(|gone| !gone.is_cancelled());
+            self.sweep_at = (self.tokens.len() * 2).max(Self::FIRST_SWEEP);
+        }
+        self.tokens.push(gone);
+    }
+
+    /// Resolves once every actor told to sleep is gone.
+    pub(super) fn all_gone(&mut self) -> impl std::future::Future<Output = ()> {
+        let tokens = std::mem::take(&mut self.tokens);
+        async move {
+            for gone in tokens {
+                gone.cancelled().await;
+            }
+        }
+    }
+}
+
+impl Supervisor {
+    /// Puts `id`'s actor to sleep, as it offered in `idle`, when nothing sent
+    /// to it is on the way and nothing else needs it: it is not being
+    /// stopped, has no task queued or holding a running slot, and the
+    /// session is not closing.
+    pub(super) fn put_to_sleep(&mut self, id: SubagentId, idle: Idle) {
+        if self.closing {
+            return;
+        }
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        let Slot::Live { addr, .. } = &entry.slot else { return };
+        let quiet = addr.sent() == idle.handled;
+        if !quiet || entry.stopping || entry.caps.queued || entry.caps.holds_slot || entry.status.is_busy() {
+            return;
+        }
+        let Slot::Live { addr, gone } = std::mem::replace(&mut entry.slot, Slot::Dormant) else { return };
+        entry.tasks_started = idle.tasks_started;
+        // The operator's view shows the task a subagent failed (or stopped)
+        // at; a completed one shows its result, and keeping every completed
+        // task's definition too would cost a tenth of its record.
+        entry.last_task = idle.last_task.filter(|_| entry.status != SubagentStatus::Completed);
+        addr.sleep();
+        self.dozing.push(gone);
+    }
+}
