@@ -14,7 +14,9 @@
 //! `fanout_chained` (one spawn-then-delegate future per subagent, then all
 //! awaited), `rawfanout` (N raw actors, one request each), `rawfanout3` (N
 //! raw actors, three phases of requests driven as `fanout` drives its
-//! spawn, delegate and await: the same driver cost per request, so the
+//! spawn, delegate and await, then a fourth that stops them: the same
+//! driver cost per request, and each actor stopped inside the measured
+//! region as a finished subagent's actor is put to sleep there, so the
 //! ratio to it counts the host's work, not the driver's).
 //! Divide the instruction count of `hot` by N for a per-cycle cost.
 
@@ -76,9 +78,7 @@ fn hot(system: &actix_rt::SystemRunner, session: &Tree, mode: &str, n: usize) {
                 for _phase in 0..3 {
                     all(addrs.iter().enumerate().map(|(i, a)| a.send(Ping(i as u64)))).await;
                 }
-                for addr in &addrs {
-                    addr.do_send(Stop);
-                }
+                all(addrs.iter().map(|a| a.send(Stop))).await;
             }
             "fanout" => {
                 // Phases: spawn all, delegate all, await all (small futures).
