@@ -111,6 +111,8 @@ pub(crate) struct SubagentActor {
     terminating: bool,
     // Messages handled from the supervisor (see `Idle`).
     handled: u64,
+    // Cancels that wait for its task to settle before they answer.
+    cancels_waiting: u32,
     // Set when it stops to sleep (not terminated: its record stands in).
     asleep: bool,
     log: Arc<SessionLog>,
@@ -150,6 +152,7 @@ impl SubagentActor {
             awaiters: Vec::new(),
             terminating: false,
             handled: 0,
+            cancels_waiting: 0,
             asleep: false,
             log: seed.log,
             memory_owner: seed.memory_owner,
@@ -218,21 +221,28 @@ impl SubagentActor {
         });
     }
 
-    /// Whether it has nothing to do: no task, no await waiting on one, no
-    /// undelivered message, and not being stopped.
+    /// Whether it has nothing to do: no task, no await or cancel waiting on
+    /// one, no undelivered message, and not being stopped.
     fn is_idle(&self) -> bool {
-        self.task.is_none() && !self.terminating && self.awaiters.is_empty() && self.mailbox.is_empty()
+        self.task.is_none()
+            && !self.terminating
+            && self.awaiters.is_empty()
+            && self.cancels_waiting == 0
+            && self.mailbox.is_empty()
     }
 
-    /// The report of a task's end, offering to sleep when it is idle and
-    /// `may_sleep`.
-    fn report_task_end(&self, kind: EventKind, may_sleep: bool) {
-        let idle = (may_sleep && self.is_idle()).then(|| Idle {
+    /// What it hands its record if it is idle now.
+    fn idle_now(&self) -> Option<Idle> {
+        self.is_idle().then(|| Idle {
             handled: self.handled,
             tasks_started: self.generation,
             last_task: self.last_task.clone(),
-        });
-        self.report_with(kind, EventDetail::None, idle);
+        })
+    }
+
+    /// The report of a task's end, offering to sleep when it is idle.
+    fn report_task_end(&self, kind: EventKind) {
+        self.report_with(kind, EventDetail::None, self.idle_now());
     }
 
     fn answer_awaiters(&mut self) {
@@ -398,7 +408,7 @@ impl Handler<CancelQueued> for SubagentActor {
         self.error = Some("cancelled".into());
         self.record_task_end();
         self.answer_awaiters();
-        self.report(EventKind::Cancelled, EventDetail::None);
+        self.report_task_end(EventKind::Cancelled);
     }
 }
 
@@ -415,14 +425,26 @@ impl Handler<CancelTask> for SubagentActor {
         let (settled, abort) = (task.settled(), task.abort.clone());
         let grace = self.host.limits.cancel_grace();
         let id = self.id;
-        Box::pin(actix::fut::wrap_future(async move {
-            if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
-                log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
-                abort.abort();
-                settled.cancelled().await;
-            }
-            true
-        }))
+        // The task's end was reported while this cancel waited: the last
+        // cancel to answer offers to sleep instead.
+        self.cancels_waiting += 1;
+        Box::pin(
+            actix::fut::wrap_future(async move {
+                if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
+                    log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
+                    abort.abort();
+                    settled.cancelled().await;
+                }
+                true
+            })
+            .map(|cancelled, act: &mut Self, _ctx| {
+                act.cancels_waiting -= 1;
+                if let Some(idle) = act.idle_now() {
+                    act.supervisor.do_send(OfferSleep { id: act.id, idle });
+                }
+                cancelled
+            }),
+        )
     }
 }
 

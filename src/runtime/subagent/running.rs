@@ -275,9 +275,7 @@ impl SubagentActor {
         self.error = error;
         self.record_task_end();
         self.answer_awaiters();
-        // A cancel that waits for this end answers only once the actor has
-        // seen it settle: no sleep offered then.
-        self.report_task_end(kind, task.settled.is_none());
+        self.report_task_end(kind);
         task.fire_settled();
     }
 }
