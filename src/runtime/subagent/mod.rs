@@ -425,8 +425,9 @@ impl Handler<CancelTask> for SubagentActor {
         let (settled, abort) = (task.settled(), task.abort.clone());
         let grace = self.host.limits.cancel_grace();
         let id = self.id;
-        // The task's end was reported while this cancel waited: the last
-        // cancel to answer offers to sleep instead.
+        // The task's end is reported while this cancel still waits to
+        // answer, so that report offers no sleep: the last cancel to answer
+        // offers it instead.
         self.cancels_waiting += 1;
         Box::pin(
             actix::fut::wrap_future(async move {
