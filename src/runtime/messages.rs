@@ -124,15 +124,6 @@ pub(crate) struct Report {
     pub idle: Option<Idle>,
 }
 
-/// An actor idle once a cancel that waited on its task has answered (its
-/// task's end was reported before): it may be put to sleep.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct OfferSleep {
-    pub id: SubagentId,
-    pub idle: Idle,
-}
-
 /// What an actor that reports itself idle hands back, so that its record
 /// can stand in for it until its next task or message.
 pub(crate) struct Idle {

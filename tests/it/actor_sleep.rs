@@ -218,19 +218,20 @@ async fn the_operator_view_keeps_a_failed_task_and_a_completed_result() {
 }
 
 #[actix_rt::test]
-async fn a_cancelled_subagent_sleeps_once_every_cancel_has_answered() {
+async fn a_cancelled_subagent_keeps_its_actor_until_its_next_task_ends() {
     let host = host_with(test_limits());
     let (session, _events) = open(&host);
     let id = spawn(&session, "worker", None).await;
     delegate(&session, id, sleeping_task(60_000)).await;
     // Two cancels reach the actor before its task settles: each answers with
-    // the subagent, neither lost to the sleep that follows.
+    // the subagent.
     let first = sent(session.cancel(id)).await;
     let second = sent(session.cancel(id)).await;
     assert_eq!(first.await.unwrap(), vec![id]);
     assert_eq!(second.await.unwrap(), vec![id]);
-    assert_eq!(actors_settled(&session, 0).await, 0, "cancelled, then asleep");
     assert_eq!(session.await_result(id).await.unwrap().status, SubagentStatus::Cancelled);
+    assert_eq!(session.stats().actors(), 1, "a cancelled task's actor stays");
     let again = finish(&session, id, TaskDefinition::new("after", "x")).await;
-    assert_eq!(again.status, SubagentStatus::Completed, "a new actor runs the next task");
+    assert_eq!(again.status, SubagentStatus::Completed, "the same actor runs the next task");
+    assert_eq!(actors_settled(&session, 0).await, 0, "which ends by itself: asleep");
 }

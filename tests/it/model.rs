@@ -130,8 +130,8 @@ struct Node {
     result: Option<Value>,
     error: Option<String>,
     // Whether it has an actor: started by its first task or message, put to
-    // sleep when a task ends leaving nothing to do (no mail), gone once
-    // terminated.
+    // sleep when a task ends by itself leaving nothing to do (no mail; a
+    // cancelled task's actor stays), gone once terminated.
     awake: bool,
     // Messages in its mailbox (these tasks never read it).
     mailbox: usize,
@@ -250,9 +250,6 @@ impl Model {
             node.status = SubagentStatus::Cancelled;
             node.result = None;
             node.error = Some("cancelled".into());
-            if node.mailbox == 0 {
-                node.awake = false;
-            }
         }
         stopped
     }

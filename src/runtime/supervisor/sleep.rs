@@ -4,10 +4,10 @@
 //! its record answers both. Its actor (a tokio task, a mailbox, a context:
 //! more than a kilobyte) would sit idle until the session closes, and the
 //! close would then have to stop it. So an actor whose task ended with
-//! nothing left to do says so in its report (`Idle`; after a cancel, once
-//! the cancel has answered: `OfferSleep`), and the supervisor stops it
-//! (`Sleep`) and marks the record dormant; the next task or message starts
-//! a new actor from the record, as for a subagent never used.
+//! nothing left to do says so in its report (`Idle`), and the supervisor
+//! stops it (`Sleep`) and marks the record dormant; the next task or message
+//! starts a new actor from the record, as for a subagent never used. (A
+//! cancelled task's actor does not offer: see `CancelTask`.)
 //!
 //! No message may be lost on the way. Every message the supervisor sends an
 //! actor goes through its `ActorLink`, which counts it, and the actor counts
@@ -15,14 +15,13 @@
 //! two counts agree, that is when nothing it sent is still on the way; from
 //! then on the record is dormant, so nothing more is sent to that actor.
 
-use actix::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use super::record::Slot;
 use super::Supervisor;
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentStatus;
-use crate::runtime::messages::{Idle, OfferSleep};
+use crate::runtime::messages::Idle;
 
 /// Actors told to sleep that may not have stopped yet: a close waits for
 /// them, so that a closed session has no actor left. Those already gone are
@@ -85,13 +84,5 @@ impl Supervisor {
         entry.last_task = idle.last_task.filter(|_| entry.status != SubagentStatus::Completed);
         addr.sleep();
         self.dozing.push(gone);
-    }
-}
-
-impl Handler<OfferSleep> for Supervisor {
-    type Result = ();
-
-    fn handle(&mut self, msg: OfferSleep, _ctx: &mut Self::Context) {
-        self.put_to_sleep(msg.id, msg.idle);
     }
 }
