@@ -76,25 +76,19 @@ fn parse_script(metadata: &JsonObject) -> Result<Option<Vec<Step>>, TaskError> {
         .map_err(|err| TaskError(format!("malformed script at `script.{}`: {}", err.path(), err.inner())))
 }
 
-fn summary_of(ctx: &TaskContext) -> String {
-    format!("Completed task: {}", ctx.task.name)
-}
-
-/// The same result as an object a script's steps add to.
-fn default_result(ctx: &TaskContext) -> JsonObject {
-    let mut result = JsonObject::new();
-    result.insert("summary".into(), Value::String(summary_of(ctx)));
-    result.insert("instruction".into(), Value::String(ctx.task.instruction.clone()));
-    result
-}
-
-/// The result of a task without a script:
-/// `{"instruction": …, "summary": "Completed task: <name>"}`. Fields are in
-/// key order, as a `Value` object writes them.
+/// The result of a task without a script, and what a script's steps add
+/// to: `{"instruction": …, "summary": "Completed task: <name>"}`. Fields
+/// are in key order, as a `Value` object writes them.
 #[derive(Serialize)]
 struct DefaultResult<'a> {
     instruction: &'a str,
-    summary: &'a str,
+    summary: String,
+}
+
+impl<'a> DefaultResult<'a> {
+    fn of(ctx: &'a TaskContext) -> Self {
+        Self { instruction: &ctx.task.instruction, summary: format!("Completed task: {}", ctx.task.name) }
+    }
 }
 
 impl AgentAdapter for ScriptedAdapter {
@@ -146,12 +140,11 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     };
     let Some(steps) = parse_script(&ctx.task.metadata)? else {
         ctx.step()?;
-        // Encoded straight from structs, with no `Value` tree between: the
-        // default task is the one every benchmark runs.
-        let summary = summary_of(ctx);
-        let result = RawObject::encode(&DefaultResult { instruction: &ctx.task.instruction, summary: &summary });
-        ctx.memory.say("assistant", &summary);
-        return Ok(result);
+        // Encoded straight from the struct, with no `Value` tree between:
+        // the default task is the one every benchmark runs.
+        let result = DefaultResult::of(ctx);
+        ctx.memory.say("assistant", &result.summary);
+        return Ok(RawObject::encode(&result));
     };
     let Gathered { mut messages, mut children, mut tokens } = gathered;
     let mut returned: Option<JsonObject> = None;
@@ -223,7 +216,8 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             Gathered { messages, children, tokens } = state;
         }
     }
-    let mut result = returned.unwrap_or_else(|| default_result(ctx));
+    // (Encoded and read back: this path is not the benchmarks' one.)
+    let mut result = returned.unwrap_or_else(|| RawObject::encode(&DefaultResult::of(ctx)).to_object());
     if !messages.is_empty() {
         result.entry("messages").or_insert(Value::Array(messages));
     }

@@ -20,11 +20,6 @@ use super::wire::JsonObject;
 pub struct RawObject(Arc<RawValue>);
 
 impl RawObject {
-    /// Encodes `object`.
-    pub fn from_object(object: &JsonObject) -> Self {
-        Self::encode(object)
-    }
-
     /// Encodes any value that serializes as a JSON object (a struct, or a
     /// map with string keys): a result made without building a `Value` tree.
     ///
@@ -63,14 +58,9 @@ fn empty() -> Box<RawValue> {
 }
 
 impl From<JsonObject> for RawObject {
+    /// Encodes `object`.
     fn from(object: JsonObject) -> Self {
-        Self::from_object(&object)
-    }
-}
-
-impl From<&JsonObject> for RawObject {
-    fn from(object: &JsonObject) -> Self {
-        Self::from_object(object)
+        Self::encode(&object)
     }
 }
 
@@ -108,7 +98,7 @@ mod tests {
     #[test]
     fn keeps_the_compact_text_and_writes_it_unchanged() {
         let object = json!({"b": [1, 2], "a": "x\"y"}).as_object().cloned().unwrap();
-        let raw = RawObject::from_object(&object);
+        let raw = RawObject::from(object.clone());
         assert_eq!(raw.text(), r#"{"a":"x\"y","b":[1,2]}"#);
         assert_eq!(raw.len(), raw.text().len());
         assert_eq!(serde_json::to_string(&json!({"result": raw})).unwrap(), r#"{"result":{"a":"x\"y","b":[1,2]}}"#);
@@ -122,7 +112,7 @@ mod tests {
         assert_eq!(from_text.text(), r#"{"k":1}"#);
         assert_eq!(from_text, from_value);
         assert!(serde_json::from_str::<RawObject>("[1]").is_err());
-        assert!(RawObject::from_object(&JsonObject::new()).is_empty());
+        assert!(RawObject::from(JsonObject::new()).is_empty());
     }
 
     #[test]

@@ -111,8 +111,6 @@ pub(crate) struct SubagentActor {
     terminating: bool,
     // Messages handled from the supervisor (see `Idle`).
     handled: u64,
-    // Cancels that wait for its task to settle before they answer.
-    cancels_waiting: u32,
     // Set when it stops to sleep (not terminated: its record stands in).
     asleep: bool,
     log: Arc<SessionLog>,
@@ -152,7 +150,6 @@ impl SubagentActor {
             awaiters: Vec::new(),
             terminating: false,
             handled: 0,
-            cancels_waiting: 0,
             asleep: false,
             log: seed.log,
             memory_owner: seed.memory_owner,
@@ -221,28 +218,21 @@ impl SubagentActor {
         });
     }
 
-    /// Whether it has nothing to do: no task, no await or cancel waiting on
-    /// one, no undelivered message, and not being stopped.
+    /// Whether it has nothing to do: no task, no await waiting on one, no
+    /// undelivered message, and not being stopped.
     fn is_idle(&self) -> bool {
-        self.task.is_none()
-            && !self.terminating
-            && self.awaiters.is_empty()
-            && self.cancels_waiting == 0
-            && self.mailbox.is_empty()
+        self.task.is_none() && !self.terminating && self.awaiters.is_empty() && self.mailbox.is_empty()
     }
 
-    /// What it hands its record if it is idle now.
-    fn idle_now(&self) -> Option<Idle> {
-        self.is_idle().then(|| Idle {
+    /// The report of a task's end, offering to sleep when it is idle and
+    /// `may_sleep`.
+    fn report_task_end(&self, kind: EventKind, may_sleep: bool) {
+        let idle = (may_sleep && self.is_idle()).then(|| Idle {
             handled: self.handled,
             tasks_started: self.generation,
             last_task: self.last_task.clone(),
-        })
-    }
-
-    /// The report of a task's end, offering to sleep when it is idle.
-    fn report_task_end(&self, kind: EventKind) {
-        self.report_with(kind, EventDetail::None, self.idle_now());
+        });
+        self.report_with(kind, EventDetail::None, idle);
     }
 
     fn answer_awaiters(&mut self) {
@@ -408,7 +398,7 @@ impl Handler<CancelQueued> for SubagentActor {
         self.error = Some("cancelled".into());
         self.record_task_end();
         self.answer_awaiters();
-        // No sleep offered, as for a cancelled running task (below).
+        // No sleep offered, as for a cancelled running task (`settle`).
         self.report(EventKind::Cancelled, EventDetail::None);
     }
 }
@@ -426,27 +416,14 @@ impl Handler<CancelTask> for SubagentActor {
         let (settled, abort) = (task.settled(), task.abort.clone());
         let grace = self.host.limits.cancel_grace();
         let id = self.id;
-        // The task's end is reported while this cancel still waits to
-        // answer, so that report offers no sleep. Nor does the cancel once
-        // it has answered: putting every cancelled actor of a large subtree
-        // to sleep would add a third to the cancel's own work (measured on
-        // a 10k tree); a cancelled subagent keeps its actor until its next
-        // task ends.
-        self.cancels_waiting += 1;
-        Box::pin(
-            actix::fut::wrap_future(async move {
-                if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
-                    log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
-                    abort.abort();
-                    settled.cancelled().await;
-                }
-                true
-            })
-            .map(|cancelled, act: &mut Self, _ctx| {
-                act.cancels_waiting -= 1;
-                cancelled
-            }),
-        )
+        Box::pin(actix::fut::wrap_future(async move {
+            if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
+                log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
+                abort.abort();
+                settled.cancelled().await;
+            }
+            true
+        }))
     }
 }
 

@@ -7,7 +7,7 @@
 //! nothing left to do says so in its report (`Idle`), and the supervisor
 //! stops it (`Sleep`) and marks the record dormant; the next task or message
 //! starts a new actor from the record, as for a subagent never used. (A
-//! cancelled task's actor does not offer: see `CancelTask`.)
+//! cancelled task's actor does not offer: see `settle`.)
 //!
 //! No message may be lost on the way. Every message the supervisor sends an
 //! actor goes through its `ActorLink`, which counts it, and the actor counts
