@@ -21,6 +21,12 @@
 //! terminate its root), `cancel_wide` / `cancel_deep` (the same shapes, every
 //! task running, cancel the root), `cancel_capped` (`cancel_wide` with
 //! `max_running_per_session` = 100: all but 100 tasks wait in the queue).
+//! Two more are not teardown but "linear everywhere" all the same:
+//! `wake_deep` (a chain of N that never ran a task; the default task is
+//! delegated to every member, waking each, and awaited) and
+//! `forget_children` (one parent, N − 1 finished children, terminated one
+//! by one: each is forgotten past `max_retained_records`, out of a parent
+//! that stays).
 //! A third argument sets `max_retained_records` (default: the shipped 1 024).
 //! Divide the instruction count of `hot` by N for a per-subagent cost.
 
@@ -64,6 +70,14 @@ fn hot(system: &actix_rt::SystemRunner, session: &Tree, mode: &str, ids: &[Subag
                 settled(session, ids[0]).await;
                 stopped
             }
+            "wake_deep" => finish_all(session, ids.to_vec(), &unit_task()).await.len(),
+            "forget_children" => {
+                for child in &ids[1..] {
+                    session.terminate(*child).await.expect("terminate");
+                }
+                settled(session, ids[0]).await;
+                ids.len() - 1
+            }
             other => panic!("unknown mode {other}"),
         }
     })
@@ -95,6 +109,8 @@ fn main() {
             "terminate_deep" => finish_all(&session, chain(&session, n).await, &unit_task()).await,
             "cancel_wide" | "cancel_capped" => run_all(&session, wide(&session, n).await, &sleeping_task()).await,
             "cancel_deep" => run_all(&session, chain(&session, n).await, &sleeping_task()).await,
+            "wake_deep" => chain(&session, n).await,
+            "forget_children" => finish_all(&session, wide(&session, n).await, &unit_task()).await,
             other => panic!("unknown mode {other}"),
         };
         (session, ids)

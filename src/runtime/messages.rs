@@ -249,11 +249,46 @@ pub(crate) struct Deliver {
     pub payload: SubagentMessagePayload,
 }
 
-/// Cancel this subagent's own task. Replies whether there was one, once it
-/// has ended (within the cancel grace period, or stopped past it).
+/// Cancel this subagent's own task: its signal fires, and `0` answers
+/// whether there was one once it has ended. The canceller keeps the grace
+/// period (one timer for a whole subtree, not one per actor) and stops what
+/// is still running past it (`AbortCancelled`).
 #[derive(Message)]
-#[rtype(result = "bool")]
-pub(crate) struct CancelTask;
+#[rtype(result = "()")]
+pub(crate) struct CancelTask(pub CancelReply);
+
+/// A cancel's answer channel, kept by the actor until the cancelled task has
+/// ended. Dropped unanswered (the actor stopped first), it answers `false`.
+pub(crate) struct CancelReply(Option<tokio::sync::oneshot::Sender<bool>>);
+
+impl CancelReply {
+    /// The channel, and where its answer comes.
+    pub(crate) fn new() -> (Self, tokio::sync::oneshot::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Self(Some(tx)), rx)
+    }
+
+    /// Answers whether a task was cancelled.
+    pub(crate) fn send(mut self, cancelled: bool) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(cancelled);
+        }
+    }
+}
+
+impl Drop for CancelReply {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(false);
+        }
+    }
+}
+
+/// The cancel grace period is over: a task whose cancel is still pending is
+/// stopped at once (a task started since, and not cancelled, is left alone).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AbortCancelled;
 
 /// Terminate this subagent: its task is dropped at once, awaiters get
 /// `TERMINATED`, and the actor stops. Replies once the task is gone; the

@@ -126,6 +126,38 @@ async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes(
 }
 
 #[actix_rt::test]
+async fn the_grace_period_stops_only_tasks_still_cancelled_not_one_started_since() {
+    let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
+    let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
+    let (session, _events) = open(&host);
+    let request = SpawnRequest {
+        agent: SubagentConfig::new("mule", "stubborn"),
+        parent_agent_id: Some("client".into()),
+        root_agent_id: None,
+    };
+    let mule = session.spawn(request).await.unwrap().subagent_id;
+    // A scripted child winds up at once; its stubborn parent holds the cancel
+    // for the whole grace period.
+    let quick = spawn(&session, "quick", Some(mule)).await;
+    delegate(&session, mule, TaskDefinition::new("forever", "never ends")).await;
+    delegate(&session, quick, sleeping_task(600_000)).await;
+    let cancelling = sent(session.cancel(mule)).await;
+    wait_for_status(&session, quick, SubagentStatus::Cancelled).await;
+    // A new task on the child, inside the cancel's grace period.
+    delegate(&session, quick, sleeping_task(600_000)).await;
+    let mut stopped = cancelling.await.unwrap();
+    stopped.sort();
+    let mut expected = vec![mule, quick];
+    expected.sort();
+    assert_eq!(stopped, expected);
+    assert_eq!(session.await_result(mule).await.unwrap().status, SubagentStatus::Cancelled);
+    // The grace period's end stopped the stubborn task, not the new one.
+    assert_eq!(listed_status(&session, quick).await, Some(SubagentStatus::Running));
+    assert_eq!(session.stats().tasks(), 1);
+    session.close().await;
+}
+
+#[actix_rt::test]
 async fn closing_a_session_terminates_every_tree_and_answers_pending_awaits() {
     let host = host_with(test_limits());
     let (session, _events) = open(&host);

@@ -119,3 +119,31 @@ async fn the_events_of_a_merge_name_every_source_from_one_shared_list() {
     assert!(lists.iter().all(|list| Arc::ptr_eq(list, &lists[0])), "one list, not a copy per event");
     session.close().await;
 }
+
+#[actix_rt::test]
+async fn a_parent_that_stays_keeps_its_other_children_in_order_as_terminated_ones_are_forgotten() {
+    let host = host_with(Limits { max_retained_records: 2, ..test_limits() });
+    let (session, _events) = open(&host);
+    let parent = spawn(&session, "parent", None).await;
+    let mut children = Vec::new();
+    for i in 0..8 {
+        children.push(spawn(&session, &format!("c{i}"), Some(parent)).await);
+    }
+    // Terminated from the middle and the ends, out of spawn order: past two
+    // retained records the oldest terminated is forgotten.
+    for &at in &[5, 0, 3, 7] {
+        session.terminate(children[at]).await.unwrap();
+    }
+    let forgotten = [children[5], children[0]];
+    let kept: Vec<_> = children.iter().copied().filter(|id| !forgotten.contains(id)).collect();
+    assert_eq!(session.children(parent).await.unwrap(), kept, "the rest, oldest first");
+    for id in forgotten {
+        assert!(session.await_result(id).await.is_err(), "{id} is forgotten");
+    }
+    let listed: Vec<_> = session.list().await.unwrap().subagents.iter().map(|info| info.subagent_id).collect();
+    assert_eq!(listed.len(), 1 + kept.len());
+    // The parent still takes children, after the ones it kept.
+    let late = spawn(&session, "late", Some(parent)).await;
+    assert_eq!(session.children(parent).await.unwrap().last(), Some(&late));
+    session.close().await;
+}

@@ -224,23 +224,35 @@ impl SubagentActor {
         self.task.is_none() && !self.terminating && self.awaiters.is_empty() && self.mailbox.is_empty()
     }
 
-    /// The report of a task's end, offering to sleep when it is idle and
-    /// `may_sleep`.
-    fn report_task_end(&self, kind: EventKind, may_sleep: bool) {
+    /// Reports a task's end, offering to sleep when it is idle and
+    /// `may_sleep`, then answers the awaits on it.
+    ///
+    /// The report goes first: whoever an answer wakes (a client on another
+    /// thread, say) may delegate at once, and the supervisor, which answers
+    /// a delegate from its record, must have seen the end by then.
+    fn report_task_end(&mut self, kind: EventKind, may_sleep: bool) {
+        let awaiters = std::mem::take(&mut self.awaiters);
+        // Idle once these are answered, just below.
         let idle = (may_sleep && self.is_idle()).then(|| Idle {
             handled: self.handled,
             tasks_started: self.generation,
             last_task: self.last_task.clone(),
         });
         self.report_with(kind, EventDetail::None, idle);
+        self.answer(awaiters);
     }
 
     fn answer_awaiters(&mut self) {
-        if self.awaiters.is_empty() {
+        let awaiters = std::mem::take(&mut self.awaiters);
+        self.answer(awaiters);
+    }
+
+    fn answer(&self, awaiters: Vec<AwaitReply>) {
+        if awaiters.is_empty() {
             return;
         }
         let record = self.record();
-        for awaiter in self.awaiters.drain(..) {
+        for awaiter in awaiters {
             awaiter.send(Ok(record.clone()));
         }
     }
@@ -397,33 +409,36 @@ impl Handler<CancelQueued> for SubagentActor {
         self.result = None;
         self.error = Some("cancelled".into());
         self.record_task_end();
-        self.answer_awaiters();
         // No sleep offered, as for a cancelled running task (`settle`).
-        self.report(EventKind::Cancelled, EventDetail::None);
+        self.report_task_end(EventKind::Cancelled, false);
     }
 }
 
 impl Handler<CancelTask> for SubagentActor {
-    type Result = ResponseActFuture<Self, bool>;
+    type Result = ();
 
-    fn handle(&mut self, _msg: CancelTask, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: CancelTask, _ctx: &mut Self::Context) {
         self.handled += 1;
         let Some(task) = self.task.as_mut() else {
-            return Box::pin(actix::fut::ready(false));
+            return msg.0.send(false);
         };
         task.cancel_requested = true;
         task.cancel.cancel();
-        let (settled, abort) = (task.settled(), task.abort.clone());
-        let grace = self.host.limits.cancel_grace();
-        let id = self.id;
-        Box::pin(actix::fut::wrap_future(async move {
-            if tokio::time::timeout(grace, settled.cancelled()).await.is_err() {
-                log::debug!("{id} ignored cancel for {grace:?}; stopping its task");
-                abort.abort();
-                settled.cancelled().await;
-            }
-            true
-        }))
+        // Answered once the task has ended (`settle`).
+        task.cancel_replies.push(msg.0);
+    }
+}
+
+impl Handler<AbortCancelled> for SubagentActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: AbortCancelled, _ctx: &mut Self::Context) {
+        self.handled += 1;
+        if let Some(task) = self.task.as_ref().filter(|task| task.cancel_requested) {
+            log::debug!("{} ignored cancel for {:?}; stopping its task", self.id, self.host.limits.cancel_grace());
+            // The task's future ends on its next poll, and `settle` answers the cancel.
+            task.abort.abort();
+        }
     }
 }
 

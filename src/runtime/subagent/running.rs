@@ -17,7 +17,7 @@ use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
-use crate::runtime::messages::Resume;
+use crate::runtime::messages::{CancelReply, Resume};
 use crate::runtime::task::{TaskContext, TaskShared};
 use crate::runtime::trace;
 use crate::runtime::TreeStats;
@@ -53,6 +53,8 @@ pub(super) struct RunningTask {
     pub(super) shared: Rc<TaskShared>,
     // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
     pub(super) cancel_requested: bool,
+    // The cancels waiting for it to end.
+    pub(super) cancel_replies: Vec<CancelReply>,
     // For the timeout error text.
     pub(super) timeout_seconds: u64,
     // When it started (the task duration metric).
@@ -83,7 +85,12 @@ impl RunningTask {
         }
     }
 
-    pub(super) fn fire_settled(&self) {
+    /// Tells whoever waits that the task has ended: the cancels of it (it
+    /// was cancelled, whatever it ended as), and a stop.
+    pub(super) fn fire_settled(&mut self) {
+        for reply in self.cancel_replies.drain(..) {
+            reply.send(true);
+        }
         if let Some(settled) = &self.settled {
             settled.cancel();
         }
@@ -190,6 +197,7 @@ impl SubagentActor {
             shared,
             settled: None,
             cancel_requested: false,
+            cancel_replies: Vec::new(),
             timeout_seconds,
             started,
             span,
@@ -203,16 +211,16 @@ impl SubagentActor {
         self.status = SubagentStatus::Running;
         self.result = None;
         self.error = None;
+        // A new task's start was recorded by the supervisor that sent it
+        // (`Supervisor::task_starts`); a resumed one's is reported.
         if attempt > 1 {
             self.report(EventKind::Resumed, EventDetail::Resumed { attempt });
-        } else {
-            self.report(EventKind::Delegated, EventDetail::None);
         }
     }
 
     /// Records how task `generation` ended; ignores a stale one.
     fn settle(&mut self, generation: u64, ended: Outcome) {
-        let Some(task) = self.task.take_if(|task| task.generation == generation) else {
+        let Some(mut task) = self.task.take_if(|task| task.generation == generation) else {
             return;
         };
         if self.terminating {
@@ -274,7 +282,6 @@ impl SubagentActor {
         self.result = result;
         self.error = error;
         self.record_task_end();
-        self.answer_awaiters();
         // A cancelled task's actor offers no sleep: this cancel waits to
         // answer until the actor has seen the task settle, and putting every
         // cancelled actor of a large subtree to sleep would add a third to

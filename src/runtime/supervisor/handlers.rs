@@ -46,32 +46,42 @@ impl Handler<Delegate> for Supervisor {
     fn handle(&mut self, msg: Delegate, _ctx: &mut Self::Context) -> Self::Result {
         const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
         const QUEUED: DelegateResponse = DelegateResponse { accepted: true, status: SubagentStatus::Ready };
+        let entry = match self.entry(msg.id) {
+            Err(err) => return Forward::Answer(Err(err)),
+            Ok(entry) => entry,
+        };
+        if entry.stopping || matches!(entry.slot, Slot::Gone) {
+            return Forward::Answer(Ok(REFUSED));
+        }
+        // The record knows whether a task runs: every task is recorded as
+        // started here (or by the queue, or a restore) before its actor is
+        // told, and an actor reports a task's end before anyone can see it.
+        if entry.status.is_busy() {
+            return Forward::Answer(Ok(DelegateResponse { accepted: false, status: entry.status }));
+        }
+        if entry.caps.queued {
+            // One task queued at a time, as one runs at a time.
+            return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
+        }
         let addr = match self.wake(msg.id) {
             Err(err) => return Forward::Answer(Err(err)),
             Ok(None) => return Forward::Answer(Ok(REFUSED)),
             Ok(Some(addr)) => addr,
         };
-        if self.capped() {
-            let entry = &self.index[&msg.id];
-            if entry.caps.queued {
-                // One task queued at a time, as one runs at a time.
-                return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
+        if self.capped() && !self.index[&msg.id].caps.holds_slot {
+            if !self.slot_free(msg.id) {
+                self.enqueue(Queued {
+                    id: msg.id,
+                    task: msg.task,
+                    deadline_cap: msg.deadline_cap,
+                    parent_span: msg.parent_span,
+                    awaiters: Vec::new(),
+                });
+                return Forward::Answer(Ok(QUEUED));
             }
-            // A subagent that runs a task answers for itself (it refuses).
-            if !entry.caps.holds_slot && !entry.status.is_busy() {
-                if !self.slot_free(msg.id) {
-                    self.enqueue(Queued {
-                        id: msg.id,
-                        task: msg.task,
-                        deadline_cap: msg.deadline_cap,
-                        parent_span: msg.parent_span,
-                        awaiters: Vec::new(),
-                    });
-                    return Forward::Answer(Ok(QUEUED));
-                }
-                self.take_slot(msg.id);
-            }
+            self.take_slot(msg.id);
         }
+        self.task_starts(msg.id);
         Forward::To(
             addr,
             RunTask {
@@ -174,7 +184,7 @@ impl Handler<ChildrenOf> for Supervisor {
     type Result = Result<Vec<SubagentId>, HostError>;
 
     fn handle(&mut self, msg: ChildrenOf, _ctx: &mut Self::Context) -> Self::Result {
-        Ok(self.entry(msg.0)?.children.clone())
+        Ok(self.entry(msg.0)?.children.to_vec())
     }
 }
 
@@ -279,18 +289,16 @@ impl Handler<Report> for Supervisor {
             entry.task_time.end();
             // What it did not use of its budget flows back to its ancestors.
             entry.usage.release();
-        } else if matches!(msg.kind, EventKind::Delegated | EventKind::Resumed) {
-            entry.result = None;
-            entry.error = None;
-            entry.task_time.start();
+        } else if msg.kind == EventKind::Resumed {
+            entry.task_starts();
         }
         // A task stopped by a budget takes its running descendants with it.
-        let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.clone() } else { Vec::new() };
+        let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.to_vec() } else { Vec::new() };
         let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
         // An actor that stopped without being asked to (a handler panicked)
         // leaves its descendants to be stopped here.
         let unexpected = terminated && !entry.stopping;
-        let children = if unexpected { entry.children.clone() } else { Vec::new() };
+        let children = if unexpected { entry.children.to_vec() } else { Vec::new() };
         if terminated {
             self.record_terminated(msg.id);
         }
@@ -322,7 +330,7 @@ impl Handler<Close> for Supervisor {
     fn handle(&mut self, _msg: Close, _ctx: &mut Self::Context) -> Self::Result {
         self.closing = true;
         // Newest first, as OTP stops children in reverse start order.
-        let roots: Vec<_> = self.top_level.values().rev().copied().collect();
+        let roots: Vec<_> = self.top_level.iter().rev().collect();
         let stopping = self.terminate_subtrees(&roots);
         // Actors falling asleep are gone before the reply too.
         let dozing = self.dozing.all_gone();

@@ -84,7 +84,7 @@ impl Supervisor {
         while let Some(id) = pending.pop() {
             let Some(entry) = self.index.get(&id) else { continue };
             order.push(id);
-            pending.extend(entry.children.iter().rev().copied());
+            pending.extend(entry.children.iter().rev());
         }
         order
     }
@@ -140,7 +140,7 @@ impl Handler<InspectOne> for Supervisor {
             config: entry.config.clone(),
             task,
             result: entry.result.clone(),
-            child_ids: entry.children.clone(),
+            child_ids: entry.children.to_vec(),
         };
         Box::pin(async move {
             let mut detail = detail;

@@ -29,7 +29,7 @@ mod stop;
 
 use actix::prelude::*;
 use actix::WeakAddr;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +44,7 @@ use crate::protocol::wire::*;
 use crate::runtime::usage::{self, UsageMeter};
 use crate::store::SessionLog;
 pub(crate) use inspect::{CountStatuses, InspectOne, InspectTree};
-use record::{ActorLink, Entry, Interned, SharedAddr, Slot};
+use record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
 
 /// Root actor of one session.
 pub(crate) struct Supervisor {
@@ -53,10 +53,9 @@ pub(crate) struct Supervisor {
     stats: Arc<TreeStats>,
     // Every subagent's record: the tree.
     index: HashMap<SubagentId, Entry, IdHash>,
-    // Top-level subagents by their place in spawn order (terminated in
-    // reverse on close). A map, not a list: forgetting a record takes it out
-    // without a scan, so forgetting many stays linear.
-    top_level: BTreeMap<u64, SubagentId>,
+    // Top-level subagents in spawn order (terminated in reverse on close);
+    // forgetting a record takes it out without a scan.
+    top_level: SpawnOrder,
     // Subagents that are not TERMINATED: the quota counts these.
     live: usize,
     // TERMINATED records, oldest first, forgotten past `max_retained_records`.
@@ -103,7 +102,7 @@ impl Supervisor {
             sink,
             stats,
             index: HashMap::default(),
-            top_level: BTreeMap::new(),
+            top_level: SpawnOrder::default(),
             live: 0,
             retained: VecDeque::new(),
             closing: false,
@@ -118,18 +117,6 @@ impl Supervisor {
             dozing: Default::default(),
             log,
         }
-    }
-
-    /// The subagent whose memory `id` uses: itself, or for a `shared` child
-    /// the nearest ancestor that owns its memory.
-    fn memory_owner(&self, mut id: SubagentId) -> SubagentId {
-        while let Some(entry) = self.index.get(&id) {
-            match entry.parent {
-                Some(parent) if entry.config.memory_scope == MemoryScope::Shared => id = parent,
-                _ => break,
-            }
-        }
-        id
     }
 
     fn emit(&self, id: SubagentId, entry: &Entry, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
@@ -169,7 +156,6 @@ impl Supervisor {
     /// Starts the actor of a dormant subagent with `inbox` in its mailbox
     /// (the undelivered messages of a restored one).
     fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
-        let memory_owner = self.memory_owner(id);
         let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
         let gone = CancellationToken::new();
         let seed = SubagentSeed {
@@ -183,7 +169,7 @@ impl Supervisor {
             memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
             gone: gone.clone(),
             log: self.log.clone(),
-            memory_owner,
+            memory_owner: entry.memory_owner,
             tasks_started: entry.tasks_started,
             inbox,
             status: entry.status,
@@ -196,6 +182,20 @@ impl Supervisor {
         let addr = Arc::new(ActorLink::new(SubagentActor::new(seed).start()));
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
         addr
+    }
+
+    /// Records that a task of `id` starts (its actor is told next): status
+    /// `RUNNING`, the last result gone, the `delegated` event. Said here
+    /// rather than reported by the actor, so that the record is never behind
+    /// on which subagents are busy (a delegate is answered from it) and a
+    /// task's start costs no report.
+    fn task_starts(&mut self, id: SubagentId) {
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        entry.set_status(SubagentStatus::Running);
+        entry.task_starts();
+        self.listed = None;
+        let entry = &self.index[&id];
+        self.emit(id, entry, EventKind::Delegated, None, EventDetail::None);
     }
 
     /// An await routed to the actor, falling back to the record once it is gone.

@@ -126,6 +126,7 @@ impl Supervisor {
         entry.caps.queued = false;
         let Some(addr) = entry.live_addr() else { return };
         self.take_slot(id);
+        self.task_starts(id);
         addr.do_send(RunTask { task, deadline_cap, parent_span, reply: DelegateReply(None), resume: None });
         // After the task: each await waits for it.
         for awaiter in awaiters {

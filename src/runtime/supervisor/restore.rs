@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::record::{Caps, Entry, Slot};
+use super::record::{Caps, Entry, Slot, SpawnOrder};
 use super::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;
@@ -38,6 +38,10 @@ impl Supervisor {
             let StoredSubagent { id, row, task, memory: entries, mailbox } = subagent;
             let terminated = row.status == SubagentStatus::Terminated;
             let parent = row.parent.filter(|parent| self.index.contains_key(parent));
+            let memory_owner = match (row.config.memory_scope, parent) {
+                (MemoryScope::Shared, Some(parent)) => self.index[&parent].memory_owner,
+                _ => id,
+            };
             let memory = if terminated {
                 None
             } else {
@@ -73,7 +77,8 @@ impl Supervisor {
                 result: row.result,
                 error: row.error,
                 memory,
-                children: Vec::new(),
+                memory_owner,
+                children: SpawnOrder::default(),
                 stopping: false,
                 ord: row.ord,
                 spawn_key: row.spawn_key,
@@ -86,9 +91,9 @@ impl Supervisor {
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {
-                Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(id),
+                Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(row.ord, id),
                 None => {
-                    self.top_level.insert(row.ord, id);
+                    self.top_level.push(row.ord, id);
                 }
             }
             self.next_ord = self.next_ord.max(row.ord + 1);

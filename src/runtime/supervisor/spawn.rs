@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::record::{Caps, Entry, Slot};
+use super::record::{Caps, Entry, Slot, SpawnOrder};
 use super::Supervisor;
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
@@ -31,9 +31,9 @@ impl Supervisor {
             self.index.iter().find(|(_, entry)| keyed(entry)).map(|(id, _)| *id)
         } else {
             let parent = request.parent_agent_id.as_deref().and_then(SubagentId::parse);
-            parent.and_then(|id| self.index.get(&id)).and_then(|parent| {
-                parent.children.iter().copied().find(|child| self.index.get(child).is_some_and(keyed))
-            })
+            parent
+                .and_then(|id| self.index.get(&id))
+                .and_then(|parent| parent.children.iter().find(|child| self.index.get(child).is_some_and(keyed)))
         };
         if let Some(id) = existing {
             let status = self.index[&id].status;
@@ -69,7 +69,8 @@ impl Supervisor {
                     Some(root) => root,
                     None => self.interned.intern(&parent_id.to_string()),
                 };
-                (parent_entry.depth + 1, parent_entry.memory.clone(), Some(root))
+                let memory = parent_entry.memory.clone().map(|memory| (memory, parent_entry.memory_owner));
+                (parent_entry.depth + 1, memory, Some(root))
             }
             None => {
                 let root = request
@@ -106,10 +107,10 @@ impl Supervisor {
             }
         };
         let config = Arc::new(request.agent);
-        let memory = match (config.memory_scope, parent_memory) {
-            (MemoryScope::Shared, Some(parent)) => parent,
-            (MemoryScope::Snapshot, Some(parent)) => parent.snapshot_copy(),
-            _ => self.host.new_memory(),
+        let (memory, memory_owner) = match (config.memory_scope, parent_memory) {
+            (MemoryScope::Shared, Some((parent, owner))) => (parent, owner),
+            (MemoryScope::Snapshot, Some((parent, _))) => (parent.snapshot_copy(), id),
+            _ => (self.host.new_memory(), id),
         };
         let parent_agent_id = match parent {
             Some(parent_id) => Some(self.interned.intern(&parent_id.to_string())),
@@ -118,10 +119,10 @@ impl Supervisor {
         match parent {
             Some(parent_id) => {
                 let parent_entry = self.index.get_mut(&parent_id).expect("parent checked above");
-                parent_entry.children.push(id);
+                parent_entry.children.push(self.next_ord, id);
             }
             None => {
-                self.top_level.insert(self.next_ord, id);
+                self.top_level.push(self.next_ord, id);
             }
         }
         let entry = Entry {
@@ -135,7 +136,8 @@ impl Supervisor {
             result: None,
             error: None,
             memory: Some(memory),
-            children: Vec::new(),
+            memory_owner,
+            children: SpawnOrder::default(),
             stopping: false,
             ord: self.next_ord,
             spawn_key,
