@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use crate::ids::SubagentId;
+use crate::protocol::text::JsonText;
 use crate::protocol::wire::{JsonObject, SubagentStatus, Usage};
 
 /// The `event` field of a `SUBAGENT_EVENT`.
@@ -48,6 +49,24 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Every kind.
+    pub const ALL: [Self; 14] = [
+        Self::Spawned,
+        Self::Delegated,
+        Self::StatusChanged,
+        Self::Progress,
+        Self::MessageReceived,
+        Self::Completed,
+        Self::Failed,
+        Self::Timeout,
+        Self::Cancelled,
+        Self::Terminated,
+        Self::Merged,
+        Self::Resumed,
+        Self::BudgetExceeded,
+        Self::Queued,
+    ];
+
     /// Whether the event ends a task (or the subagent): its content then
     /// carries the subagent's token usage.
     pub fn ends_task(self) -> bool {
@@ -153,6 +172,69 @@ impl Serialize for WireEvent<'_> {
         map.serialize_entry("event", self.0.kind.as_str())?;
         map.serialize_entry("content", &WireContent(self.0))?;
         map.end()
+    }
+}
+
+impl WireEvent<'_> {
+    /// Writes the event's fields, `"subagent_id":…,"event":…,"content":{…}`
+    /// without the braces around them (the encoder puts them after the
+    /// envelope's), exactly as its `Serialize` writes them but by hand:
+    /// events are most of what a host writes (see `protocol::text`).
+    pub fn write_fields(&self, out: &mut Vec<u8>) {
+        let event = self.0;
+        let mut text = JsonText(out);
+        text.raw(b"\"subagent_id\":");
+        text.id(event.subagent_id);
+        text.raw(b",\"event\":");
+        text.name(event.kind.as_str());
+        text.raw(b",\"content\":{\"status\":");
+        text.name(event.status.as_str());
+        text.raw(b",\"parent_agent_id\":");
+        text.string_or_null(event.parent_agent_id.as_deref());
+        text.raw(b",\"root_agent_id\":");
+        text.string_or_null(event.root_agent_id.as_deref());
+        text.raw(b",\"depth\":");
+        text.number(event.depth.into());
+        if let Some(error) = &event.error {
+            text.raw(b",\"error\":");
+            text.string(error);
+        }
+        if let Some(usage) = &event.usage {
+            text.raw(b",\"usage\":");
+            text.usage(usage.own);
+            text.raw(b",\"subtree_usage\":");
+            text.usage(usage.subtree);
+        }
+        match &event.detail {
+            EventDetail::None => {}
+            EventDetail::Progress(message) => {
+                text.raw(b",\"message\":");
+                text.string(message);
+            }
+            EventDetail::Message { from, kind } => {
+                text.raw(b",\"from_subagent_id\":");
+                text.string(from);
+                text.raw(b",\"message_type\":");
+                text.string(kind);
+            }
+            EventDetail::Merged { strategy, subagent_ids } => {
+                text.raw(b",\"strategy\":");
+                text.string(strategy);
+                text.raw(b",\"subagent_ids\":[");
+                for (at, id) in subagent_ids.iter().enumerate() {
+                    if at > 0 {
+                        text.raw(b",");
+                    }
+                    text.id(*id);
+                }
+                text.raw(b"]");
+            }
+            EventDetail::Resumed { attempt } => {
+                text.raw(b",\"attempt\":");
+                text.number((*attempt).into());
+            }
+        }
+        text.raw(b"}");
     }
 }
 

@@ -26,9 +26,46 @@ impl SubagentId {
     }
 }
 
+impl SubagentId {
+    /// The wire form, spelled on the stack: every event and reply writes
+    /// ids, and `write!("sub_{:08x}")` through the formatting machinery cost
+    /// several times this.
+    pub fn spelled(self) -> SpelledId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = *b"sub_00000000";
+        for (at, digit) in text[4..].iter_mut().enumerate() {
+            *digit = HEX[(self.0 >> (28 - 4 * at) & 0xf) as usize];
+        }
+        SpelledId(text)
+    }
+}
+
+/// A subagent id's wire form (`sub_a1b2c3d4`), held on the stack.
+#[derive(Clone, Copy)]
+pub struct SpelledId([u8; 12]);
+
+impl fmt::Debug for SpelledId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl SpelledId {
+    /// The text's bytes.
+    pub fn as_bytes(&self) -> &[u8; 12] {
+        &self.0
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // `sub_` and hex digits only: ASCII.
+        std::str::from_utf8(&self.0).unwrap_or("sub_????????")
+    }
+}
+
 impl fmt::Display for SubagentId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sub_{:08x}", self.0)
+        f.write_str(self.spelled().as_str())
     }
 }
 
@@ -40,7 +77,7 @@ impl fmt::Debug for SubagentId {
 
 impl Serialize for SubagentId {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        serializer.serialize_str(self.spelled().as_str())
     }
 }
 

@@ -7,6 +7,7 @@ use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::request::PROTOCOL_VERSION;
+use super::text::JsonText;
 use super::wire::SubagentEvent;
 use crate::error::HostError;
 use crate::event::{stopped_content, Event, WireEvent};
@@ -24,22 +25,7 @@ pub fn message<T: Serialize>(kind: &str, req_id: Option<&str>, body: &T) -> Stri
     // Written straight into the line: building a `serde_json::Value` first
     // (a BTreeMap with a String per key) and printing it through `Display`
     // cost several times the serialization itself.
-    let mut line = Vec::with_capacity(256);
-    line.extend_from_slice(b"{\"type\":");
-    push_str(&mut line, kind);
-    line.extend_from_slice(b",\"id\":\"");
-    let mut id = [0u8; 32];
-    line.extend_from_slice(message_id(&mut id).as_bytes());
-    line.extend_from_slice(b"\",\"a2e\":");
-    push_str(&mut line, PROTOCOL_VERSION);
-    line.extend_from_slice(b",\"ts\":");
-    if serde_json::to_writer(&mut line, &now_ts()).is_err() {
-        line.push(b'0');
-    }
-    if let Some(req_id) = req_id {
-        line.extend_from_slice(b",\"req_id\":");
-        push_str(&mut line, req_id);
-    }
+    let mut line = envelope(kind, req_id);
     let mark = line.len();
     if let Err(err) = serde_json::to_writer(&mut line, body) {
         return error(&HostError::runtime(format!("cannot encode {kind}: {err}")), req_id.unwrap_or(""));
@@ -62,14 +48,38 @@ pub fn message<T: Serialize>(kind: &str, req_id: Option<&str>, body: &T) -> Stri
             line.push(b'}');
         }
     }
-    // serde_json writes UTF-8 only.
-    String::from_utf8(line).unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
+    finish(line)
 }
 
-fn push_str(line: &mut Vec<u8>, text: &str) {
-    if serde_json::to_writer(&mut *line, text).is_err() {
-        line.extend_from_slice(b"\"\"");
+/// The envelope of a message of type `kind`, without its closing brace:
+/// `{"type":…,"id":…,"a2e":…,"ts":…` and `"req_id"` on a reply.
+fn envelope(kind: &str, req_id: Option<&str>) -> Vec<u8> {
+    // Room for most lines (an event is 300–400 bytes) in one allocation.
+    let mut line = Vec::with_capacity(512);
+    let mut text = JsonText(&mut line);
+    text.raw(b"{\"type\":");
+    text.string(kind);
+    text.raw(b",\"id\":\"");
+    let mut id = [0u8; 32];
+    text.raw(message_id(&mut id).as_bytes());
+    text.raw(b"\",\"a2e\":");
+    text.name(PROTOCOL_VERSION);
+    text.raw(b",\"ts\":");
+    if serde_json::to_writer(&mut line, &now_ts()).is_err() {
+        line.push(b'0');
     }
+    if let Some(req_id) = req_id {
+        let mut text = JsonText(&mut line);
+        text.raw(b",\"req_id\":");
+        text.string(req_id);
+    }
+    line
+}
+
+/// The finished line as text.
+fn finish(line: Vec<u8>) -> String {
+    // JSON text is written as UTF-8 only.
+    String::from_utf8(line).unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
 
 /// A fresh message id: a version-4 UUID in simple (32 hex) form, drawn from
@@ -115,7 +125,12 @@ pub fn stopped(event: &str, req_id: &str, target: SubagentId, result: Result<Vec
 
 /// An unsolicited `SUBAGENT_EVENT` (no `req_id`).
 pub fn event(event: &Event) -> String {
-    message("SUBAGENT_EVENT", None, &WireEvent(event))
+    // Written by hand, the fields as `WireEvent` serializes them.
+    let mut line = envelope("SUBAGENT_EVENT", None);
+    line.push(b',');
+    WireEvent(event).write_fields(&mut line);
+    line.push(b'}');
+    finish(line)
 }
 
 /// The length of `value` encoded as compact JSON, counted without building

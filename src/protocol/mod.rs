@@ -5,6 +5,7 @@
 //! - [`request`]: decoding a line into a typed [`request::Request`].
 //! - [`encode`]: the envelope on every outgoing message, and error replies.
 //! - [`raw`]: JSON objects kept as their encoded text (task results).
+//! - `text`: JSON written by hand for the hottest lines (events).
 //! - [`multi_agent`]: the SDK's `multi_agent/*` namespace, mapped onto the
 //!   same requests.
 
@@ -13,4 +14,5 @@ pub mod encode;
 pub mod multi_agent;
 pub mod raw;
 pub mod request;
+pub(crate) mod text;
 pub mod wire;

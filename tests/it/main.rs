@@ -4,7 +4,7 @@
 //! - `adapter_*`: the command and openai adapters against real processes
 //!   and a fake model server.
 //! - `protocol`, `wire_types`: NDJSON in, NDJSON out, and the wire types
-//!   against the spec.
+//!   against the spec; `wire_text`: the hand-written event text is serde's.
 //! - `server`: the server as a library call, in-process on port 0, with
 //!   tokio's paused clock for timeouts.
 //! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
@@ -62,4 +62,5 @@ mod store_resume;
 mod stress;
 mod teardown;
 mod usage;
+mod wire_text;
 mod wire_types;

@@ -191,3 +191,15 @@ fn wrong_type_names_its_path() {
     assert_eq!(schema_field::<MergeRequest>(json!({ "subagent_ids": ["sub_a1b2c3d4", 7] })), "subagent_ids[1]");
     assert_eq!(schema_field::<AwaitRequest>(json!({ "subagent_id": 12 })), "subagent_id");
 }
+
+#[test]
+fn a_subagent_id_is_spelled_sub_and_eight_lowercase_hex_digits_everywhere() {
+    for raw in [0, 1, 0x0a1b_2c3d, 0xdead_beef, u32::MAX] {
+        let id = subagent_host::SubagentId(raw);
+        let expected = format!("sub_{raw:08x}");
+        assert_eq!(id.spelled().as_str(), expected);
+        assert_eq!(id.to_string(), expected);
+        assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{expected}\""));
+        assert_eq!(subagent_host::SubagentId::parse(&expected), Some(id));
+    }
+}
