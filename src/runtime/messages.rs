@@ -257,29 +257,86 @@ pub(crate) struct Deliver {
 #[rtype(result = "()")]
 pub(crate) struct CancelTask(pub CancelReply);
 
-/// A cancel's answer channel, kept by the actor until the cancelled task has
-/// ended. Dropped unanswered (the actor stopped first), it answers `false`.
-pub(crate) struct CancelReply(Option<tokio::sync::oneshot::Sender<bool>>);
+/// Where the actors of one cancel answer: how many have yet to, and whose
+/// task it stopped, by their place in the cancel's list. One shared tally,
+/// not a reply channel per actor joined into one future: that join was a
+/// seventh of a large cancel's work.
+pub(crate) struct CancelAnswers {
+    tally: std::sync::Mutex<Tally>,
+    // Woken once the last actor has answered.
+    all_in: tokio::sync::Notify,
+}
 
-impl CancelReply {
-    /// The channel, and where its answer comes.
-    pub(crate) fn new() -> (Self, tokio::sync::oneshot::Receiver<bool>) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (Self(Some(tx)), rx)
+struct Tally {
+    waiting: usize,
+    stopped: Vec<bool>,
+}
+
+impl CancelAnswers {
+    /// A tally for `count` actors.
+    pub(crate) fn new(count: usize) -> Arc<Self> {
+        let tally = Tally { waiting: count, stopped: vec![false; count] };
+        Arc::new(Self { tally: std::sync::Mutex::new(tally), all_in: tokio::sync::Notify::new() })
     }
 
+    /// The reply of the actor at place `at` in the list.
+    pub(crate) fn reply(self: &Arc<Self>, at: usize) -> CancelReply {
+        CancelReply { answers: Some(Arc::clone(self)), at }
+    }
+
+    /// Resolves once every actor has answered, with whether each one's task
+    /// was stopped, in list order.
+    pub(crate) async fn all_answered(&self) -> Vec<bool> {
+        loop {
+            {
+                let mut tally = self.lock();
+                if tally.waiting == 0 {
+                    return std::mem::take(&mut tally.stopped);
+                }
+            }
+            // (`notify_one` keeps its wake for a waiter still on its way here.)
+            self.all_in.notified().await;
+        }
+    }
+
+    fn answer(&self, at: usize, stopped: bool) {
+        let mut tally = self.lock();
+        if let Some(place) = tally.stopped.get_mut(at) {
+            *place = stopped;
+        }
+        tally.waiting = tally.waiting.saturating_sub(1);
+        if tally.waiting == 0 {
+            self.all_in.notify_one();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
+        // Nothing panics while holding it; a poisoned tally is still whole.
+        self.tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One actor's answer to a cancel, kept by the actor until the cancelled
+/// task has ended. Dropped unanswered (the actor stopped first), it answers
+/// that it stopped nothing.
+pub(crate) struct CancelReply {
+    answers: Option<Arc<CancelAnswers>>,
+    at: usize,
+}
+
+impl CancelReply {
     /// Answers whether a task was cancelled.
     pub(crate) fn send(mut self, cancelled: bool) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(cancelled);
+        if let Some(answers) = self.answers.take() {
+            answers.answer(self.at, cancelled);
         }
     }
 }
 
 impl Drop for CancelReply {
     fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(false);
+        if let Some(answers) = self.answers.take() {
+            answers.answer(self.at, false);
         }
     }
 }

@@ -16,7 +16,7 @@ use super::Supervisor;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentStatus;
-use crate::runtime::messages::{AbortCancelled, AwaitTask, CancelReply, CancelTask, StopActor};
+use crate::runtime::messages::{AbortCancelled, AwaitTask, CancelAnswers, CancelTask, StopActor};
 use crate::store::{Change, Held};
 
 impl Supervisor {
@@ -90,13 +90,10 @@ impl Supervisor {
     pub(super) fn cancel_subtree(&mut self, root: SubagentId) -> impl Future<Output = Vec<SubagentId>> {
         let mut queued = self.dequeue_subtrees(&[root]);
         let mut unqueued = Vec::new();
-        let members = self.subtree(root);
-        // Sized once: growing a list of 10k futures by doubling moved each
-        // about twice (5 % of a 10k tree's cancel).
-        let mut cancels = Vec::with_capacity(members.len());
-        // Their actors, told to stop the task should the grace period pass.
-        let mut told = Vec::with_capacity(members.len());
-        for id in members {
+        // The members with an actor, told to cancel their task (and to stop
+        // it should the grace period pass).
+        let mut told = Vec::new();
+        for id in self.subtree(root) {
             // Queued tasks never ran: they leave the queue, cancelled.
             if let Some(queued) = queued.take(id) {
                 if self.cancel_queued(queued) {
@@ -105,31 +102,29 @@ impl Supervisor {
                 continue;
             }
             if let Some(Slot::Live { addr, .. }) = self.index.get(&id).map(|entry| &entry.slot) {
-                let (reply, answer) = CancelReply::new();
-                addr.do_send(CancelTask(reply));
-                cancels.push(async move { answer.await.unwrap_or(false).then_some(id) });
-                told.push(Arc::clone(addr));
+                told.push((id, Arc::clone(addr)));
             }
+        }
+        let answers = CancelAnswers::new(told.len());
+        for (at, (_, addr)) in told.iter().enumerate() {
+            addr.do_send(CancelTask(answers.reply(at)));
         }
         let grace = self.host.limits.cancel_grace();
         async move {
             let mut stopped = unqueued;
-            // Outside tokio's cooperative budget: one future waits on every
-            // member's reply, and a budget of 128 per poll would make it
-            // yield and be polled again many times over (see BENCHMARKS.md).
-            let answers = tokio::task::unconstrained(join_all(cancels));
-            tokio::pin!(answers);
-            let answers = match tokio::time::timeout(grace, &mut answers).await {
-                Ok(answers) => answers,
+            let all_answered = answers.all_answered();
+            tokio::pin!(all_answered);
+            let answered = match tokio::time::timeout(grace, &mut all_answered).await {
+                Ok(answered) => answered,
                 Err(_elapsed) => {
                     // Past the grace period: what has not wound up is stopped.
-                    for addr in &told {
+                    for (_, addr) in &told {
                         addr.do_send(AbortCancelled);
                     }
-                    answers.await
+                    all_answered.await
                 }
             };
-            stopped.extend(answers.into_iter().flatten());
+            stopped.extend(told.iter().zip(answered).filter(|(_, stopped)| *stopped).map(|((id, _), _)| *id));
             stopped
         }
     }
