@@ -22,7 +22,7 @@ impl JsonText<'_> {
     /// A string, escaped as serde_json escapes one: `"`, `\` and the
     /// control characters below U+0020, nothing else.
     pub(crate) fn string(&mut self, text: &str) {
-        // One pass with no early exit, which the compiler vectorizes.
+        // One pass with no early exit (the compiler may vectorize it).
         let needs_escape =
             text.bytes().fold(false, |needs, byte| needs | (byte < 0x20) | (byte == b'"') | (byte == b'\\'));
         if !needs_escape {
