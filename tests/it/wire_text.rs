@@ -42,7 +42,8 @@ fn detail() -> impl Strategy<Value = EventDetail> {
         Just(EventDetail::None),
         text().prop_map(EventDetail::Progress),
         (text(), text()).prop_map(|(from, kind)| EventDetail::Message { from, kind }),
-        (text(), proptest::collection::vec(id(), 0..4))
+        // Up to past the most an event lists on the wire (64).
+        (text(), proptest::collection::vec(id(), 0..80))
             .prop_map(|(strategy, ids)| EventDetail::Merged { strategy: strategy.into(), subagent_ids: ids.into() }),
         any::<u32>().prop_map(|attempt| EventDetail::Resumed { attempt }),
     ]
@@ -115,4 +116,34 @@ fn an_encoded_event_line_is_its_envelope_and_the_serde_fields() {
         assert_eq!(&line[key], value, "{key}");
     }
     assert_eq!(line.as_object().unwrap().len(), 4 + fields.len(), "type, id, a2e, ts and the fields");
+}
+
+#[test]
+fn a_merged_event_lists_at_most_64_sources_on_the_wire_and_counts_them_all() {
+    let merged = |n: u32| Event {
+        subagent_id: SubagentId(1),
+        kind: EventKind::Merged,
+        status: SubagentStatus::Completed,
+        parent_agent_id: None,
+        root_agent_id: None,
+        depth: 0,
+        error: None,
+        detail: EventDetail::Merged { strategy: "voting".into(), subagent_ids: (1..=n).map(SubagentId).collect() },
+        usage: None,
+    };
+    let content = |n: u32| {
+        let line: serde_json::Value =
+            serde_json::from_str(&subagent_host::protocol::encode::event(&merged(n))).unwrap();
+        line["content"].clone()
+    };
+    let small = content(3);
+    assert_eq!(small["sources"], 3);
+    assert_eq!(small["subagent_ids"], serde_json::json!(["sub_00000001", "sub_00000002", "sub_00000003"]));
+    assert!(small.get("truncated").is_none());
+    let large = content(10_000);
+    assert_eq!(large["sources"], 10_000);
+    let listed = large["subagent_ids"].as_array().unwrap();
+    assert_eq!(listed.len(), subagent_host::event::MERGED_IDS_ON_THE_WIRE);
+    assert_eq!(listed[0], "sub_00000001", "the first sources, in request order");
+    assert_eq!(large["truncated"], true);
 }
