@@ -134,6 +134,13 @@ pub enum EventDetail {
 /// list is the merge reply's (`merged`, `not_merged`).
 pub const MERGED_IDS_ON_THE_WIRE: usize = 64;
 
+/// The sources a `merged` event lists on the wire, and whether that leaves
+/// some out (`truncated`): the one rule both encoders follow.
+fn listed_sources(subagent_ids: &[SubagentId]) -> (&[SubagentId], bool) {
+    let listed = subagent_ids.len().min(MERGED_IDS_ON_THE_WIRE);
+    (&subagent_ids[..listed], listed < subagent_ids.len())
+}
+
 /// One lifecycle event of one subagent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
@@ -230,15 +237,16 @@ impl WireEvent<'_> {
                 text.string(strategy);
                 text.raw(b",\"sources\":");
                 text.number(subagent_ids.len() as u64);
+                let (listed, truncated) = listed_sources(subagent_ids);
                 text.raw(b",\"subagent_ids\":[");
-                for (at, id) in subagent_ids.iter().take(MERGED_IDS_ON_THE_WIRE).enumerate() {
+                for (at, id) in listed.iter().enumerate() {
                     if at > 0 {
                         text.raw(b",");
                     }
                     text.id(*id);
                 }
                 text.raw(b"]");
-                if subagent_ids.len() > MERGED_IDS_ON_THE_WIRE {
+                if truncated {
                     text.raw(b",\"truncated\":true");
                 }
             }
@@ -279,9 +287,9 @@ impl Serialize for WireContent<'_> {
             EventDetail::Merged { strategy, subagent_ids } => {
                 map.serialize_entry("strategy", strategy)?;
                 map.serialize_entry("sources", &subagent_ids.len())?;
-                let listed = &subagent_ids[..subagent_ids.len().min(MERGED_IDS_ON_THE_WIRE)];
+                let (listed, truncated) = listed_sources(subagent_ids);
                 map.serialize_entry("subagent_ids", listed)?;
-                if subagent_ids.len() > MERGED_IDS_ON_THE_WIRE {
+                if truncated {
                     map.serialize_entry("truncated", &true)?;
                 }
             }

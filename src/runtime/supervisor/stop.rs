@@ -75,7 +75,9 @@ impl Supervisor {
         }
         self.forget_oldest_terminated();
         async move {
-            // Outside tokio's cooperative budget, as in `cancel_subtree`.
+            // Outside tokio's cooperative budget: one future waits on every
+            // member, and a budget of 128 per poll would make it yield and be
+            // polled again many times over (see BENCHMARKS.md).
             let all =
                 futures_util::future::join(join_all(stopping), join_all(waits.iter().map(|gone| gone.cancelled())));
             let (ids, _) = tokio::task::unconstrained(all).await;
