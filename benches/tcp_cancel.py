@@ -18,15 +18,9 @@ import tempfile
 import threading
 import time
 
-HANDSHAKE = ('{"type":"handshake/req","id":"h","a2e":"1.0","agent_id":"bench",'
-             '"agent_caps":["multi_agent"],"auth_token":""}\n')
+from tcp_support import HANDSHAKE, free_port
+
 TASK = '{"name":"t","instruction":"i","metadata":{"script":[{"sleep_ms":600000}]}}'
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(reader, marker):

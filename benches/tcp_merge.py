@@ -17,14 +17,7 @@ import sys
 import tempfile
 import time
 
-HANDSHAKE = ('{"type":"handshake/req","id":"h","a2e":"1.0","agent_id":"bench",'
-             '"agent_caps":["multi_agent"],"auth_token":""}\n')
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tcp_support import HANDSHAKE, free_port
 
 
 def reply(reader, req_id):

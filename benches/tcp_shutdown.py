@@ -21,14 +21,7 @@ import tempfile
 import threading
 import time
 
-HANDSHAKE = ('{"type":"handshake/req","id":"h1","a2e":"1.0","agent_id":"bench",'
-             '"agent_caps":["multi_agent"],"auth_token":""}\n')
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tcp_support import HANDSHAKE, free_port
 
 
 class Session:
