@@ -46,11 +46,21 @@ pub(crate) struct Delegate {
     pub parent_span: Option<tracing::Span>,
 }
 
-/// The subagent's queued task was cancelled before it started: it ends
-/// `CANCELLED` (unless a task runs, or it is being terminated).
+/// The subagent's queued task (its [`Ticket`]) was cancelled before it
+/// started: it ends `CANCELLED` (unless a task runs, or it is being
+/// terminated).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct CancelQueued;
+pub(crate) struct CancelQueued(pub Ticket);
+
+/// The number of tasks the supervisor has recorded for a subagent (queued
+/// or started), the newest task's own number. A task's start is recorded
+/// before its actor hears of it, so a report its actor sent before that
+/// describes a state the record has moved past: every report carries the
+/// ticket of the newest task its actor had seen, and the supervisor keeps
+/// the record as it is for a report with an older one (its event still goes
+/// out).
+pub(crate) type Ticket = u64;
 
 /// A task recorded token usage: listed rows must be built again.
 #[derive(Message)]
@@ -122,6 +132,8 @@ pub(crate) struct Report {
     // Set when its task ended and it has nothing left to do: it may be put
     // to sleep.
     pub idle: Option<Idle>,
+    // The newest task its actor had seen when it sent this.
+    pub ticket: Ticket,
 }
 
 /// What an actor that reports itself idle hands back, so that its record
@@ -149,6 +161,8 @@ pub(crate) struct RunTask {
     pub reply: DelegateReply,
     // Set when the task ran before the host restarted: it resumes.
     pub resume: Option<Resume>,
+    // This task's number in its subagent's record.
+    pub ticket: Ticket,
 }
 
 /// Stop: the subagent's task ended and it is idle; its record stands in for
@@ -341,11 +355,12 @@ impl Drop for CancelReply {
     }
 }
 
-/// The cancel grace period is over: a task whose cancel is still pending is
-/// stopped at once (a task started since, and not cancelled, is left alone).
+/// The cancel grace period is over: the task with this ticket, if its cancel
+/// is still pending, is stopped at once (a task started since is left alone,
+/// even when a later cancel is winding it up: that cancel has its own grace).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct AbortCancelled;
+pub(crate) struct AbortCancelled(pub Ticket);
 
 /// Terminate this subagent: its task is dropped at once, awaiters get
 /// `TERMINATED`, and the actor stops. Replies once the task is gone; the

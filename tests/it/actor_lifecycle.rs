@@ -309,3 +309,35 @@ async fn an_idle_subagent_has_no_actor_until_its_first_task_or_message() {
     assert_eq!(session.cancel(worker).await.unwrap(), vec![worker]);
     assert_eq!(session.await_result(worker).await.unwrap().status, SubagentStatus::Cancelled);
 }
+
+#[actix_rt::test]
+async fn a_message_delivered_just_before_a_delegate_leaves_the_record_running() {
+    let gate = Gate::new();
+    let host = gate.host(test_limits(), "gated");
+    let (session, mut events) = open(&host);
+    let id = spawn_model(&session, "worker", "gated").await;
+    // Both reach the supervisor before the actor has handled either: the
+    // actor reports the message (still READY) after the supervisor has
+    // recorded the task's start.
+    let payload = SubagentMessagePayload { kind: "note".into(), content: json!(1) };
+    let message = sent(session.message("client".into(), id, payload)).await;
+    let delegated = sent(session.delegate(id, TaskDefinition::new("held", "until the gate opens"))).await;
+    message.await.expect("message");
+    let reply = delegated.await.expect("delegate");
+    assert_eq!((reply.accepted, reply.status), (true, SubagentStatus::Running));
+    // The message's report was handled before this list (it went out before
+    // the message's reply): it must not have taken the record back to READY.
+    assert_eq!(listed_status(&session, id).await, Some(SubagentStatus::Running));
+    let again = session.delegate(id, TaskDefinition::new("second", "refused")).await.unwrap();
+    assert_eq!((again.accepted, again.status), (false, SubagentStatus::Running), "the running task is untouched");
+    gate.open();
+    let done = session.await_result(id).await.unwrap();
+    assert_eq!(done.status, SubagentStatus::Completed);
+    assert_eq!(done.result.map(|result| result.to_object()["released"].clone()), Some(json!("held")));
+    let kinds: Vec<_> = drain_events(&mut events).iter().filter(|e| e.subagent_id == id).map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::Spawned, EventKind::Delegated, EventKind::MessageReceived, EventKind::Completed],
+        "one task started, and the message's event still went out (once its actor reported it)"
+    );
+}

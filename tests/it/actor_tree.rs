@@ -275,3 +275,70 @@ async fn a_child_cannot_be_spawned_under_a_parent_being_terminated() {
     assert_eq!(late.unwrap_err().code, subagent_host::ErrorCode::InvalidState);
     assert_eq!(session.stats().actors(), 0);
 }
+
+/// A task named `slow` winds up for 700 ms once cancelled, then completes
+/// with `{"wound_up": true}`; any other task ends at once when cancelled.
+struct SlowWindUp;
+
+impl AgentAdapter for SlowWindUp {
+    fn name(&self) -> &str {
+        "slow-wind-up"
+    }
+
+    fn run(&self, ctx: TaskContext) -> TaskFuture {
+        Box::pin(async move {
+            ctx.cancel.cancelled().await;
+            if ctx.task.name != "slow" {
+                return Err(subagent_host::runtime::task::TaskError::new("cancelled"));
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let mut result = JsonObject::new();
+            result.insert("wound_up".into(), json!(true));
+            Ok(result.into())
+        })
+    }
+}
+
+#[actix_rt::test]
+async fn the_end_of_one_cancels_grace_does_not_cut_short_a_later_cancels_grace() {
+    let router = AdapterRouter::default()
+        .route("stubborn", Arc::new(Stubborn))
+        .unwrap()
+        .route("slow", Arc::new(SlowWindUp))
+        .unwrap();
+    let limits = Limits { cancel_grace_ms: 1000, ..test_limits() };
+    let host = Host::new(HostConfig { limits, router, ..Default::default() });
+    let (session, _events) = open(&host);
+    let mule = spawn_model(&session, "mule", "stubborn").await;
+    let child = SpawnRequest {
+        agent: SubagentConfig::new("child", "slow"),
+        parent_agent_id: Some(mule.to_string()),
+        root_agent_id: None,
+    };
+    let child = session.spawn(child).await.unwrap().subagent_id;
+    delegate(&session, mule, TaskDefinition::new("forever", "never ends")).await;
+    delegate(&session, child, TaskDefinition::new("quick", "ends when cancelled")).await;
+    // The first cancel's grace runs 1 s, held by the stubborn parent; the
+    // child's task ends at once.
+    let first = sent(session.cancel(mule)).await;
+    wait_for_status(&session, child, SubagentStatus::Cancelled).await;
+    // A new task on the child, cancelled half-way through the first grace:
+    // it winds up 700 ms later, after the first grace ends, inside its own.
+    delegate(&session, child, TaskDefinition::new("slow", "winds up slowly")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = session.cancel(child).await.unwrap();
+    assert_eq!(second, vec![child]);
+    let answer = session.await_result(child).await.unwrap();
+    assert_eq!(answer.status, SubagentStatus::Cancelled);
+    assert_eq!(
+        answer.result.map(|result| result.to_object()),
+        Some(serde_json::from_value(json!({ "wound_up": true })).unwrap()),
+        "the task had its own cancel's grace to wind up in, and kept what it wound up with"
+    );
+    let mut stopped = first.await.unwrap();
+    stopped.sort();
+    let mut expected = vec![mule, child];
+    expected.sort();
+    assert_eq!(stopped, expected);
+    session.close().await;
+}

@@ -147,3 +147,38 @@ async fn the_per_parent_cap_runs_children_one_by_one_and_awaiting_parents_do_not
         "one child at a time"
     );
 }
+
+#[actix_rt::test]
+async fn a_queued_task_cancelled_just_before_the_next_delegate_leaves_that_one_queued() {
+    let (tree, mut events) = open(Limits { max_running_per_session: 1, ..Limits::default() });
+    let (a, b) = (spawn(&tree, "a").await, spawn(&tree, "b").await);
+    // (Sleeping, a holds its slot; a task waiting on its mailbox would give it up.)
+    let script = json!([{ "sleep_ms": 60_000 }, { "return": {} }]);
+    assert!(tree.delegate(a, task(script)).await.unwrap().accepted, "a holds the only slot");
+    let first = tree.delegate(b, task(json!([{ "return": { "n": 1 } }]))).await.unwrap();
+    assert_eq!((first.accepted, first.status), (true, SubagentStatus::Ready), "queued");
+    // The cancel answers at once for a queued task; b's actor reports it
+    // after the next delegate has queued a new task.
+    assert_eq!(tree.cancel(b).await.unwrap(), vec![b]);
+    let second = tree.delegate(b, task(json!([{ "return": { "n": 2 } }]))).await.unwrap();
+    assert_eq!((second.accepted, second.status), (true, SubagentStatus::Ready), "queued again");
+    // A message goes through b's actor after its cancel's report: once it is
+    // answered, the report has reached the supervisor.
+    let note = SubagentMessagePayload { kind: "note".into(), content: json!("x") };
+    tree.message("client".into(), b, note).await.unwrap();
+    assert_eq!(listed(&tree, b).await, SubagentStatus::Ready, "the new task is queued, not cancelled");
+    let third = tree.delegate(b, task(json!([{ "return": {} }]))).await.unwrap();
+    assert_eq!((third.accepted, third.status), (false, SubagentStatus::Ready), "one task queued at a time");
+    assert_eq!(tree.cancel(a).await.unwrap(), vec![a], "a's slot frees");
+    let done = await_done(&tree, b).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "the queued task ran once a's slot freed");
+    assert_eq!(done.result.map(|result| result.to_object()["n"].clone()), Some(json!(2)));
+    let started: Vec<_> =
+        drain(&mut events).iter().filter(|e| e.kind == EventKind::Delegated).map(|e| e.subagent_id).collect();
+    assert_eq!(started, vec![a, b], "b's cancelled task never ran; its second did, once");
+}
+
+async fn listed(tree: &Tree, id: SubagentId) -> SubagentStatus {
+    let list = tree.list().await.unwrap();
+    list.subagents.iter().find(|info| info.subagent_id == id).map(|info| info.status).expect("listed")
+}

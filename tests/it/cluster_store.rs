@@ -15,6 +15,9 @@ use subagent_host::{Host, HostConfig};
 
 use crate::test_database::{pg_execute, TestDatabase};
 
+/// The lease of the nodes whose renewals the test watches (every 166 ms).
+const SHORT_LEASE: Duration = Duration::from_millis(500);
+
 /// What a node was told to stop serving, and why.
 #[derive(Default)]
 struct GivenUp(Mutex<Vec<(String, String)>>);
@@ -32,9 +35,9 @@ impl GivenUp {
     }
 }
 
-fn node(url: &str, id: &str) -> (StoreHandle, Arc<GivenUp>) {
-    let settings =
-        ClusterSettings { node_id: id.into(), lease: Duration::from_millis(500), http_addr: None, tcp_addr: None };
+/// A node of the test cluster renews its leases every third of `lease`.
+fn node(url: &str, id: &str, lease: Duration) -> (StoreHandle, Arc<GivenUp>) {
+    let settings = ClusterSettings { node_id: id.into(), lease, http_addr: None, tcp_addr: None };
     let url = StoreUrl::parse(url).expect("a store URL");
     let handle = store::open(&url, WriterSettings::default(), Some(settings)).expect("open the store");
     let given_up = Arc::new(GivenUp::default());
@@ -55,7 +58,10 @@ async fn stored_names(handle: &StoreHandle, id: &str) -> Vec<String> {
 #[actix_rt::test]
 async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
     let db = TestDatabase::create();
-    let (a, given_up_by_a) = node(&db.url, "a");
+    // a's lease is long: its renewals (the first at start, the next 20 s
+    // later) cannot find the moved lease before its next write does, so it
+    // is the write's fence that tells a, not a renewal racing it.
+    let (a, given_up_by_a) = node(&db.url, "a", Duration::from_secs(60));
     let log = SessionLog::new("s1", a.clone());
     log.open(SessionRow {
         id: "s1".into(),
@@ -82,7 +88,7 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
 
     // b takes it at once: its holder `gone` has no presence lock (no live
     // process), so no lease need lapse. The refused spawn is not stored.
-    let (b, given_up_by_b) = node(&db.url, "b");
+    let (b, given_up_by_b) = node(&db.url, "b", SHORT_LEASE);
     assert_eq!(b.acquire("s1").await.expect("acquire"), Acquired::Owned);
     assert_eq!(stored_names(&b, "s1").await, ["kept"], "a's write after it lost the session was refused whole");
     tree.spawn(spawn_request("after")).await.expect("spawn");
@@ -91,7 +97,7 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
 
     // c asks for it while b is alive: b hands it off (told to stop serving
     // it), releases it, and c owns it well within the lease.
-    let (c, _) = node(&db.url, "c");
+    let (c, _) = node(&db.url, "c", SHORT_LEASE);
     let asked = std::time::Instant::now();
     assert_eq!(c.acquire("s1").await.expect("acquire"), Acquired::Owned);
     assert!(asked.elapsed() < Duration::from_millis(500), "a handoff, not a lapse: {:?}", asked.elapsed());

@@ -84,6 +84,8 @@ pub(crate) struct SubagentSeed {
     pub wall: Option<Arc<WallBudget>>,
     // The task it last ran (an actor woken after sleeping).
     pub last_task: Option<Arc<TaskDefinition>>,
+    // The record's newest task's number, which this actor has seen.
+    pub ticket: Ticket,
 }
 
 /// One subagent of a session's tree.
@@ -113,6 +115,8 @@ pub(crate) struct SubagentActor {
     handled: u64,
     // Set when it stops to sleep (not terminated: its record stands in).
     asleep: bool,
+    // The newest task of its record it has seen; its reports carry it.
+    ticket: Ticket,
     log: Arc<SessionLog>,
     memory_owner: SubagentId,
     usage: Arc<UsageMeter>,
@@ -151,6 +155,7 @@ impl SubagentActor {
             terminating: false,
             handled: 0,
             asleep: false,
+            ticket: seed.ticket,
             log: seed.log,
             memory_owner: seed.memory_owner,
             usage: seed.usage,
@@ -215,6 +220,7 @@ impl SubagentActor {
             error: if terminal { self.error.clone() } else { None },
             detail,
             idle,
+            ticket: self.ticket,
         });
     }
 
@@ -305,6 +311,7 @@ impl Handler<RunTask> for SubagentActor {
 
     fn handle(&mut self, msg: RunTask, ctx: &mut Self::Context) {
         self.handled += 1;
+        self.ticket = msg.ticket;
         if self.terminating {
             return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Terminated });
         }
@@ -400,11 +407,13 @@ impl Handler<Deliver> for SubagentActor {
 impl Handler<CancelQueued> for SubagentActor {
     type Result = ();
 
-    fn handle(&mut self, _msg: CancelQueued, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: CancelQueued, _ctx: &mut Self::Context) {
         self.handled += 1;
         if self.task.is_some() || self.terminating {
             return;
         }
+        // Its report is about that task.
+        self.ticket = msg.0;
         self.status = SubagentStatus::Cancelled;
         self.result = None;
         self.error = Some("cancelled".into());
@@ -432,9 +441,11 @@ impl Handler<CancelTask> for SubagentActor {
 impl Handler<AbortCancelled> for SubagentActor {
     type Result = ();
 
-    fn handle(&mut self, _msg: AbortCancelled, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: AbortCancelled, _ctx: &mut Self::Context) {
         self.handled += 1;
-        if let Some(task) = self.task.as_ref().filter(|task| task.cancel_requested) {
+        // The task that cancel told, not a newer one that a later cancel may be winding up.
+        let told = self.task.as_ref().filter(|task| task.cancel_requested && task.ticket == msg.0);
+        if let Some(task) = told {
             log::debug!("{} ignored cancel for {:?}; stopping its task", self.id, self.host.limits.cancel_grace());
             // The task's future ends on its next poll, and `settle` answers the cancel.
             task.abort.abort();

@@ -17,7 +17,7 @@ use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
-use crate::runtime::messages::{CancelReply, Resume};
+use crate::runtime::messages::{CancelReply, Resume, Ticket};
 use crate::runtime::task::{TaskContext, TaskShared};
 use crate::runtime::trace;
 use crate::runtime::TreeStats;
@@ -42,6 +42,8 @@ pub(super) enum Outcome {
 pub(super) struct RunningTask {
     // Tells stale completions (of an earlier task) from the current one.
     pub(super) generation: u64,
+    // Its number in its subagent's record (`AbortCancelled` names it).
+    pub(super) ticket: Ticket,
     // The graceful signal the adapter sees.
     pub(super) cancel: CancellationToken,
     // Drops the task's future at once (terminate, or cancel past the grace period).
@@ -170,6 +172,7 @@ impl SubagentActor {
             resume_from: resume.and_then(|r| r.checkpoint),
             usage: self.usage.clone(),
             span: span.clone(),
+            ticket: self.ticket,
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
@@ -192,6 +195,7 @@ impl SubagentActor {
         };
         self.task = Some(RunningTask {
             generation,
+            ticket: self.ticket,
             cancel,
             abort,
             shared,

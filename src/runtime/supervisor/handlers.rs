@@ -68,6 +68,7 @@ impl Handler<Delegate> for Supervisor {
             Ok(None) => return Forward::Answer(Ok(REFUSED)),
             Ok(Some(addr)) => addr,
         };
+        let ticket = self.new_ticket(msg.id);
         if self.capped() && !self.index[&msg.id].caps.holds_slot {
             if !self.slot_free(msg.id) {
                 self.enqueue(Queued {
@@ -76,6 +77,7 @@ impl Handler<Delegate> for Supervisor {
                     deadline_cap: msg.deadline_cap,
                     parent_span: msg.parent_span,
                     awaiters: Vec::new(),
+                    ticket,
                 });
                 return Forward::Answer(Ok(QUEUED));
             }
@@ -90,6 +92,7 @@ impl Handler<Delegate> for Supervisor {
                 parent_span: msg.parent_span,
                 reply: DelegateReply(None),
                 resume: None,
+                ticket,
             },
         )
     }
@@ -272,6 +275,15 @@ impl Handler<Report> for Supervisor {
     fn handle(&mut self, msg: Report, ctx: &mut Self::Context) {
         let idle = msg.idle;
         let Some(entry) = self.index.get_mut(&msg.id) else { return };
+        // Sent before its actor saw the newest task recorded here (a message
+        // delivered just before a delegate, a queued task cancelled just
+        // before the next delegate): what it says happened, so its event
+        // goes out, but the record is the newer task's. Terminated is never
+        // stale.
+        if msg.ticket < entry.ticket && msg.kind != EventKind::Terminated {
+            let entry = &self.index[&msg.id];
+            return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        }
         if msg.kind != EventKind::Progress {
             entry.set_status(msg.status);
             self.listed = None;

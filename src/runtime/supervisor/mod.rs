@@ -178,10 +178,19 @@ impl Supervisor {
             usage: entry.usage.clone(),
             wall: entry.wall.clone(),
             last_task: entry.last_task.take(),
+            ticket: entry.ticket,
         };
         let addr = Arc::new(ActorLink::new(SubagentActor::new(seed).start()));
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
         addr
+    }
+
+    /// Records a new task of `id`, queued or starting now, and returns its
+    /// ticket (see [`Ticket`]).
+    fn new_ticket(&mut self, id: SubagentId) -> Ticket {
+        let Some(entry) = self.index.get_mut(&id) else { return 0 };
+        entry.ticket += 1;
+        entry.ticket
     }
 
     /// Records that a task of `id` starts (its actor is told next): status

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use super::Supervisor;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
-use crate::protocol::wire::TaskDefinition;
-use crate::runtime::messages::{AwaitReply, AwaitTask, CancelQueued, DelegateReply, RunTask};
+use crate::protocol::wire::{SubagentStatus, TaskDefinition};
+use crate::runtime::messages::{AwaitReply, AwaitTask, CancelQueued, DelegateReply, RunTask, Ticket};
 
 /// Queued tasks taken out of the queue for a stop or a cancel, by subagent.
 #[derive(Default)]
@@ -41,6 +41,8 @@ pub(super) struct Queued {
     pub parent_span: Option<tracing::Span>,
     // Awaits that came while it waited: handed to its actor after the task.
     pub awaiters: Vec<AwaitReply>,
+    // Its number in its subagent's record, given when it was queued.
+    pub ticket: Ticket,
 }
 
 impl Supervisor {
@@ -96,12 +98,15 @@ impl Supervisor {
         self.start_queued();
     }
 
-    /// Queues a task of `id` (its actor is awake) and says so with a `queued` event.
+    /// Queues a task of `id` (its actor is awake) and says so with a `queued`
+    /// event; its status is `READY` (as the delegate answers) until it starts.
     pub(super) fn enqueue(&mut self, queued: Queued) {
         let id = queued.id;
         self.queue.push_back(queued);
         if let Some(entry) = self.index.get_mut(&id) {
             entry.caps.queued = true;
+            entry.set_status(SubagentStatus::Ready);
+            self.listed = None;
             let entry = &self.index[&id];
             self.emit(id, entry, EventKind::Queued, None, EventDetail::None);
         }
@@ -121,13 +126,13 @@ impl Supervisor {
     }
 
     fn start_queued_task(&mut self, queued: Queued) {
-        let Queued { id, task, deadline_cap, parent_span, awaiters } = queued;
+        let Queued { id, task, deadline_cap, parent_span, awaiters, ticket } = queued;
         let Some(entry) = self.index.get_mut(&id) else { return };
         entry.caps.queued = false;
         let Some(addr) = entry.live_addr() else { return };
         self.take_slot(id);
         self.task_starts(id);
-        addr.do_send(RunTask { task, deadline_cap, parent_span, reply: DelegateReply(None), resume: None });
+        addr.do_send(RunTask { task, deadline_cap, parent_span, reply: DelegateReply(None), resume: None, ticket });
         // After the task: each await waits for it.
         for awaiter in awaiters {
             addr.do_send(AwaitTask(awaiter));
@@ -177,7 +182,7 @@ impl Supervisor {
     /// awaits it had. `false` when the subagent has no actor to do so.
     pub(super) fn cancel_queued(&mut self, queued: Queued) -> bool {
         let Some(addr) = self.index.get(&queued.id).and_then(|entry| entry.live_addr()) else { return false };
-        addr.do_send(CancelQueued);
+        addr.do_send(CancelQueued(queued.ticket));
         for awaiter in queued.awaiters {
             addr.do_send(AwaitTask(awaiter));
         }

@@ -14,6 +14,7 @@ use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::memory::Memory;
+use crate::runtime::messages::Ticket;
 use crate::runtime::subagent::SubagentActor;
 use crate::runtime::usage::UsageMeter;
 
@@ -183,6 +184,9 @@ pub(super) struct Entry {
     // The task it last ran, once its actor is asleep (the actor keeps it while
     // it runs).
     pub(super) last_task: Option<Arc<TaskDefinition>>,
+    // Its newest task's number (`Ticket`): reports with an older one leave
+    // the record as it is.
+    pub(super) ticket: Ticket,
 }
 
 /// When a subagent's current or last task started and ended (the operator's

@@ -88,6 +88,7 @@ impl Supervisor {
                 caps: Caps::default(),
                 task_time: Default::default(),
                 last_task: None,
+                ticket: 0,
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {
@@ -124,6 +125,8 @@ impl Supervisor {
                 parent_span: None,
                 reply: DelegateReply(None),
                 resume: Some(resume),
+                // A restored record's ticket: its resumed task is not a new one.
+                ticket: 0,
             });
         }
         Ok(resumed)

@@ -147,6 +147,7 @@ impl Supervisor {
             caps: Caps::default(),
             task_time: Default::default(),
             last_task: None,
+            ticket: 0,
         };
         crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;

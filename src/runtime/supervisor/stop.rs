@@ -103,12 +103,14 @@ impl Supervisor {
                 }
                 continue;
             }
-            if let Some(Slot::Live { addr, .. }) = self.index.get(&id).map(|entry| &entry.slot) {
-                told.push((id, Arc::clone(addr)));
+            if let Some(entry) = self.index.get(&id) {
+                if let Slot::Live { addr, .. } = &entry.slot {
+                    told.push((id, Arc::clone(addr), entry.ticket));
+                }
             }
         }
         let answers = CancelAnswers::new(told.len());
-        for (at, (_, addr)) in told.iter().enumerate() {
+        for (at, (_, addr, _)) in told.iter().enumerate() {
             addr.do_send(CancelTask(answers.reply(at)));
         }
         let grace = self.host.limits.cancel_grace();
@@ -120,13 +122,13 @@ impl Supervisor {
                 Ok(answered) => answered,
                 Err(_elapsed) => {
                     // Past the grace period: what has not wound up is stopped.
-                    for (_, addr) in &told {
-                        addr.do_send(AbortCancelled);
+                    for (_, addr, ticket) in &told {
+                        addr.do_send(AbortCancelled(*ticket));
                     }
                     all_answered.await
                 }
             };
-            stopped.extend(told.iter().zip(answered).filter(|(_, stopped)| *stopped).map(|((id, _), _)| *id));
+            stopped.extend(told.iter().zip(answered).filter(|(_, stopped)| *stopped).map(|((id, ..), _)| *id));
             stopped
         }
     }

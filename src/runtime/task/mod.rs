@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::memory::{InboxMessage, Mailbox, Memory};
-use super::messages::{self as msg, Report};
+use super::messages::{self as msg, Report, Ticket};
 use super::supervisor::Supervisor;
 use super::usage::{Exceeded, UsageMeter};
 use crate::error::HostError;
@@ -138,6 +138,8 @@ pub struct TaskContext {
     // Its `invoke_agent` span.
     // (`None` while no span exporter is installed.)
     pub(crate) span: Option<tracing::Span>,
+    // Its number in its subagent's record: its reports carry it.
+    pub(crate) ticket: Ticket,
 }
 
 impl fmt::Debug for TaskContext {
@@ -258,6 +260,7 @@ impl TaskContext {
             error: None,
             detail: EventDetail::Progress(text.into()),
             idle: None,
+            ticket: self.ticket,
         });
     }
 
@@ -276,6 +279,7 @@ impl TaskContext {
             error: None,
             detail: EventDetail::None,
             idle: None,
+            ticket: self.ticket,
         });
     }
 
