@@ -146,8 +146,11 @@ impl Host {
         let stats = Arc::new(TreeStats::default());
         let shared = self.shared.clone();
         let supervisor_stats = stats.clone();
-        let make =
-            move |ctx: &mut Context<Supervisor>| Supervisor::new(shared, sink, supervisor_stats, ctx.address(), log);
+        let make = move |ctx: &mut Context<Supervisor>| {
+            // Unbounded from the first message (see `SubagentActor`'s start).
+            ctx.set_mailbox_capacity(usize::MAX);
+            Supervisor::new(shared, sink, supervisor_stats, ctx.address(), log)
+        };
         let addr = if self.workers.is_empty() {
             Supervisor::create(make)
         } else {

@@ -284,10 +284,12 @@ impl Connection {
         touch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(overflow, stopped, handshake_deadline);
         let ending = loop {
-            // A permit first, then a frame: at the in-flight bound the
-            // session stops reading. Dropping this future between the two
-            // loses nothing (`recv` is cancel-safe).
+            // Room in the outbox, a permit, then a frame: with a client
+            // that does not read its replies, or at the in-flight bound, the
+            // session stops reading. Dropping this future on the way loses
+            // nothing (`recv` is cancel-safe).
             let next = async {
+                self.outbox.room_for_input().await;
                 let permit = permits.clone().acquire_owned().await.ok()?;
                 Some((permit, self.input.recv().await))
             };

@@ -220,21 +220,51 @@ impl Outbox {
             {
                 return Reservation { shared: None, bytes: 0 };
             }
-            // Counted while it waits, also if this future is dropped.
-            struct Waiting<'a>(&'a AtomicUsize);
-            impl Drop for Waiting<'_> {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
-            self.shared.waiting.fetch_add(1, Ordering::AcqRel);
-            let _waiting = Waiting(&self.shared.waiting);
+            let _waiting = Waiting::new(&self.shared.waiting);
             tokio::select! {
                 _ = room => {}
                 _ = self.overflowed.cancelled() => {}
                 _ = self.ending.cancelled() => {}
             }
         }
+    }
+
+    /// Waits while the client has fallen behind: the outbox holds its byte
+    /// bound, or half its line capacity. The session reads no request
+    /// meanwhile, so a client that sends without reading is pushed back
+    /// (TCP and stdio: its writes block; HTTP: `/send` answers 429 once the
+    /// input queue is full) instead of filling the outbox with small
+    /// replies until it overflows. Waiting counts toward the stall rule, as
+    /// a reservation waiting for room does. Returns at once when the session
+    /// is overflowed or ending, or the client is gone.
+    pub async fn room_for_input(&self) {
+        loop {
+            let room = self.shared.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if !self.behind()
+                || self.overflowed.is_cancelled()
+                || self.ending.is_cancelled()
+                || self.shared.receiver_gone.load(Ordering::Acquire)
+            {
+                return;
+            }
+            let _waiting = Waiting::new(&self.shared.waiting);
+            tokio::select! {
+                _ = room => {}
+                _ = self.overflowed.cancelled() => {}
+                _ = self.ending.cancelled() => {}
+            }
+        }
+    }
+
+    // Whether the outbox holds its byte bound or half its line capacity.
+    fn behind(&self) -> bool {
+        if self.queued_bytes() >= self.max_bytes {
+            return true;
+        }
+        let guard = self.lock();
+        guard.tx.as_ref().is_some_and(|tx| tx.capacity() < tx.max_capacity() / 2)
     }
 
     /// Queues a line built under `reservation`: the line's length replaces
@@ -319,8 +349,8 @@ impl Outbox {
         self.shared.used.load(Ordering::Acquire)
     }
 
-    /// True when the outbox is full (or a reply waits for room) and the
-    /// client has taken nothing for `stall`.
+    /// True when the outbox is full (or a reply, or the session's input,
+    /// waits for room) and the client has taken nothing for `stall`.
     pub fn stalled(&self, stall: Duration) -> bool {
         let full = self.queued_bytes() >= self.max_bytes || self.shared.waiting.load(Ordering::Acquire) > 0;
         if !full {
@@ -362,6 +392,23 @@ impl Outbox {
     pub fn close(&self) {
         self.ending.cancel();
         self.lock().tx.take();
+    }
+}
+
+/// Counts a wait for room in the outbox (see [`Outbox::stalled`]) while it
+/// lasts, also when its future is dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::AcqRel);
+        Self(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

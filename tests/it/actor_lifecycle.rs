@@ -341,3 +341,28 @@ async fn a_message_delivered_just_before_a_delegate_leaves_the_record_running() 
         "one task started, and the message's event still went out (once its actor reported it)"
     );
 }
+
+#[actix_rt::test]
+async fn many_messages_and_then_a_delegate_reach_a_new_actor_in_the_order_sent() {
+    let host = host_with(test_limits());
+    let (session, _events) = open(&host);
+    let id = spawn(&session, "reader", None).await;
+    // More than actix's default mailbox (16) in one go, to an actor not yet
+    // started: the task must find every message sent before it.
+    let mut replies = Vec::new();
+    for n in 0..24 {
+        let payload = SubagentMessagePayload { kind: "note".into(), content: json!(n) };
+        replies.push(sent(session.message("client".into(), id, payload)).await);
+    }
+    // One step per message (within the default max_steps, 40); a message not
+    // there yet when its step runs is missing from the result.
+    let script = json!(vec![json!({ "wait_message": { "timeout_ms": 0 } }); 24]);
+    let delegated = sent(session.delegate(id, script_task("read", script))).await;
+    for reply in replies {
+        reply.await.expect("message");
+    }
+    assert!(delegated.await.expect("delegate").accepted);
+    let done = session.await_result(id).await.unwrap();
+    let messages = done.result.map(|result| result.to_object()["messages"].clone()).unwrap_or_default();
+    assert_eq!(messages.as_array().map(Vec::len), Some(24), "every message sent before the task: {messages}");
+}

@@ -4,6 +4,7 @@
 use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
+use subagent_host::event::EventKind;
 use subagent_host::protocol::wire::*;
 use subagent_host::runtime::merge::{MergeInput, MergeStrategy, StrategyRegistry};
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
@@ -137,4 +138,19 @@ async fn an_unknown_strategy_is_unknown_strategy_and_an_unknown_id_is_unknown_su
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::UnknownSubagent);
+}
+
+#[actix_rt::test]
+async fn a_subagent_named_twice_in_a_merge_counts_once() {
+    let host = host_with(test_limits());
+    let (session, mut events) = open(&host);
+    let a = finished_with(&session, "a", json!({ "answer": "41" })).await;
+    let b = finished_with(&session, "b", json!({ "answer": "42" })).await;
+    drain_events(&mut events);
+    let merged = session.merge(merge_request(&[a, a, b], "voting")).await.unwrap().merged_result;
+    assert_eq!(merged["total"], json!(2), "{merged:?}");
+    assert_eq!(merged["tie"], json!(true), "one vote each: {merged:?}");
+    assert_eq!(merged["merged"], json!([a, b]));
+    let merged_events = drain_events(&mut events).iter().filter(|e| e.kind == EventKind::Merged).count();
+    assert_eq!(merged_events, 2, "one merged event per source");
 }

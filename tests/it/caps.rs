@@ -182,3 +182,24 @@ async fn listed(tree: &Tree, id: SubagentId) -> SubagentStatus {
     let list = tree.list().await.unwrap();
     list.subagents.iter().find(|info| info.subagent_id == id).map(|info| info.status).expect("listed")
 }
+
+#[actix_rt::test]
+async fn a_merge_waits_for_a_queued_task_not_the_one_before_it() {
+    let (tree, _events) = open(Limits { max_running_per_session: 1, ..Limits::default() });
+    let (a, b) = (spawn(&tree, "a").await, spawn(&tree, "b").await);
+    assert!(tree.delegate(b, task(json!([{ "return": { "answer": "old" } }]))).await.unwrap().accepted);
+    assert_eq!(await_done(&tree, b).await.status, SubagentStatus::Completed);
+    assert!(tree.delegate(a, task(json!([{ "sleep_ms": 60_000 }, { "return": {} }]))).await.unwrap().accepted);
+    let queued = tree.delegate(b, task(json!([{ "return": { "answer": "new" } }]))).await.unwrap();
+    assert_eq!((queued.accepted, queued.status), (true, SubagentStatus::Ready));
+    let request = MergeRequest { subagent_ids: vec![b.to_string()], strategy: "voting".into() };
+    let merging = {
+        let tree = tree.clone();
+        actix_rt::spawn(async move { tree.merge(request).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!merging.is_finished(), "the merge waits while b's task is queued");
+    assert_eq!(tree.cancel(a).await.unwrap(), vec![a], "a's slot frees and b's task starts");
+    let merged = tokio::time::timeout(GUARD, merging).await.unwrap().unwrap().unwrap().merged_result;
+    assert_eq!(merged["winner"], json!("new"), "{merged:?}");
+}

@@ -437,12 +437,13 @@ async fn closing_the_input_terminates_the_tree() {
 }
 
 #[actix_rt::test]
-async fn a_client_that_does_not_read_overflows_its_outbox_and_is_closed() {
-    let service = service(Limits { outbox_capacity: 4, ..limits() }, Auth::open());
+async fn a_client_that_does_not_read_stops_being_read_and_is_closed_as_stalled() {
+    let service = service(Limits { outbox_capacity: 4, client_stall_ms: 300, ..limits() }, Auth::open());
     let mut client = Client::open(&service);
     client.send(json!({ "type": "handshake/req", "agent_caps": ["multi_agent"] })).await;
     client.send(json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m" } })).await;
-    // Never read; keep sending until the session stops taking input.
+    // Never read; keep sending until the session ends (it stops reading
+    // once its outbox is half full, then closes the stalled client).
     for _ in 0..64 {
         let Some(input) = client.input.as_ref() else { break };
         if input.send(Frame::Line(br#"{"type":"ping"}"#.to_vec())).await.is_err() {
@@ -459,6 +460,31 @@ async fn a_client_that_does_not_read_overflows_its_outbox_and_is_closed() {
         queued += 1;
     }
     assert!(queued <= 4, "{queued} lines queued");
+}
+
+#[actix_rt::test]
+async fn a_client_that_sends_far_more_than_its_outbox_holds_before_reading_gets_every_reply() {
+    let service = service(Limits { outbox_capacity: 8, ..limits() }, Auth::open());
+    let mut client = Client::open(&service);
+    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    let input = client.input.clone().expect("input open");
+    // 25 times the outbox's lines, sent before the client reads any reply:
+    // the session stops reading while its outbox is half full, and the
+    // sender waits, as a TCP client's writes would block.
+    let sending = actix_rt::spawn(async move {
+        for n in 0..200 {
+            let line = format!(r#"{{"type":"ping","id":"p{n}"}}"#).into_bytes();
+            input.send(Frame::Line(line)).await.expect("the session is still open");
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!sending.is_finished(), "the sender was pushed back");
+    for n in 0..200 {
+        let reply = client.next().await;
+        assert_eq!((reply["type"].as_str(), reply["req_id"].as_str()), (Some("pong"), Some(format!("p{n}").as_str())));
+    }
+    sending.await.expect("every ping was taken");
+    assert!(client.handle.is_open(), "the session goes on");
 }
 
 #[actix_rt::test]

@@ -283,12 +283,7 @@ impl SubagentActor {
 impl Actor for SubagentActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        // Requests are bounded per session before they reach actors; a bounded
-        // actor mailbox would instead make `send` hold messages back and
-        // reorder them.
-        ctx.set_mailbox_capacity(usize::MAX);
-    }
+    // (Its mailbox is made unbounded before it starts: `Supervisor::start_with_inbox`.)
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         if !self.terminating && !self.asleep {

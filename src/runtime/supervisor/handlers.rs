@@ -3,6 +3,7 @@
 
 use actix::prelude::*;
 use futures_util::future::join_all;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::forward::Forward;
@@ -11,7 +12,7 @@ use super::record::{Entry, Slot};
 use super::Supervisor;
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
-use crate::ids::SubagentId;
+use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
 use crate::runtime::merge::{self, MergeInput};
 use crate::runtime::messages::*;
@@ -236,10 +237,17 @@ impl Handler<Merge> for Supervisor {
             )
             .with_detail(serde_json::json!({ "strategy": strategy })))));
         };
+        // Each source counts once, however often it is named (a vote is one
+        // subagent's, not one mention's).
         let mut ids = Vec::with_capacity(subagent_ids.len());
+        let mut named = HashSet::with_capacity_and_hasher(subagent_ids.len(), IdHash::default());
         for text in &subagent_ids {
             match SubagentId::parse(text).filter(|id| self.index.contains_key(id)) {
-                Some(id) => ids.push(id),
+                Some(id) => {
+                    if named.insert(id) {
+                        ids.push(id);
+                    }
+                }
                 None => return Box::pin(actix::fut::ready(Err(HostError::unknown_subagent(text)))),
             }
         }

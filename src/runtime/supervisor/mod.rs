@@ -180,7 +180,16 @@ impl Supervisor {
             last_task: entry.last_task.take(),
             ticket: entry.ticket,
         };
-        let addr = Arc::new(ActorLink::new(SubagentActor::new(seed).start()));
+        let actor = SubagentActor::new(seed);
+        // Requests are bounded per session before they reach actors. A
+        // bounded mailbox (actix's default is 16, until the actor first runs)
+        // would make `send` hold messages back while `do_send` goes ahead of
+        // them: a delegate overtaking the messages sent before it.
+        let addr = SubagentActor::create(|ctx| {
+            ctx.set_mailbox_capacity(usize::MAX);
+            actor
+        });
+        let addr = Arc::new(ActorLink::new(addr));
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
         addr
     }
@@ -207,10 +216,17 @@ impl Supervisor {
         self.emit(id, entry, EventKind::Delegated, None, EventDetail::None);
     }
 
-    /// An await routed to the actor, falling back to the record once it is gone.
-    fn await_future(&self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
+    /// An await routed to the actor, falling back to the record once it is
+    /// gone; on a subagent with a task queued, it waits for that task (as
+    /// the `Await` handler does), not for the one before it.
+    fn await_future(&mut self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.route_await(id, AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() });
+        let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
+        let queued = self.index.get(&id).is_some_and(|entry| entry.caps.queued);
+        let unqueued = if queued { self.await_queued(id, reply).err() } else { Some(reply) };
+        if let Some(reply) = unqueued {
+            self.route_await(id, reply);
+        }
         Box::pin(async move { rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed"))) })
     }
 
@@ -228,10 +244,6 @@ impl Supervisor {
 
 impl Actor for Supervisor {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(usize::MAX);
-    }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         for id in self.index.keys() {

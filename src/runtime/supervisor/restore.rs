@@ -107,13 +107,17 @@ impl Supervisor {
             if !mailbox.is_empty() || task.is_some() {
                 let addr = self.start_with_inbox(id, mailbox);
                 if let Some(task) = task {
-                    resumes.push((addr, task));
+                    resumes.push((id, addr, task));
                 }
             }
         }
         self.listed = None;
         let resumed = resumes.len();
-        for (addr, stored) in resumes {
+        for (id, addr, stored) in resumes {
+            // A resumed task runs again at once and holds a running slot, as a
+            // task going on after a wait does (past the cap if it must: it was
+            // running when the host stopped).
+            self.take_slot(id);
             let resume = Resume {
                 task_no: stored.task_no,
                 attempt: stored.attempt.saturating_add(1),
