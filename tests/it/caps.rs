@@ -5,6 +5,7 @@
 //! a queued task out of the queue, and a tree that awaits its own children
 //! does not deadlock on its cap.
 
+use crate::common::listed_status;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,7 +167,7 @@ async fn a_queued_task_cancelled_just_before_the_next_delegate_leaves_that_one_q
     // answered, the report has reached the supervisor.
     let note = SubagentMessagePayload { kind: "note".into(), content: json!("x") };
     tree.message("client".into(), b, note).await.unwrap();
-    assert_eq!(listed(&tree, b).await, SubagentStatus::Ready, "the new task is queued, not cancelled");
+    assert_eq!(listed_status(&tree, b).await, Some(SubagentStatus::Ready), "the new task is queued, not cancelled");
     let third = tree.delegate(b, task(json!([{ "return": {} }]))).await.unwrap();
     assert_eq!((third.accepted, third.status), (false, SubagentStatus::Ready), "one task queued at a time");
     assert_eq!(tree.cancel(a).await.unwrap(), vec![a], "a's slot frees");
@@ -176,11 +177,6 @@ async fn a_queued_task_cancelled_just_before_the_next_delegate_leaves_that_one_q
     let started: Vec<_> =
         drain(&mut events).iter().filter(|e| e.kind == EventKind::Delegated).map(|e| e.subagent_id).collect();
     assert_eq!(started, vec![a, b], "b's cancelled task never ran; its second did, once");
-}
-
-async fn listed(tree: &Tree, id: SubagentId) -> SubagentStatus {
-    let list = tree.list().await.unwrap();
-    list.subagents.iter().find(|info| info.subagent_id == id).map(|info| info.status).expect("listed")
 }
 
 #[actix_rt::test]

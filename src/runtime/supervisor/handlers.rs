@@ -104,7 +104,7 @@ impl Handler<Await> for Supervisor {
 
     fn handle(&mut self, msg: Await, _ctx: &mut Self::Context) -> Self::Result {
         let id = msg.0;
-        if self.capped() && self.index.get(&id).is_some_and(|entry| entry.caps.queued) {
+        if self.has_queued_task(id) {
             // Waits for the queued task, not for the one before it.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };

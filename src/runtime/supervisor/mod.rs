@@ -222,8 +222,7 @@ impl Supervisor {
     fn await_future(&mut self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
-        let queued = self.index.get(&id).is_some_and(|entry| entry.caps.queued);
-        let unqueued = if queued { self.await_queued(id, reply).err() } else { Some(reply) };
+        let unqueued = if self.has_queued_task(id) { self.await_queued(id, reply).err() } else { Some(reply) };
         if let Some(reply) = unqueued {
             self.route_await(id, reply);
         }

@@ -139,6 +139,12 @@ impl Supervisor {
         }
     }
 
+    /// Whether `id` has a task queued (an await on it waits for that task).
+    /// Without a running cap nothing is ever queued, and nothing is looked up.
+    pub(super) fn has_queued_task(&self, id: SubagentId) -> bool {
+        self.capped() && self.index.get(&id).is_some_and(|entry| entry.caps.queued)
+    }
+
     /// Adds an await on queued `id` to its queue entry; `Err` gives it back
     /// when `id` is not queued.
     pub(super) fn await_queued(&mut self, id: SubagentId, reply: AwaitReply) -> Result<(), AwaitReply> {
