@@ -214,9 +214,10 @@ impl Connection {
         }
     }
 
-    // A session restored from the store goes on under its stored grant.
-    fn restored(mut self, grant: Grant, agent_id: String, replayed_up_to: u64) -> Self {
-        self.restored = Some((grant, agent_id));
+    // A session restored from the store goes on under its stored grant
+    // (`None`: it was stored before its handshake, which it still needs).
+    fn restored(mut self, grant: Option<(Grant, String)>, replayed_up_to: u64) -> Self {
+        self.restored = grant;
         self.replayed_up_to = replayed_up_to;
         self
     }
@@ -470,6 +471,7 @@ impl Connection {
             capabilities: req.agent_caps.clone(),
             principal: self.service.auth().principal(req.auth_token.as_deref()),
             transport: self.transport.to_owned(),
+            handshaken: true,
         });
     }
 

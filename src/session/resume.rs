@@ -106,6 +106,7 @@ impl Connection {
             capabilities: req.agent_caps.clone(),
             principal: stored.row.principal,
             transport: self.transport.to_owned(),
+            handshaken: true,
         });
         let (reply, grant) = handshake::answer(&service, &self.session_id, req_id, req);
         let grant: Option<Grant> = grant;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -25,11 +25,18 @@ use crate::config::Limits;
 use crate::error::HostError;
 use crate::protocol::codec::Frame;
 use crate::runtime::Host;
-use crate::store::{Acquired, SessionLog, SessionOwner, StoreHandle};
+use crate::store::{Acquired, SessionLog, SessionOwner, SessionRow, StoreHandle};
 
 /// Frames a session's input channel holds before the transport waits (TCP,
 /// stdio: they push back through the socket or pipe).
 pub const INPUT_QUEUE: usize = 64;
+
+/// A restore's bound on loading a session once it owns it (a store that
+/// does not answer in this time is treated as out of reach).
+const RESTORE_LOAD_BOUND: Duration = Duration::from_secs(10);
+
+/// How long `POST /session` waits for the store to keep a new session.
+pub const NEW_SESSION_DEADLINE: Duration = Duration::from_secs(2);
 
 /// `detail.reason` of the error for a session another live node serves.
 const IN_USE: &str = "session_in_use";
@@ -212,16 +219,36 @@ impl Service {
         if !self.claim_session(id) {
             return Err(HostError::runtime(format!("session {id} is being restored already; try again")));
         }
-        let stored = match self.acquire_and_load(id).await {
-            Ok(Some(stored)) => stored,
-            other => {
-                self.release_session(id);
-                return other.map(|_| None);
+        // Whatever ends this restore early (an error, its deadline, the
+        // future dropped) gives the claim and the lease back: no mark is
+        // left that would refuse the session here for good.
+        let claim = RestoreClaim { service: self, id };
+        let deadline = self.restore_deadline();
+        let stored = match tokio::time::timeout(deadline, self.acquire_and_load(id)).await {
+            Ok(Ok(Some(stored))) => stored,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(err)) => return Err(err),
+            Err(_) => {
+                return Err(HostError::runtime(format!(
+                    "restoring session {id} did not finish within {} ms; try again",
+                    deadline.as_millis()
+                )))
             }
         };
-        self.take(&self.authenticated, "max_sessions", self.limits().max_sessions)
-            .inspect_err(|_| self.give_back(id))?;
-        let slot = PoolSlot::new(self.clone(), true);
+        // A session created (and stored) but never handshaken still needs
+        // its handshake, in the pool its creation put it in.
+        let handshaken = stored.row.handshaken;
+        let authorized = handshaken || stored.row.principal.is_some();
+        if authorized {
+            self.take(&self.authenticated, "max_sessions", self.limits().max_sessions)?;
+        } else {
+            self.take(
+                &self.unauthenticated,
+                "max_unauthenticated_sessions",
+                self.limits().max_unauthenticated_sessions,
+            )?;
+        }
+        let slot = PoolSlot::new(self.clone(), authorized);
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let log = SessionLog::restored(id, self.store.clone(), stored.next_seq);
         // Served over HTTP from now on: its stream can replay.
@@ -229,7 +256,7 @@ impl Service {
         outbox.attach_log(log.clone());
         let tree =
             self.host.open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(id))), log.clone());
-        let resumed = tree.restore(stored.subagents).await.inspect_err(|_| self.give_back(id))?;
+        let resumed = tree.restore(stored.subagents).await?;
         let (input, input_rx) =
             input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);
         for (seq, frame) in stored.inbound {
@@ -238,11 +265,13 @@ impl Service {
         }
         log.resume_inbound_after(stored.last_inbound);
         let stop = self.shutdown.child_token();
+        std::mem::forget(claim);
         self.serve_session(id, &log, &stop);
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
+        let grant = handshaken.then(|| (Grant { multi_agent }, stored.row.agent_id));
         let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
-            .restored(Grant { multi_agent }, stored.row.agent_id, stored.last_inbound);
+            .restored(grant, stored.last_inbound);
         log::info!("session {id} restored from the store ({resumed} tasks resumed)");
         Ok(Some(OpenedConnection {
             session_id: id.to_owned(),
@@ -253,6 +282,51 @@ impl Service {
             log,
             journal: stored.journal,
         }))
+    }
+
+    /// How long a restore may take to own and load a session: a handoff
+    /// or a lapsing lease (on a cluster node), and a load from a store that
+    /// answers.
+    pub fn restore_deadline(&self) -> Duration {
+        self.store.lease().unwrap_or_default() + RESTORE_LOAD_BOUND
+    }
+
+    /// Stores an HTTP session as `POST /session` creates it, before its
+    /// handshake, so that every node can serve its first request; and
+    /// claims it as served here. With a durable store this waits for the
+    /// commit, up to [`NEW_SESSION_DEADLINE`]: a store that cannot keep it
+    /// now refuses it (`runtime_error`, retryable), and it is closed.
+    pub async fn store_new_session(
+        &self,
+        opened: &OpenedConnection,
+        principal: Option<String>,
+    ) -> Result<(), HostError> {
+        if !self.store.is_durable() {
+            return Ok(());
+        }
+        let id = opened.session_id.as_str();
+        self.claim_session(id);
+        self.serve_session(id, &opened.log, &opened.stop);
+        opened.log.open(SessionRow {
+            id: opened.log.id().clone(),
+            agent_id: String::new(),
+            capabilities: Vec::new(),
+            principal,
+            transport: "http".to_owned(),
+            handshaken: false,
+        });
+        if tokio::time::timeout(NEW_SESSION_DEADLINE, self.store.flush()).await.is_ok() {
+            return Ok(());
+        }
+        // Its row goes when the store is back (the end follows the opening).
+        opened.log.end();
+        opened.stop.cancel();
+        self.release_session(id);
+        Err(HostError::runtime(format!(
+            "the store did not keep the new session within {} ms: it is out of reach; try again",
+            NEW_SESSION_DEADLINE.as_millis()
+        ))
+        .with_detail(serde_json::json!({ "reason": "store_unavailable" })))
     }
 
     /// The open sessions and their event hub (the admin API).
@@ -395,6 +469,20 @@ impl SessionOwner for Service {
         served.stop.cancel();
         log::info!("session {id}: no longer served here ({reason})");
         true
+    }
+}
+
+/// A restore's claim on a session (see [`Service::restore`]): unless the
+/// restore completes (and forgets it), dropping it releases the claim here
+/// and hands the session's lease back.
+struct RestoreClaim<'a> {
+    service: &'a Service,
+    id: &'a str,
+}
+
+impl Drop for RestoreClaim<'_> {
+    fn drop(&mut self) {
+        self.service.give_back(self.id);
     }
 }
 

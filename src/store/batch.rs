@@ -266,14 +266,14 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
     for row in &folded.sessions {
-        let p: Vec<String> = (1..=7).map(|n| param(dialect, n)).collect();
+        let p: Vec<String> = (1..=8).map(|n| param(dialect, n)).collect();
         ops.push(Op {
             sql: format!(
-                "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms) \
-                 VALUES ({}, {}, {}, {}, {}, 1, {}, {}) \
+                "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms, handshaken) \
+                 VALUES ({}, {}, {}, {}, {}, 1, {}, {}, {}) \
                  ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
-                 principal = excluded.principal, touched_ms = excluded.touched_ms",
-                p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+                 principal = excluded.principal, touched_ms = excluded.touched_ms, handshaken = excluded.handshaken",
+                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
             ),
             args: vec![
                 Arg::Text(row.id.to_string()),
@@ -283,6 +283,7 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
                 Arg::Text(row.transport.clone()),
                 Arg::Int(now),
                 Arg::Int(now),
+                Arg::Int(i64::from(row.handshaken)),
             ],
         });
     }

@@ -24,6 +24,9 @@ pub struct SessionRow {
     pub principal: Option<String>,
     /// `stdio`, `tcp` or `http`.
     pub transport: String,
+    /// Whether a handshake has succeeded: an HTTP session is stored when it
+    /// is created (any node may serve its first request), before it has one.
+    pub handshaken: bool,
 }
 
 /// One subagent's record as stored.

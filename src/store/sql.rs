@@ -42,6 +42,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/0002_cluster.postgres.sql"),
     ),
     (3, "usage", include_str!("../../migrations/0003_usage.sql"), include_str!("../../migrations/0003_usage.sql")),
+    (
+        4,
+        "pending_sessions",
+        include_str!("../../migrations/0004_pending_sessions.sql"),
+        include_str!("../../migrations/0004_pending_sessions.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.
@@ -402,9 +408,9 @@ impl SqlStore {
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
         let mut sessions = self
             .fetch(
-                "SELECT agent_id, capabilities, principal, transport, next_seq FROM sessions WHERE id = $1",
+                "SELECT agent_id, capabilities, principal, transport, next_seq, handshaken FROM sessions WHERE id = $1",
                 id,
-                "tttti",
+                "ttttii",
             )
             .await?;
         let Some(mut session) = sessions.pop() else { return Ok(None) };
@@ -415,6 +421,7 @@ impl SqlStore {
             capabilities,
             principal: session[2].text(),
             transport: session[3].text().unwrap_or_default(),
+            handshaken: session[5].int() != 0,
         };
         let mut next_seq = u64::try_from(session[4].int()).unwrap_or(1).max(1);
 

@@ -259,6 +259,11 @@ impl StoreHandle {
         }
     }
 
+    /// A session's ownership lease, on a cluster node.
+    pub fn lease(&self) -> Option<Duration> {
+        self.inner.cluster.as_deref().map(Cluster::lease)
+    }
+
     /// This node's id, on a cluster node.
     pub fn node_id(&self) -> Option<&str> {
         self.inner.cluster.as_deref().map(Cluster::node_id)
@@ -549,7 +554,17 @@ async fn run(
                         Some((cluster, pool)) => {
                             let (cluster, pool) = (cluster.clone(), pool.clone());
                             tokio::spawn(async move {
-                                let _ = reply.send(cluster.acquire(&pool, &id).await);
+                                let outcome = cluster.acquire(&pool, &id).await;
+                                // Its asker gave up meanwhile (a restore past
+                                // its deadline): a session taken for no one
+                                // would have its lease renewed forever and be
+                                // served nowhere, so it goes back at once.
+                                if let Err(Ok(Acquired::Owned)) = reply.send(outcome) {
+                                    log::warn!(
+                                        "cluster: session {id} was taken for a restore that gave up; releasing it"
+                                    );
+                                    cluster.release(&pool, &id).await;
+                                }
                             });
                         }
                         None => {

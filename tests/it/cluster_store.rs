@@ -69,6 +69,7 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
         capabilities: vec!["multi_agent".into()],
         principal: None,
         transport: "tcp".into(),
+        handshaken: true,
     });
     let host = Host::new(HostConfig::default());
     let tree = host.open_logged_tree(Arc::new(NullSink), log);

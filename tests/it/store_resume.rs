@@ -50,6 +50,7 @@ fn session_row(id: &str) -> SessionRow {
         capabilities: vec!["multi_agent".into()],
         principal: None,
         transport: "tcp".into(),
+        handshaken: true,
     }
 }
 

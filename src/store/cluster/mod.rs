@@ -149,6 +149,10 @@ impl Cluster {
         &self.settings.node_id
     }
 
+    pub(super) fn lease(&self) -> Duration {
+        self.settings.lease
+    }
+
     pub(super) fn lease_ms(&self) -> i64 {
         i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX)
     }
@@ -355,6 +359,7 @@ mod tests {
             capabilities: Vec::new(),
             principal: None,
             transport: "tcp".into(),
+            handshaken: true,
         })
     }
 

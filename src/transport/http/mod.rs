@@ -26,7 +26,8 @@
 //!   client that ignores `event:` lines sees it as a message too.
 //! - `GET /health` → `{"status": "ok", "sessions": N, "streams": M, …}`;
 //!   `GET /ready` → 200 while the node can serve, 503 while its store is out
-//!   of reach or it shuts down.
+//!   of reach (or does not answer within 500 ms) or it shuts down; it
+//!   answers within that deadline whatever the store does.
 //! - `GET /metrics` → the Prometheus metrics ([`metrics`]).
 //! - `GET /ui` and `/admin/*` → the operator's live view and its API
 //!   ([`admin`]).
@@ -247,7 +248,13 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
         true => sessions.service.open_authorized_with_input(queue),
         false => sessions.service.open_with_input(queue),
     };
-    match opened {
+    // Stored at once: any node can serve its first `/send`.
+    let principal = bearer(&req).and_then(|token| sessions.service.auth().principal(Some(token)));
+    let stored = match opened {
+        Ok(opened) => sessions.service.store_new_session(&opened, principal).await.map(|()| opened),
+        Err(err) => Err(err),
+    };
+    match stored {
         Ok(mut opened) => {
             opened.session = opened.session.with_peer(peer(&req)).with_transport("http");
             let id = sessions.clone().into_inner().insert(opened);
@@ -256,7 +263,9 @@ async fn create(req: HttpRequest, mut body: web::Payload, sessions: web::Data<Ht
         }
         Err(err) => {
             log::warn!("http POST /session from {} refused: {}", peer(&req), err.message);
-            error(StatusCode::SERVICE_UNAVAILABLE, &err.message)
+            HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+                .insert_header((header::RETRY_AFTER, "1"))
+                .json(json!({ "ok": false, "error": err.message, "retryable": true }))
         }
     }
 }
@@ -505,12 +514,19 @@ async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
         return HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
             .json(json!({ "ready": false, "store": store.kind(), "error": "shutting down" }));
     }
-    match store.ping().await {
-        Ok(()) => HttpResponse::Ok().json(json!({ "ready": true, "store": store.kind() })),
-        Err(err) => HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
-            .json(json!({ "ready": false, "store": store.kind(), "error": err.to_string() })),
-    }
+    // A store that hangs (the first seconds of an outage, before a
+    // connection fails) is out of reach as far as a router is concerned.
+    let error = match tokio::time::timeout(READY_DEADLINE, store.ping()).await {
+        Ok(Ok(())) => return HttpResponse::Ok().json(json!({ "ready": true, "store": store.kind() })),
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => format!("the store did not answer within {} ms", READY_DEADLINE.as_millis()),
+    };
+    HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
+        .json(json!({ "ready": false, "store": store.kind(), "error": error }))
 }
+
+/// How long `/ready` waits for the store before it answers 503.
+const READY_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
 async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
     let store = sessions.service.store();

@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::HostError;
@@ -44,11 +44,16 @@ pub struct HttpSessions {
     map: Mutex<HashMap<String, Arc<HttpEntry>>>,
     // Lines kept per session for `Last-Event-ID` replay.
     journal_retained: usize,
-    // Sessions being restored now: a second request naming one waits for
-    // the first to finish (a client's stream and its `/send` arrive together
-    // after a failover) instead of being refused.
-    restoring: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    // Sessions being restored now, each by a task of its own that runs to
+    // its end whatever happens to the request that started it; every
+    // request naming the session meanwhile (a client's stream and its
+    // `/send` arrive together after a failover) waits for its outcome.
+    restoring: Mutex<HashMap<String, watch::Receiver<Option<Restored>>>>,
 }
+
+/// How a restore ended: the session's entry, `None` when the store does not
+/// have it, or why it could not be restored.
+type Restored = Result<Option<Arc<HttpEntry>>, HostError>;
 
 /// One HTTP session's transport state.
 #[derive(Debug)]
@@ -169,30 +174,53 @@ impl HttpSessions {
     }
 
     /// Restores a stored session into the registry (a request named it after
-    /// a restart); `Ok(None)` when the store does not have it either.
-    pub(super) async fn restore(self: &Arc<Self>, id: &str) -> Result<Option<Arc<HttpEntry>>, HostError> {
-        let turn = lock(&self.restoring).entry(id.to_owned()).or_default().clone();
-        let outcome = {
-            let _turn = turn.lock().await;
-            match self.get(id) {
-                // Restored by the request this one waited for.
-                Some(entry) => Ok(Some(entry)),
-                None => self.restore_now(id).await,
+    /// a restart, or on another node); `Ok(None)` when the store does not
+    /// have it either. The restore runs as a task of its own: a client that
+    /// gives up does not stop it halfway, and a request arriving meanwhile
+    /// waits for the same outcome.
+    pub(super) async fn restore(self: &Arc<Self>, id: &str) -> Restored {
+        let mut outcome = {
+            let mut restoring = lock(&self.restoring);
+            match restoring.get(id) {
+                Some(outcome) => outcome.clone(),
+                None => {
+                    // Restored just now, by the task this one missed.
+                    if let Some(entry) = self.get(id).filter(|entry| !entry.log.is_detached()) {
+                        return Ok(Some(entry));
+                    }
+                    let (tell, outcome) = watch::channel(None);
+                    restoring.insert(id.to_owned(), outcome.clone());
+                    actix_rt::spawn(self.clone().restore_task(id.to_owned(), tell));
+                    outcome
+                }
             }
         };
-        let mut restoring = lock(&self.restoring);
-        // The last one out forgets the turn (the map holds one reference).
-        if Arc::strong_count(&turn) == 2 {
-            restoring.remove(id);
-        }
-        outcome
+        // The restore keeps its own deadline; this bound only stops a
+        // request from outliving it.
+        let patience = self.service.restore_deadline() + Duration::from_secs(1);
+        let waited = match tokio::time::timeout(patience, outcome.wait_for(Option::is_some)).await {
+            Ok(Ok(restored)) => restored.clone().unwrap_or(Ok(None)),
+            Ok(Err(_)) => Err(HostError::runtime(format!("restoring session {id} was stopped; try again"))),
+            Err(_) => Err(HostError::runtime(format!("session {id} is still being restored; try again"))),
+        };
+        waited
     }
 
-    async fn restore_now(self: &Arc<Self>, id: &str) -> Result<Option<Arc<HttpEntry>>, HostError> {
+    // Restores `id` and tells every request waiting for it how it went.
+    async fn restore_task(self: Arc<Self>, id: String, tell: watch::Sender<Option<Restored>>) {
         let queue = self.service.limits().max_inflight_requests.max(INPUT_QUEUE);
-        let Some(opened) = self.service.restore(id, queue).await? else { return Ok(None) };
-        self.insert(opened);
-        Ok(self.get(id))
+        let restored = match self.service.restore(&id, queue).await {
+            Ok(Some(opened)) => {
+                self.insert(opened);
+                Ok(self.get(&id))
+            }
+            Ok(None) => Ok(None),
+            Err(err) => Err(err),
+        };
+        // Registered (above) before it stops being "restoring": a request
+        // finding neither is never told the session is unknown.
+        lock(&self.restoring).remove(&id);
+        let _ = tell.send(Some(restored));
     }
 
     /// Registers a freshly opened session and starts its watcher; returns
