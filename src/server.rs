@@ -51,6 +51,9 @@ pub struct Settings {
     pub store: StoreHandle,
     /// Lines kept per HTTP session for `Last-Event-ID` replay.
     pub journal_retained: usize,
+    /// Stored sessions loaded at once when their work resumes without their
+    /// clients (`[store] resume_concurrency`).
+    pub resume_concurrency: usize,
 }
 
 impl Settings {
@@ -71,6 +74,7 @@ impl Settings {
             final_flush: Duration::from_millis(file.server.final_flush_ms),
             store: StoreHandle::memory(),
             journal_retained: usize::try_from(file.store.journal_retained).unwrap_or(usize::MAX),
+            resume_concurrency: file.store.resume_concurrency,
         })
     }
 }
@@ -136,7 +140,12 @@ pub async fn run(
         });
         stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
     } else {
-        let http = HttpSettings { workers: settings.http_workers, journal_retained: settings.journal_retained, admin };
+        let http = HttpSettings {
+            workers: settings.http_workers,
+            journal_retained: settings.journal_retained,
+            resume_concurrency: settings.resume_concurrency,
+            admin,
+        };
         serve_network(service, listeners.tcp, listeners.http, http, settings.final_flush, shutdown).await
     };
     if let Some(handle) = metrics_server {
@@ -162,6 +171,7 @@ async fn stop_sessions(service: &Service) {
 struct HttpSettings {
     workers: usize,
     journal_retained: usize,
+    resume_concurrency: usize,
     admin: Arc<http::admin::AdminApi>,
 }
 
@@ -173,6 +183,14 @@ async fn serve_network(
     final_flush: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
+    // Stored sessions are served here whether or not their clients come
+    // back: the HTTP registry holds them (over HTTP or not), and the
+    // adopter brings them in.
+    let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, settings.journal_retained);
+    if service.store().is_durable() {
+        let parked = service.park_with();
+        actix_rt::spawn(http::adopt_orphans(sessions.clone(), settings.resume_concurrency, parked));
+    }
     if let Some(listener) = tcp {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("tcp {addr}: {err}"))?;
@@ -183,7 +201,6 @@ async fn serve_network(
     if let Some(listener) = http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
-        let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, settings.journal_retained);
         let server = http::server(listener, sessions, settings.admin, threads(settings.workers))
             .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());

@@ -104,6 +104,10 @@ pub struct StoreConfig {
     pub session_ttl_seconds: u64,
     /// Journal lines kept per session, for SSE replay (`Last-Event-ID`).
     pub journal_retained: u64,
+    /// Stored sessions loaded at once when the host resumes the work of
+    /// sessions whose clients have not come back (after a restart, or a
+    /// node's death in a cluster).
+    pub resume_concurrency: usize,
     /// Connections to PostgreSQL.
     pub pool_size: u32,
     /// SQLite's `synchronous` setting: `full` (the default: every commit is
@@ -133,6 +137,7 @@ impl Default for StoreConfig {
             commit_delay_ms: 0,
             session_ttl_seconds: 24 * 3600,
             journal_retained: 1024,
+            resume_concurrency: 8,
             pool_size: 4,
             sqlite_synchronous: SqliteSync::Full,
         }
@@ -306,10 +311,12 @@ impl FileConfig {
             ("max_failed_handshakes", limits.max_failed_handshakes as usize),
             ("http_body_timeout_ms", limits.http_body_timeout_ms as usize),
             ("max_connections", limits.max_connections),
+            ("resume_concurrency", self.store.resume_concurrency),
         ];
         for (key, value) in positive {
             if value == 0 {
-                return Err(format!("invalid config: limits.{key} must be at least 1"));
+                let table = if key == "resume_concurrency" { "store" } else { "limits" };
+                return Err(format!("invalid config: {table}.{key} must be at least 1"));
             }
         }
         for (index, token) in self.auth.tokens.iter().enumerate() {

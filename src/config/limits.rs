@@ -45,6 +45,10 @@ pub struct Limits {
     pub max_parallel: usize,
     /// An HTTP session with no request and no stream for this long is closed.
     pub session_idle_seconds: u64,
+    /// How long a TCP session whose connection dropped stays resumable
+    /// (`resume_session_id`) with its tasks running, in milliseconds (0: it
+    /// ends with its connection). Needs a durable store.
+    pub tcp_resume_grace_ms: u64,
     /// Largest `SubagentConfig` a spawn may carry, in encoded JSON bytes.
     pub max_config_bytes: usize,
     /// Largest `TaskDefinition` a delegate may carry, in encoded JSON bytes.
@@ -120,6 +124,7 @@ impl Default for Limits {
             outbox_max_bytes: 16 << 20,
             max_parallel: 4,
             session_idle_seconds: 900,
+            tcp_resume_grace_ms: 30_000,
             max_config_bytes: 64 << 10,
             max_task_bytes: 256 << 10,
             max_message_bytes: 64 << 10,

@@ -329,6 +329,16 @@ impl Connection {
                 }
             }
         };
+        // A stored TCP session whose connection dropped waits for its client
+        // (`tcp_resume_grace_ms`): this connection lets go of it without
+        // recording an end, and the adopter serves it from the store.
+        let parked = matches!(ending, Ending::End(ConnectionEnd::InputClosed))
+            && self.transport == "tcp"
+            && state.handshaken
+            && self.service.parks_tcp(&self.log);
+        if parked {
+            self.log.detach();
+        }
         let end = match ending {
             Ending::End(end) => {
                 // Nobody may wait for room in the outbox of a session that ends now.
@@ -360,6 +370,16 @@ impl Connection {
         self.log.end();
         self.service.release_session(&self.session_id);
         self.outbox.close();
+        if parked {
+            let grace = Duration::from_millis(self.service.limits().tcp_resume_grace_ms);
+            log::info!(
+                "session {} from {}: connection dropped; its tasks go on and it stays resumable for {} ms",
+                self.session_id,
+                self.peer,
+                grace.as_millis()
+            );
+            self.service.park(&self.session_id, grace);
+        }
         let (id, peer) = (&self.session_id, &self.peer);
         if self.outbox.overflowed().is_cancelled() && !self.outbox.client_gone() {
             metrics().bound_rejected("outbox_max_bytes");
@@ -464,7 +484,7 @@ impl Connection {
             req.agent_id
         );
         self.service.claim_session(&self.session_id);
-        self.service.serve_session(&self.session_id, &self.log, &self.stop);
+        self.service.serve_session(&self.session_id, &self.log, &self.stop, self.transport);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),

@@ -11,7 +11,7 @@ use super::outbox::OutboxSink;
 use super::{service, Connection, Ending, State};
 use crate::protocol::encode;
 use crate::protocol::request::HandshakeRequest;
-use crate::store::{SessionLog, SessionRow};
+use crate::store::{Acquire, Change, SessionLog, SessionRow};
 
 impl Connection {
     /// Serves a resuming handshake; `Some` when the session must end (too
@@ -34,12 +34,12 @@ impl Connection {
                 return None;
             }
         }
-        if !service.claim_session(wanted) {
+        if !service.claim_session(wanted) && !service.take_over_from_http(wanted).await {
             // Another connection of this process serves it now.
             refuse(self, "session_in_use");
             return None;
         }
-        let stored = match service.acquire_and_load(wanted).await {
+        let mut stored = match service.acquire_and_load(wanted, Acquire::Handoff).await {
             Ok(Some(stored)) => stored,
             Ok(None) => {
                 service.release_session(wanted);
@@ -59,6 +59,14 @@ impl Connection {
                 self.outbox.push(encode::error(&err.with_detail(json!({ "resume_session_id": wanted })), req_id));
                 return None;
             }
+        };
+        // What a TCP session produced while no client was attached (it was
+        // adopted after a restart, or its connection dropped) is journaled:
+        // it is replayed after the handshake's reply. (An HTTP session's
+        // journal is its SSE stream's, replayed by `Last-Event-ID`.)
+        let missed = match stored.row.transport.as_str() {
+            "http" => Vec::new(),
+            _ => std::mem::take(&mut stored.journal),
         };
         if stored.row.principal != service.auth().principal(req.auth_token.as_deref()) {
             service.give_back(wanted);
@@ -99,7 +107,7 @@ impl Connection {
         service.release_session(&self.session_id);
         self.session_id = wanted.to_owned();
         self.log = log;
-        service.serve_session(wanted, &self.log, &self.stop);
+        service.serve_session(wanted, &self.log, &self.stop, self.transport);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),
@@ -117,6 +125,18 @@ impl Connection {
             self.list_for_admin(state);
         }
         self.outbox.push(reply);
+        if let Some(&(up_to, _)) = missed.last() {
+            log::info!(
+                "session {}: replaying {} lines produced while no client was attached",
+                self.session_id,
+                missed.len()
+            );
+            for (_, line) in missed {
+                self.outbox.push(line);
+            }
+            // Delivered for good: a later resume does not replay them again.
+            self.log.record(|session| Change::JournalDelivered { session, up_to });
+        }
         None
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
@@ -25,7 +25,7 @@ use crate::config::Limits;
 use crate::error::HostError;
 use crate::protocol::codec::Frame;
 use crate::runtime::Host;
-use crate::store::{Acquired, SessionLog, SessionOwner, SessionRow, StoreHandle};
+use crate::store::{Acquire, Acquired, SessionLog, SessionOwner, SessionRow, StoreHandle};
 
 /// Frames a session's input channel holds before the transport waits (TCP,
 /// stdio: they push back through the socket or pipe).
@@ -75,6 +75,9 @@ pub struct Service {
     in_use: Mutex<HashMap<String, Option<Served>>>,
     // The open sessions as the operator sees them, and their event hub.
     admin: Arc<Admin>,
+    // Where a TCP session whose connection dropped goes to wait for its
+    // client (the adopter, when the server runs one).
+    parking: Mutex<Option<mpsc::UnboundedSender<Parked>>>,
 }
 
 /// What stops a stored session served here.
@@ -82,6 +85,19 @@ pub struct Service {
 struct Served {
     log: Weak<SessionLog>,
     stop: CancellationToken,
+    // `http` for a session served without a connection of its own (an
+    // HTTP client's, or adopted): a TCP client resuming it takes it over.
+    transport: &'static str,
+}
+
+/// A TCP session whose connection dropped: it is served without its client
+/// for `grace`, resumable meanwhile (see [`Service::park`]).
+#[derive(Debug)]
+pub struct Parked {
+    /// The session.
+    pub id: String,
+    /// How long it waits for its client.
+    pub grace: Duration,
 }
 
 /// A freshly opened session and the transport's ends of it.
@@ -124,6 +140,7 @@ impl Service {
             store,
             in_use: Mutex::default(),
             admin: Arc::default(),
+            parking: Mutex::default(),
         });
         let owner: Weak<dyn SessionOwner> = Arc::downgrade(&service) as Weak<dyn SessionOwner>;
         service.store.set_session_owner(owner);
@@ -151,11 +168,65 @@ impl Service {
         }
     }
 
-    /// A claimed session is served by `log`'s connection, which `stop` closes.
-    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken) {
+    /// A claimed session is served by `log`'s connection (over `transport`),
+    /// which `stop` closes.
+    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken, transport: &'static str) {
         if let Some(served) = self.in_use().get_mut(id) {
-            *served = Some(Served { log: Arc::downgrade(log), stop: stop.clone() });
+            *served = Some(Served { log: Arc::downgrade(log), stop: stop.clone(), transport });
         }
+    }
+
+    /// Whether a connection of this process serves (or is restoring) `id`.
+    pub fn is_served(&self, id: &str) -> bool {
+        self.in_use().contains_key(id)
+    }
+
+    /// A TCP client resumes `id`, which this process serves over HTTP (an
+    /// adopted session waiting for its client, or an HTTP client's): that
+    /// serving stops, what it recorded is committed, and the session is
+    /// claimed for the TCP client (`true`), as a handoff between nodes
+    /// would. `false` when it is served otherwise, or did not let go in time.
+    pub async fn take_over_from_http(&self, id: &str) -> bool {
+        let served_over_http = matches!(self.in_use().get(id), Some(Some(served)) if served.transport == "http");
+        if !served_over_http || !self.give_up(id, "resumed by a TCP client") {
+            return false;
+        }
+        self.store.flush().await;
+        // Its connection ends (its tree closes, recording nothing) and lets go.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !self.claim_session(id) {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
+    /// Where dropped TCP sessions go: the adopter takes them from the
+    /// returned receiver. Until this is called, a dropped TCP session ends.
+    pub fn park_with(&self) -> mpsc::UnboundedReceiver<Parked> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.parking.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(tx);
+        rx
+    }
+
+    /// Hands session `id`, whose TCP connection dropped (it is stored, and
+    /// no longer served here), to the adopter, which serves it without its
+    /// client for `grace`; `false` when there is none.
+    pub fn park(&self, id: &str, grace: Duration) -> bool {
+        let parking = self.parking.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        parking.as_ref().is_some_and(|tx| tx.send(Parked { id: id.to_owned(), grace }).is_ok())
+    }
+
+    /// Whether a TCP session whose connection dropped can wait for its
+    /// client: a grace is configured, the session is stored, there is an
+    /// adopter, and the host is not stopping.
+    pub fn parks_tcp(&self, log: &SessionLog) -> bool {
+        self.limits().tcp_resume_grace_ms > 0
+            && log.is_recording()
+            && !self.shutdown.is_cancelled()
+            && self.parking.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some()
     }
 
     /// The session is no longer served here.
@@ -173,8 +244,8 @@ impl Service {
     /// Takes stored session `id` for this node (see [`StoreHandle::acquire`]);
     /// `Ok(false)` when the store does not have it. An owner that would not
     /// hand it off is a `runtime_error` (retryable).
-    async fn acquire(&self, id: &str) -> Result<bool, HostError> {
-        match self.store.acquire(id).await {
+    async fn acquire(&self, id: &str, mode: Acquire) -> Result<bool, HostError> {
+        match self.store.acquire_as(id, mode).await {
             Ok(Acquired::Owned) => Ok(true),
             Ok(Acquired::Unknown) => Ok(false),
             Ok(Acquired::Busy { owner }) => Err(HostError::runtime(format!(
@@ -187,8 +258,12 @@ impl Service {
 
     /// Takes stored session `id` for this node and loads it: `Ok(None)` when
     /// the store does not have it. On failure nothing stays taken.
-    pub async fn acquire_and_load(&self, id: &str) -> Result<Option<crate::store::StoredSession>, HostError> {
-        if !self.acquire(id).await? {
+    pub async fn acquire_and_load(
+        &self,
+        id: &str,
+        mode: Acquire,
+    ) -> Result<Option<crate::store::StoredSession>, HostError> {
+        if !self.acquire(id, mode).await? {
             return Ok(None);
         }
         match self.store.load(id).await {
@@ -208,10 +283,15 @@ impl Service {
     /// its tree restored, its running tasks resumed, its handshake's grant in
     /// force, and the request frames it had handed over but not had served
     /// queued first. `Ok(None)` when the store does not have it.
+    ///
+    /// `mode` says whether a live owner elsewhere is asked to hand the
+    /// session off (a client named it here) or left alone (adopting a
+    /// session whose work goes on without its client).
     pub async fn restore(
         self: &Arc<Self>,
         id: &str,
         input_queue: usize,
+        mode: Acquire,
     ) -> Result<Option<OpenedConnection>, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
@@ -224,7 +304,7 @@ impl Service {
         // left that would refuse the session here for good.
         let claim = RestoreClaim { service: self, id };
         let deadline = self.restore_deadline();
-        let stored = match tokio::time::timeout(deadline, self.acquire_and_load(id)).await {
+        let stored = match tokio::time::timeout(deadline, self.acquire_and_load(id, mode)).await {
             Ok(Ok(Some(stored))) => stored,
             Ok(Ok(None)) => return Ok(None),
             Ok(Err(err)) => return Err(err),
@@ -266,7 +346,7 @@ impl Service {
         log.resume_inbound_after(stored.last_inbound);
         let stop = self.shutdown.child_token();
         std::mem::forget(claim);
-        self.serve_session(id, &log, &stop);
+        self.serve_session(id, &log, &stop, "http");
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
         let grant = handshaken.then(|| (Grant { multi_agent }, stored.row.agent_id));
         let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
@@ -306,7 +386,7 @@ impl Service {
         }
         let id = opened.session_id.as_str();
         self.claim_session(id);
-        self.serve_session(id, &opened.log, &opened.stop);
+        self.serve_session(id, &opened.log, &opened.stop, "http");
         opened.log.open(SessionRow {
             id: opened.log.id().clone(),
             agent_id: String::new(),

@@ -96,6 +96,8 @@ struct Folded<'a> {
     inbound: HashMap<(Arc<str>, u64), &'a String>,
     served: Vec<(Arc<str>, u64)>,
     touched: Vec<Arc<str>>,
+    // Per session: journal lines up to this number were delivered for good.
+    delivered: HashMap<Arc<str>, u64>,
 }
 
 impl<'a> Folded<'a> {
@@ -151,6 +153,7 @@ impl<'a> Folded<'a> {
         self.inbound.retain(|(s, _), _| s != session);
         self.served.retain(|(s, _)| s != session);
         self.touched.retain(|s| s != session);
+        self.delivered.remove(session);
         self.ended.push(session.clone());
     }
 
@@ -245,6 +248,10 @@ impl<'a> Folded<'a> {
                 self.inbound.insert((session.clone(), *seq), frame);
             }
             Change::InboundDone { session, seq } => self.served(session, *seq),
+            Change::JournalDelivered { session, up_to } => {
+                let delivered = self.delivered.entry(session.clone()).or_default();
+                *delivered = (*delivered).max(*up_to);
+            }
         }
     }
 }
@@ -336,6 +343,16 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
         3,
         &tops,
     );
+    for (session, up_to) in &folded.delivered {
+        ops.push(Op {
+            sql: format!(
+                "DELETE FROM journal WHERE session_id = {} AND seq <= {}",
+                param(dialect, 1),
+                param(dialect, 2)
+            ),
+            args: vec![Arg::Text(session.to_string()), int(*up_to)],
+        });
+    }
     for (session, (low, top)) in &folded.journaled {
         // Trimmed now and then, not at every batch.
         if *top > retained && top / TRIM_EVERY != low.saturating_sub(1) / TRIM_EVERY {

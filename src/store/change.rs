@@ -120,6 +120,9 @@ pub enum Change {
     Inbound { session: Arc<str>, seq: u64, frame: String },
     /// That request has been served (its reply is journaled).
     InboundDone { session: Arc<str>, seq: u64 },
+    /// The journal's lines up to `up_to` reached a client that cannot ask
+    /// for them again (a TCP client they were replayed to): they go.
+    JournalDelivered { session: Arc<str>, up_to: u64 },
 }
 
 impl Change {
@@ -137,7 +140,8 @@ impl Change {
             | Self::Mailbox { session, .. }
             | Self::Line { session, .. }
             | Self::Inbound { session, .. }
-            | Self::InboundDone { session, .. } => session,
+            | Self::InboundDone { session, .. }
+            | Self::JournalDelivered { session, .. } => session,
         }
     }
 }

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
 pub use change::*;
-pub use cluster::{Acquired, ClusterSettings, Fence, SessionOwner};
+pub use cluster::{Acquire, Acquired, ClusterSettings, Fence, SessionOwner};
 pub use lock::DataDirLock;
 pub use writer::{CommitGate, CommitStats, SessionLog, StoreHandle};
 
@@ -96,6 +96,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Checks that the store answers.
     fn ping(&self) -> StoreFuture<'_, ()>;
+
+    /// Up to `limit` stored sessions that had a task running when last
+    /// stored (they resume without waiting for their clients).
+    fn resumable_sessions(&self, limit: i64) -> StoreFuture<'_, Vec<String>>;
 }
 
 /// The store that keeps nothing: sessions end with the process.
@@ -121,6 +125,10 @@ impl Store for MemoryStore {
 
     fn ping(&self) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn resumable_sessions(&self, _limit: i64) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
 }
 

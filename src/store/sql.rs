@@ -545,6 +545,17 @@ impl SqlStore {
         Ok(expired.len() as u64)
     }
 
+    /// Stored sessions with a task running when they were last stored (at
+    /// most `limit`): after a restart they go on without their clients.
+    pub(super) async fn resumable_sessions(&self, limit: i64) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT DISTINCT session_id FROM tasks LIMIT $1";
+        let rows = match &self.pool {
+            Pool::Sqlite(pool) => fetch_rows!(pool, SQL, limit, "t"),
+            Pool::Postgres(pool) => fetch_rows!(pool, SQL, limit, "t"),
+        };
+        Ok(rows.into_iter().filter_map(|mut row| row[0].text()).collect())
+    }
+
     async fn fetch_before(&self, before_ms: i64) -> Result<Vec<String>, StoreError> {
         const SQL: &str = "SELECT id FROM sessions WHERE touched_ms < $1";
         let rows = match &self.pool {
@@ -582,6 +593,10 @@ impl super::Store for SqlStore {
 
     fn ping(&self) -> StoreFuture<'_, ()> {
         Box::pin(SqlStore::ping(self))
+    }
+
+    fn resumable_sessions(&self, limit: i64) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(SqlStore::resumable_sessions(self, limit))
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::cluster::{self, Acquired, Cluster, ClusterSettings, SessionOwner};
+use super::cluster::{self, Acquire, Acquired, Cluster, ClusterSettings, SessionOwner};
 use super::sql::SqlStore;
 use super::{Change, CommitError, SessionRow, Store, StoreError, StoreUrl, StoredSession};
 use crate::metrics::metrics;
@@ -114,7 +114,9 @@ enum Command {
     Flush(oneshot::Sender<()>),
     Ping(oneshot::Sender<Result<(), StoreError>>),
     // Several hosts: take a session for this node.
-    Acquire(Arc<str>, oneshot::Sender<Result<Acquired, StoreError>>),
+    Acquire(Arc<str>, Acquire, oneshot::Sender<Result<Acquired, StoreError>>),
+    // Sessions with running tasks that no live node serves (at most so many).
+    Orphaned(i64, oneshot::Sender<Result<Vec<String>, StoreError>>),
     // Hand a session's lease back, after committing what came before.
     Release(String),
     // The node shuts down: every lease goes back.
@@ -287,9 +289,27 @@ impl StoreHandle {
     /// died or whose lease lapsed is taken at once; one a live node owns is
     /// asked of it (a handoff), waiting up to the lease time.
     pub async fn acquire(&self, id: &str) -> Result<Acquired, StoreError> {
+        self.acquire_as(id, Acquire::Handoff).await
+    }
+
+    /// [`StoreHandle::acquire`], asking a live owner to hand the session off
+    /// (`Acquire::Handoff`) or not (`Acquire::IfOrphaned`: `Busy` at once).
+    pub async fn acquire_as(&self, id: &str, mode: Acquire) -> Result<Acquired, StoreError> {
         let (Some(tx), Some(_)) = (&self.inner.tx, &self.inner.cluster) else { return Ok(Acquired::Owned) };
         let (reply, answer) = oneshot::channel();
-        tx.send(Command::Acquire(id.into(), reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
+        tx.send(Command::Acquire(id.into(), mode, reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
+        answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
+    }
+
+    /// Up to `limit` stored sessions that had a task running when last
+    /// stored and that no live node serves: every such session after a
+    /// restart; on a cluster node, those whose owner died or whose lease
+    /// lapsed. (Empty for the memory store.)
+    pub async fn orphaned_sessions(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let Some(tx) = &self.inner.tx else { return Ok(Vec::new()) };
+        let (reply, answer) = oneshot::channel();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        tx.send(Command::Orphaned(limit, reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
         answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
     }
 
@@ -545,7 +565,16 @@ async fn run(
                 Command::Ping(reply) => {
                     let _ = reply.send(store.ping().await);
                 }
-                Command::Acquire(id, reply) => {
+                Command::Orphaned(limit, reply) => {
+                    // It sees every change recorded before it.
+                    commit(&*store, &mut batch, &settings, &stats, cluster).await;
+                    let orphaned = match &node {
+                        Some((cluster, pool)) => cluster.orphaned(pool, limit).await,
+                        None => store.resumable_sessions(limit).await,
+                    };
+                    let _ = reply.send(orphaned);
+                }
+                Command::Acquire(id, mode, reply) => {
                     // It sees every change recorded before it (the end of a
                     // session, say), and may wait for a handoff: the writer
                     // goes on meanwhile.
@@ -554,7 +583,7 @@ async fn run(
                         Some((cluster, pool)) => {
                             let (cluster, pool) = (cluster.clone(), pool.clone());
                             tokio::spawn(async move {
-                                let outcome = cluster.acquire(&pool, &id).await;
+                                let outcome = cluster.acquire(&pool, &id, mode).await;
                                 // Its asker gave up meanwhile (a restore past
                                 // its deadline): a session taken for no one
                                 // would have its lease renewed forever and be

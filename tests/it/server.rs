@@ -36,6 +36,7 @@ impl InProcess {
             final_flush: Duration::from_secs(1),
             store: subagent_host::store::StoreHandle::memory(),
             journal_retained: 1024,
+            resume_concurrency: 8,
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

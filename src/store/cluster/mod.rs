@@ -88,6 +88,16 @@ pub enum Acquired {
     },
 }
 
+/// How a node asks for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// A client asked for it here: a live owner is asked to hand it off.
+    Handoff,
+    /// Adopting it (it has work and no client): taken only when no live
+    /// node serves it, so survivors never pull sessions from each other.
+    IfOrphaned,
+}
+
 /// What one commit must prove: for each session in the batch, the epoch this
 /// node holds (0: opened here, its lease is written by this commit), and
 /// whether the session ends with it.
@@ -241,14 +251,28 @@ impl Cluster {
     /// at once when it is free, its lease lapsed or its owner died; else it
     /// asks the owner to hand it off and waits for the release (or the
     /// lease's end), for at most the lease time and a second.
-    pub(super) async fn acquire(&self, pool: &PgPool, id: &str) -> Result<Acquired, StoreError> {
+    pub(super) async fn acquire(&self, pool: &PgPool, id: &str, mode: Acquire) -> Result<Acquired, StoreError> {
         let waiter = self.waiter(id);
-        let outcome = self.try_acquire(pool, id, &waiter).await;
+        let outcome = self.try_acquire(pool, id, &waiter, mode).await;
         self.stop_waiting(id);
         outcome.map_err(|err| StoreError(format!("taking session {id}: {err}")))
     }
 
-    async fn try_acquire(&self, pool: &PgPool, id: &str, released: &Notify) -> Result<Acquired, sqlx::Error> {
+    /// Stored sessions with a running task that no live node serves (see
+    /// [`crate::store::StoreHandle::orphaned_sessions`]).
+    pub(super) async fn orphaned(&self, pool: &PgPool, limit: i64) -> Result<Vec<String>, StoreError> {
+        sql::orphaned(pool, self.node_id(), limit)
+            .await
+            .map_err(|err| StoreError(format!("finding orphaned sessions: {err}")))
+    }
+
+    async fn try_acquire(
+        &self,
+        pool: &PgPool,
+        id: &str,
+        released: &Notify,
+        mode: Acquire,
+    ) -> Result<Acquired, sqlx::Error> {
         let deadline = Instant::now() + self.settings.lease + Duration::from_secs(1);
         let mut asked: Option<String> = None;
         loop {
@@ -263,6 +287,8 @@ impl Cluster {
                 }
                 Attempt::Unknown => return Ok(Acquired::Unknown),
                 Attempt::Raced => (String::new(), 10),
+                // Adopting takes only what no live node serves.
+                Attempt::Held { owner, .. } if mode == Acquire::IfOrphaned => return Ok(Acquired::Busy { owner }),
                 Attempt::Held { owner, wait_ms } => (owner, wait_ms),
             };
             if !owner.is_empty() && asked.as_deref() != Some(owner.as_str()) {

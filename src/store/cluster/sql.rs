@@ -42,6 +42,23 @@ pub(super) async fn acquire(pool: &PgPool, cluster: &Cluster, id: &str) -> Resul
 }
 
 /// Asks `owner` to hand `id` off to this node.
+/// Up to `limit` stored sessions with a running task that no live node
+/// serves: never owned, their lease lapsed or released, or their owner dead
+/// (its presence lock is free; taken and let go at once here).
+pub(super) async fn orphaned(pool: &PgPool, node: &str, limit: i64) -> Result<Vec<String>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT DISTINCT t.session_id FROM tasks t LEFT JOIN leases l ON l.session_id = t.session_id \
+         WHERE l.session_id IS NULL OR l.lease_until_ms <= subagentd_now_ms() \
+         OR (l.node_id <> $1 AND pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(l.node_id))) \
+         LIMIT $2",
+    )
+    .bind(node)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(|row| row.try_get::<String, _>(0)).collect()
+}
+
 pub(super) async fn ask_handoff(pool: &PgPool, cluster: &Cluster, id: &str, owner: &str) -> Result<(), sqlx::Error> {
     let payload = format!("handoff {id} {owner} {}", cluster.node_id());
     sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(pool).await.map(drop)

@@ -84,10 +84,12 @@ use crate::session::service::INPUT_QUEUE;
 use crate::session::OutboxReceiver;
 
 pub mod admin;
+mod adopt;
 pub mod metrics;
 mod sessions;
 mod ui;
 
+pub use adopt::adopt_orphans;
 pub use sessions::HttpSessions;
 use sessions::{lock, HttpEntry};
 

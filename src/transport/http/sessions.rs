@@ -27,7 +27,7 @@ use crate::error::HostError;
 use crate::session::service::INPUT_QUEUE;
 use crate::session::InputSender;
 use crate::session::{Connection, ConnectionEnd, OpenedConnection, OutboxReceiver, PoolSlot, Service};
-use crate::store::SessionLog;
+use crate::store::{Acquire, SessionLog};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -82,6 +82,9 @@ pub(super) struct HttpEntry {
     // `Last-Event-ID` (bounded by `[store] journal_retained` lines and
     // `outbox_max_bytes` bytes).
     pub(super) recent: Mutex<Recent>,
+    // Closed after this long with no request and no stream
+    // (`session_idle_seconds`; a dropped TCP session's grace).
+    idle: Duration,
 }
 
 /// The lines last written to a stream, oldest first, with their numbers.
@@ -179,6 +182,14 @@ impl HttpSessions {
     /// gives up does not stop it halfway, and a request arriving meanwhile
     /// waits for the same outcome.
     pub(super) async fn restore(self: &Arc<Self>, id: &str) -> Restored {
+        self.restore_as(id, Acquire::Handoff, None).await
+    }
+
+    /// [`HttpSessions::restore`], taking the session from a live owner
+    /// elsewhere (`Acquire::Handoff`) or only when it has none
+    /// (`Acquire::IfOrphaned`: adopting it). A session restored with `idle`
+    /// closes after that long with no client (else `session_idle_seconds`).
+    pub(super) async fn restore_as(self: &Arc<Self>, id: &str, mode: Acquire, idle: Option<Duration>) -> Restored {
         let mut outcome = {
             let mut restoring = lock(&self.restoring);
             match restoring.get(id) {
@@ -190,7 +201,7 @@ impl HttpSessions {
                     }
                     let (tell, outcome) = watch::channel(None);
                     restoring.insert(id.to_owned(), outcome.clone());
-                    actix_rt::spawn(self.clone().restore_task(id.to_owned(), tell));
+                    actix_rt::spawn(self.clone().restore_task(id.to_owned(), mode, idle, tell));
                     outcome
                 }
             }
@@ -207,11 +218,17 @@ impl HttpSessions {
     }
 
     // Restores `id` and tells every request waiting for it how it went.
-    async fn restore_task(self: Arc<Self>, id: String, tell: watch::Sender<Option<Restored>>) {
+    async fn restore_task(
+        self: Arc<Self>,
+        id: String,
+        mode: Acquire,
+        idle: Option<Duration>,
+        tell: watch::Sender<Option<Restored>>,
+    ) {
         let queue = self.service.limits().max_inflight_requests.max(INPUT_QUEUE);
-        let restored = match self.service.restore(&id, queue).await {
+        let restored = match self.service.restore(&id, queue, mode).await {
             Ok(Some(opened)) => {
-                self.insert(opened);
+                self.insert_with_idle(opened, idle);
                 Ok(self.get(&id))
             }
             Ok(None) => Ok(None),
@@ -226,7 +243,14 @@ impl HttpSessions {
     /// Registers a freshly opened session and starts its watcher; returns
     /// its id.
     pub(super) fn insert(self: &Arc<Self>, opened: OpenedConnection) -> String {
+        self.insert_with_idle(opened, None)
+    }
+
+    // [`HttpSessions::insert`], closing the session after `idle` with no
+    // request and no stream (else `session_idle_seconds`).
+    fn insert_with_idle(self: &Arc<Self>, opened: OpenedConnection, idle: Option<Duration>) -> String {
         let limits = self.service.limits();
+        let idle = idle.unwrap_or(Duration::from_secs(limits.session_idle_seconds));
         let recent = Recent::new(self.journal_retained, limits.outbox_max_bytes, opened.journal);
         let session = opened.session;
         let entry = Arc::new(HttpEntry {
@@ -240,6 +264,7 @@ impl HttpSessions {
             slot: Mutex::new(Some(session.slot())),
             log: opened.log,
             recent: Mutex::new(recent),
+            idle,
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
@@ -250,7 +275,7 @@ impl HttpSessions {
     /// Runs the session, closes it when idle, and removes it once it has
     /// ended and its last lines are delivered (or could not be).
     async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpEntry>, session: Connection) {
-        let idle = Duration::from_secs(self.service.limits().session_idle_seconds);
+        let idle = entry.idle;
         let run = session.run();
         tokio::pin!(run);
         let mut expired = false;
