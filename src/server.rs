@@ -187,6 +187,8 @@ async fn serve_network(
     // back: the HTTP registry holds them (over HTTP or not), and the
     // adopter brings them in.
     let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, settings.journal_retained);
+    let attach: std::sync::Weak<dyn crate::session::Attach> = Arc::downgrade(&sessions) as _;
+    service.set_attach(attach);
     if service.store().is_durable() {
         let parked = service.park_with();
         actix_rt::spawn(http::adopt_orphans(sessions.clone(), settings.resume_concurrency, parked));

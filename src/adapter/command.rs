@@ -12,8 +12,13 @@
 //! SIGTERM and lets it wind up within the host's grace period; when the task
 //! is dropped (terminate, timeout, grace expired) the group gets SIGKILL, so
 //! grandchildren die with it.
+//!
+//! When the host dies (even by SIGKILL, even between the program's start and
+//! the checkpoint of its process group), the kernel SIGKILLs the program
+//! (`PR_SET_PDEATHSIG`, set before it is executed). Its own children are not
+//! covered by that: a restarted host kills the group it finds checkpointed.
 
-use rustix::process::{kill_process_group, Pid, Signal};
+use rustix::process::{getpid, getppid, kill_process_group, set_parent_process_death_signal, Pid, Signal};
 use serde_json::{json, Value};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -126,6 +131,37 @@ impl Drop for ProcessGroup {
     }
 }
 
+/// Makes the kernel SIGKILL the program when its host dies, whatever the
+/// host had time to do (kill on drop, checkpoint).
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that spawned the program exits,
+/// not the process: here an actix arbiter's thread, which lives as long as
+/// the host. It covers the program itself (kept across its `exec`, unless
+/// that is of a set-user-ID binary), not its children: those are reached
+/// through the process group, killed on drop and, after a crash, by the
+/// restarted host ([`kill_left_behind`]).
+#[allow(unsafe_code)]
+fn die_with_host(command: &mut tokio::process::Command) {
+    let host = getpid();
+    // SAFETY: the closure runs in the forked child before `exec`, where only
+    // async-signal-safe calls are allowed. It makes two system calls through
+    // rustix (`prctl`, `getppid`: no allocation, no lock) and may build an
+    // `io::Error` from an errno (no allocation either). It touches no state
+    // shared with the parent: `host` is a copied integer.
+    unsafe {
+        command.pre_exec(move || {
+            set_parent_process_death_signal(Some(Signal::KILL))?;
+            // The host may have died between the fork and the `prctl`: then
+            // the signal will never come (the child was reparented already),
+            // so give up; the error makes the child exit before `exec`.
+            if getppid() != Some(host) {
+                return Err(rustix::io::Errno::SRCH.into());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// How the program ended, as read from its pipes and exit status.
 struct Finished {
     status: std::io::Result<ExitStatus>,
@@ -169,16 +205,23 @@ async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonOb
     ctx.memory.push(json!({ "role": "user", "content": ctx.task.instruction }));
 
     let program = &config.program;
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(&config.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| TaskError(format!("cannot start `{program}`: {err}")))?;
+        .kill_on_drop(true);
+    die_with_host(&mut command);
+    let mut child = command.spawn().map_err(|err| TaskError(format!("cannot start `{program}`: {err}")))?;
     let pgid = child.id().ok_or_else(|| TaskError(format!("`{program}` exited before it could be watched")))?;
+    // The worst moment for a crash: the program runs, nothing records it.
+    #[cfg(feature = "fault-injection")]
+    if std::env::var_os("SUBAGENTD_FAULT").is_some_and(|fault| fault == "command_spawned") {
+        // As a kill -9 would: no destructor runs, no kill on drop.
+        std::process::abort();
+    }
     if ctx.is_durable() {
         // So that a restarted host can take down what this one leaves behind.
         ctx.checkpoint(0, json!({ "pgid": pgid, "started": start_time(pgid) }));

@@ -27,6 +27,7 @@ mod drain;
 mod handshake;
 pub mod input;
 pub mod outbox;
+mod relay;
 mod resume;
 pub mod service;
 
@@ -52,6 +53,7 @@ use handshake::HANDSHAKE;
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, OutboxReceiver};
+pub use relay::{Attach, Attachment};
 pub use service::{OpenedConnection, PoolSlot, Service};
 
 // Whether a `from_subagent_id` may name the sender: the client itself (the
@@ -145,6 +147,9 @@ pub struct Connection {
     // Journaled frames numbered up to this one were handed over before a
     // restart: they are being served again.
     replayed_up_to: u64,
+    // Set once a resuming handshake attached this connection to a session
+    // served here without a client: frames go there (see `relay`).
+    relay: Option<relay::Relay>,
     // When the connection opened, and the requests it decoded (for the log
     // line at its end).
     opened: std::time::Instant,
@@ -209,6 +214,7 @@ impl Connection {
             transport: "tcp",
             restored: None,
             replayed_up_to: 0,
+            relay: None,
             opened: std::time::Instant::now(),
             requests: std::sync::atomic::AtomicU64::new(0),
         }
@@ -320,6 +326,13 @@ impl Connection {
                     None => break Ending::End(ConnectionEnd::InputClosed),
                 },
             };
+            if let Some(relay) = &self.relay {
+                drop(permit);
+                if !relay.forward(frame).await {
+                    break Ending::End(ConnectionEnd::Stopped);
+                }
+                continue;
+            }
             if let Some(ending) = self.on_frame(frame, permit, &mut state) {
                 break ending;
             }
@@ -339,6 +352,8 @@ impl Connection {
         if parked {
             self.log.detach();
         }
+        // The session relayed to goes on without this client.
+        self.relay = None;
         let end = match ending {
             Ending::End(end) => {
                 // Nobody may wait for room in the outbox of a session that ends now.
@@ -484,7 +499,7 @@ impl Connection {
             req.agent_id
         );
         self.service.claim_session(&self.session_id);
-        self.service.serve_session(&self.session_id, &self.log, &self.stop, self.transport);
+        self.service.serve_session(&self.session_id, &self.log, &self.stop);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),

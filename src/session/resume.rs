@@ -34,7 +34,11 @@ impl Connection {
                 return None;
             }
         }
-        if !service.claim_session(wanted) && !service.take_over_from_http(wanted).await {
+        if !service.claim_session(wanted) {
+            // Served here without a client: this connection relays to it.
+            if let Some(attachment) = service.attach(wanted).await {
+                return self.relay_to(attachment, req_id, req, state);
+            }
             // Another connection of this process serves it now.
             refuse(self, "session_in_use");
             return None;
@@ -68,6 +72,9 @@ impl Connection {
             "http" => Vec::new(),
             _ => std::mem::take(&mut stored.journal),
         };
+        let delivered = missed.last().map(|(seq, _)| *seq);
+        let missed: Vec<String> =
+            missed.into_iter().map(|(_, line)| line).filter(|line| !super::relay::is_reply(line)).collect();
         if stored.row.principal != service.auth().principal(req.auth_token.as_deref()) {
             service.give_back(wanted);
             refuse(self, "auth_failed");
@@ -107,7 +114,7 @@ impl Connection {
         service.release_session(&self.session_id);
         self.session_id = wanted.to_owned();
         self.log = log;
-        service.serve_session(wanted, &self.log, &self.stop, self.transport);
+        service.serve_session(wanted, &self.log, &self.stop);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),
@@ -125,13 +132,13 @@ impl Connection {
             self.list_for_admin(state);
         }
         self.outbox.push(reply);
-        if let Some(&(up_to, _)) = missed.last() {
+        if let Some(up_to) = delivered {
             log::info!(
-                "session {}: replaying {} lines produced while no client was attached",
+                "session {}: replaying {} events produced while no client was attached",
                 self.session_id,
                 missed.len()
             );
-            for (_, line) in missed {
+            for line in missed {
                 self.outbox.push(line);
             }
             // Delivered for good: a later resume does not replay them again.

@@ -19,6 +19,7 @@ use super::auth::Auth;
 use super::handshake::{Grant, CAPABILITY, CAPABILITY_ALIAS};
 use super::input::{self, InputSender};
 use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
+use super::relay::{Attach, Attachment};
 use super::Connection;
 use crate::admin::Admin;
 use crate::config::Limits;
@@ -78,6 +79,9 @@ pub struct Service {
     // Where a TCP session whose connection dropped goes to wait for its
     // client (the adopter, when the server runs one).
     parking: Mutex<Option<mpsc::UnboundedSender<Parked>>>,
+    // What serves sessions without a connection of their own (the HTTP
+    // registry): a TCP client resuming one is relayed to it.
+    attach: std::sync::OnceLock<Weak<dyn Attach>>,
 }
 
 /// What stops a stored session served here.
@@ -85,9 +89,6 @@ pub struct Service {
 struct Served {
     log: Weak<SessionLog>,
     stop: CancellationToken,
-    // `http` for a session served without a connection of its own (an
-    // HTTP client's, or adopted): a TCP client resuming it takes it over.
-    transport: &'static str,
 }
 
 /// A TCP session whose connection dropped: it is served without its client
@@ -117,6 +118,8 @@ pub struct OpenedConnection {
     pub log: Arc<SessionLog>,
     /// The retained tail of a restored session's journal (SSE replay).
     pub journal: Vec<(u64, String)>,
+    /// The token holder it belongs to, for a restored session.
+    pub principal: Option<String>,
 }
 
 impl Service {
@@ -141,6 +144,7 @@ impl Service {
             in_use: Mutex::default(),
             admin: Arc::default(),
             parking: Mutex::default(),
+            attach: std::sync::OnceLock::new(),
         });
         let owner: Weak<dyn SessionOwner> = Arc::downgrade(&service) as Weak<dyn SessionOwner>;
         service.store.set_session_owner(owner);
@@ -168,11 +172,10 @@ impl Service {
         }
     }
 
-    /// A claimed session is served by `log`'s connection (over `transport`),
-    /// which `stop` closes.
-    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken, transport: &'static str) {
+    /// A claimed session is served by `log`'s connection, which `stop` closes.
+    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken) {
         if let Some(served) = self.in_use().get_mut(id) {
-            *served = Some(Served { log: Arc::downgrade(log), stop: stop.clone(), transport });
+            *served = Some(Served { log: Arc::downgrade(log), stop: stop.clone() });
         }
     }
 
@@ -181,26 +184,17 @@ impl Service {
         self.in_use().contains_key(id)
     }
 
-    /// A TCP client resumes `id`, which this process serves over HTTP (an
-    /// adopted session waiting for its client, or an HTTP client's): that
-    /// serving stops, what it recorded is committed, and the session is
-    /// claimed for the TCP client (`true`), as a handoff between nodes
-    /// would. `false` when it is served otherwise, or did not let go in time.
-    pub async fn take_over_from_http(&self, id: &str) -> bool {
-        let served_over_http = matches!(self.in_use().get(id), Some(Some(served)) if served.transport == "http");
-        if !served_over_http || !self.give_up(id, "resumed by a TCP client") {
-            return false;
-        }
-        self.store.flush().await;
-        // Its connection ends (its tree closes, recording nothing) and lets go.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while !self.claim_session(id) {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        true
+    /// Tells the service what serves sessions without a connection of
+    /// their own, for TCP clients resuming them (see [`Attach`]).
+    pub fn set_attach(&self, attach: Weak<dyn Attach>) {
+        let _ = self.attach.set(attach);
+    }
+
+    /// Attaches a resuming client to session `id` when it is served here
+    /// without a connection of its own.
+    pub async fn attach(&self, id: &str) -> Option<Attachment> {
+        let attach = self.attach.get()?.upgrade()?;
+        attach.attach(id).await
     }
 
     /// Where dropped TCP sessions go: the adopter takes them from the
@@ -346,7 +340,7 @@ impl Service {
         log.resume_inbound_after(stored.last_inbound);
         let stop = self.shutdown.child_token();
         std::mem::forget(claim);
-        self.serve_session(id, &log, &stop, "http");
+        self.serve_session(id, &log, &stop);
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
         let grant = handshaken.then(|| (Grant { multi_agent }, stored.row.agent_id));
         let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
@@ -361,6 +355,7 @@ impl Service {
             stop,
             log,
             journal: stored.journal,
+            principal: stored.row.principal,
         }))
     }
 
@@ -386,7 +381,7 @@ impl Service {
         }
         let id = opened.session_id.as_str();
         self.claim_session(id);
-        self.serve_session(id, &opened.log, &opened.stop, "http");
+        self.serve_session(id, &opened.log, &opened.stop);
         opened.log.open(SessionRow {
             id: opened.log.id().clone(),
             agent_id: String::new(),
@@ -502,7 +497,7 @@ impl Service {
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
         let session = Connection::new(self.clone(), session, log.clone(), outbox, stop.clone(), input_rx, slot);
-        Ok(OpenedConnection { session_id, session, input, output, stop, log, journal: Vec::new() })
+        Ok(OpenedConnection { session_id, session, input, output, stop, log, journal: Vec::new(), principal: None })
     }
 
     // Takes one place in `pool` (bounded by `max`, the limit named `name`)

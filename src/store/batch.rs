@@ -159,7 +159,12 @@ impl<'a> Folded<'a> {
 
     fn add(&mut self, change: &'a Change) {
         match change {
-            Change::SessionOpened(row) => self.sessions.push(row),
+            Change::SessionOpened(row) => {
+                // Stored at creation and again at its handshake: the last one
+                // wins (one statement may not touch a row twice).
+                self.sessions.retain(|kept| kept.id != row.id);
+                self.sessions.push(row);
+            }
             Change::SessionEnded { session } => self.end(session),
             Change::Touched { session } => self.touched.push(session.clone()),
             Change::Subagent { session, id, row } => {
@@ -762,6 +767,41 @@ mod tests {
         let served: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("DELETE FROM inbound")).collect();
         assert_eq!(served.len(), 1);
         assert_eq!(served[0].args, vec![Arg::Text("s".into()), Arg::Int(2)]);
+    }
+
+    #[test]
+    fn a_session_stored_at_creation_and_at_its_handshake_in_one_batch_is_one_row() {
+        let opened = |handshaken: bool| {
+            Change::SessionOpened(SessionRow {
+                id: "s".into(),
+                agent_id: if handshaken { "client".into() } else { String::new() },
+                capabilities: Vec::new(),
+                principal: None,
+                transport: "http".into(),
+                handshaken,
+            })
+        };
+        let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Postgres);
+        let inserts: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("INSERT INTO sessions")).collect();
+        assert_eq!(inserts.len(), 1, "{ops:#?}");
+        assert_eq!(inserts[0].args.len(), 8, "one row: a statement may not touch a row twice");
+        assert!(inserts[0].args.contains(&Arg::Text("client".into())), "the handshake's row wins");
+        assert_eq!(inserts[0].args[7], Arg::Int(1), "handshaken");
+    }
+
+    #[test]
+    fn journal_lines_delivered_for_good_are_deleted_after_the_batch_inserts_them() {
+        let session: Arc<str> = "s".into();
+        let batch = vec![
+            Change::Line { session: session.clone(), seq: 7, line: Some("x".into()), gate: None, answers: None },
+            Change::JournalDelivered { session: session.clone(), up_to: 5 },
+            Change::JournalDelivered { session: session.clone(), up_to: 7 },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO journal")).expect("the line");
+        let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM journal")).expect("the delivery");
+        assert!(insert < delete, "{ops:#?}");
+        assert_eq!(ops[delete].args, vec![Arg::Text("s".into()), Arg::Int(7)], "the highest delivery only");
     }
 
     #[test]

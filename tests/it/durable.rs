@@ -914,10 +914,11 @@ impl Driver {
 /// The scenario of test 1 on `backing`: results told before the kill hold,
 /// running tasks resume from their checkpoints and complete, no child is
 /// spawned twice, answered requests took effect; then a closed connection
-/// ends the session for good.
+/// leaves the session resumable for `tcp_resume_grace_ms`, after which it
+/// ends for good.
 fn kill_in_the_middle_of_a_workload(backing: Backing) {
     let started = Instant::now();
-    let mut node = Node::start(backing, CONFIG);
+    let mut node = Node::start(backing, &format!("{CONFIG}tcp_resume_grace_ms = 1500\n"));
     let mut driver = Driver::connect(node.tcp(), "tester");
     let quick = driver.add_worker("quick", Kind::Steps { steps: 1, sleep_ms: 0 });
     let short = driver.add_worker("short", Kind::Steps { steps: 3, sleep_ms: 50 });
@@ -972,11 +973,28 @@ fn kill_in_the_middle_of_a_workload(backing: Backing) {
     assert_eq!(contents, [&json!("mailbox-m0"), &json!("mailbox-m1")], "{mailbox_result}");
 
     // Closing the connection ends the session for good: it cannot be resumed.
+    let driver_subagents = driver.subs.len();
     let session = driver.session_id.clone();
     drop(driver);
-    node.server.wait_sessions(0);
+    // Within its grace the session is resumed, whole.
     let mut other = LineClient::connect(node.tcp());
     let hs = json!({ "type": "handshake/req", "id": "h", "agent_id": "tester", "agent_caps": ["multi_agent"], "resume_session_id": session });
+    let resumed = loop {
+        other.send(&hs);
+        let reply = other.reply("h");
+        if reply["reason"] != "session_in_use" {
+            break reply;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(resumed["ok"], true, "a dropped connection's session is resumable within its grace: {resumed}");
+    other.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
+    let listed = other.reply("l");
+    assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(driver_subagents), "{listed}");
+    // Past its grace it ends for good.
+    drop(other);
+    node.server.wait_sessions(0);
+    let mut other = LineClient::connect(node.tcp());
     other.send(&hs);
     let refused = other.reply("h");
     assert_eq!((&refused["ok"], &refused["reason"]), (&json!(false), &json!("unknown_session")), "{refused}");

@@ -17,7 +17,9 @@
 //! `max_failed_handshakes`) is removed at once.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -25,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::HostError;
 use crate::session::service::INPUT_QUEUE;
-use crate::session::InputSender;
+use crate::session::{Attach, Attachment, InputSender};
 use crate::session::{Connection, ConnectionEnd, OpenedConnection, OutboxReceiver, PoolSlot, Service};
 use crate::store::{Acquire, SessionLog};
 
@@ -82,9 +84,13 @@ pub(super) struct HttpEntry {
     // `Last-Event-ID` (bounded by `[store] journal_retained` lines and
     // `outbox_max_bytes` bytes).
     pub(super) recent: Mutex<Recent>,
-    // Closed after this long with no request and no stream
-    // (`session_idle_seconds`; a dropped TCP session's grace).
-    idle: Duration,
+    // Closed after this long with no request and no stream, in ms
+    // (`session_idle_seconds`; a dropped TCP session's grace, once a TCP
+    // client has been attached).
+    idle_ms: AtomicU64,
+    // The token holder it belongs to (a restored session's), checked when a
+    // TCP client resumes it.
+    principal: Option<String>,
 }
 
 /// The lines last written to a stream, oldest first, with their numbers.
@@ -129,6 +135,10 @@ impl HttpEntry {
 
     fn streams(&self) -> usize {
         self.streams.load(Ordering::Acquire)
+    }
+
+    fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms.load(Ordering::Acquire))
     }
 }
 
@@ -190,7 +200,7 @@ impl HttpSessions {
     /// (`Acquire::IfOrphaned`: adopting it). A session restored with `idle`
     /// closes after that long with no client (else `session_idle_seconds`).
     pub(super) async fn restore_as(self: &Arc<Self>, id: &str, mode: Acquire, idle: Option<Duration>) -> Restored {
-        let mut outcome = {
+        let outcome = {
             let mut restoring = lock(&self.restoring);
             match restoring.get(id) {
                 Some(outcome) => outcome.clone(),
@@ -206,6 +216,17 @@ impl HttpSessions {
                 }
             }
         };
+        self.wait_restored_on(id, outcome).await
+    }
+
+    // Waits for the restore of `id` under way, if any (`Ok(None)` without).
+    async fn wait_restored(&self, id: &str) -> Restored {
+        let Some(outcome) = lock(&self.restoring).get(id).cloned() else { return Ok(None) };
+        self.wait_restored_on(id, outcome).await
+    }
+
+    // Waits for a restore's outcome.
+    async fn wait_restored_on(&self, id: &str, mut outcome: watch::Receiver<Option<Restored>>) -> Restored {
         // The restore keeps its own deadline; this bound only stops a
         // request from outliving it.
         let patience = self.service.restore_deadline() + Duration::from_secs(1);
@@ -264,7 +285,8 @@ impl HttpSessions {
             slot: Mutex::new(Some(session.slot())),
             log: opened.log,
             recent: Mutex::new(recent),
-            idle,
+            idle_ms: AtomicU64::new(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)),
+            principal: opened.principal,
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
@@ -275,17 +297,17 @@ impl HttpSessions {
     /// Runs the session, closes it when idle, and removes it once it has
     /// ended and its last lines are delivered (or could not be).
     async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpEntry>, session: Connection) {
-        let idle = entry.idle;
         let run = session.run();
         tokio::pin!(run);
         let mut expired = false;
         let end = loop {
+            let idle = entry.idle();
             let streaming = entry.streams() > 0;
             let deadline = tokio::time::Instant::from_std(*lock(&entry.last_active) + idle);
             tokio::select! {
                 end = &mut run => break end,
                 _ = tokio::time::sleep_until(deadline), if !streaming && !expired => {
-                    if entry.streams() == 0 && lock(&entry.last_active).elapsed() >= idle {
+                    if entry.streams() == 0 && lock(&entry.last_active).elapsed() >= entry.idle() {
                         log::debug!("http session {id} idle: closing");
                         entry.stop.cancel();
                         expired = true;
@@ -318,6 +340,68 @@ impl HttpSessions {
                 }
             }
         }
+    }
+}
+
+/// A TCP client resuming a session of this registry is its reader, as an
+/// SSE stream would be: it counts as attached (the session is not idle),
+/// and a newer stream replaces it.
+impl Attach for HttpSessions {
+    fn attach<'a>(&'a self, id: &'a str) -> Pin<Box<dyn Future<Output = Option<Attachment>> + 'a>> {
+        Box::pin(async move {
+            let live = self.get(id).filter(|entry| !entry.log.is_detached());
+            let entry = match live {
+                Some(entry) => entry,
+                // Being restored here (adopted just now): wait for it.
+                None if lock(&self.restoring).contains_key(id) => self.wait_restored(id).await.ok()??,
+                None => return None,
+            };
+            let replaced = CancellationToken::new();
+            {
+                let mut current = lock(&entry.stream_token);
+                current.cancel();
+                *current = replaced.clone();
+            }
+            let held = ReaderHold::new(entry.clone());
+            // Its client gone again, the session waits as a dropped TCP
+            // session does.
+            let grace = self.service.limits().tcp_resume_grace_ms;
+            entry.idle_ms.store(grace.max(1), Ordering::Release);
+            let output = tokio::select! {
+                _ = replaced.cancelled() => return None,
+                output = entry.output.clone().lock_owned() => output,
+            };
+            Some(Attachment {
+                input: entry.input.clone(),
+                output,
+                principal: entry.principal.clone(),
+                log: entry.log.clone(),
+                replaced,
+                held: Box::new(held),
+            })
+        })
+    }
+}
+
+/// A reader attached to a session (an SSE stream, a relaying TCP
+/// connection): counted in `streams` while it lives; when it goes, the
+/// idle deadline starts again.
+#[derive(Debug)]
+pub(super) struct ReaderHold(Arc<HttpEntry>);
+
+impl ReaderHold {
+    pub(super) fn new(entry: Arc<HttpEntry>) -> Self {
+        entry.streams.fetch_add(1, Ordering::AcqRel);
+        entry.touch();
+        Self(entry)
+    }
+}
+
+impl Drop for ReaderHold {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+        self.0.touch();
+        self.0.detached.notify_one();
     }
 }
 
