@@ -66,8 +66,9 @@ impl Connection {
         };
         // What a TCP session produced while no client was attached (it was
         // adopted after a restart, or its connection dropped) is journaled:
-        // it is replayed after the handshake's reply. (An HTTP session's
-        // journal is its SSE stream's, replayed by `Last-Event-ID`.)
+        // its events are replayed, before the restored tree's own (the
+        // handshake's reply follows those). An HTTP session's journal is its
+        // SSE stream's, replayed by `Last-Event-ID`.
         let missed = match stored.row.transport.as_str() {
             "http" => Vec::new(),
             _ => std::mem::take(&mut stored.journal),
@@ -91,6 +92,12 @@ impl Connection {
         let log = SessionLog::restored(wanted, service.store().clone(), next_seq);
         // Lines from here on (the resumed tasks' events) are the stored session's.
         self.outbox.attach_log(log.clone());
+        if delivered.is_some() {
+            log::info!("session {}: replaying {} events produced while no client was attached", wanted, missed.len());
+        }
+        for line in missed {
+            self.outbox.push(line);
+        }
         let tree = service
             .host()
             .open_logged_tree(Arc::new(OutboxSink::new(self.outbox.clone(), service.admin().tap(wanted))), log.clone());
@@ -133,14 +140,6 @@ impl Connection {
         }
         self.outbox.push(reply);
         if let Some(up_to) = delivered {
-            log::info!(
-                "session {}: replaying {} events produced while no client was attached",
-                self.session_id,
-                missed.len()
-            );
-            for line in missed {
-                self.outbox.push(line);
-            }
             // Delivered for good: a later resume does not replay them again.
             self.log.record(|session| Change::JournalDelivered { session, up_to });
         }

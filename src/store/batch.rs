@@ -278,14 +278,18 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
     for row in &folded.sessions {
-        let p: Vec<String> = (1..=8).map(|n| param(dialect, n)).collect();
+        let p: Vec<String> = (1..=9).map(|n| param(dialect, n)).collect();
+        // The row's next line number goes in the same statement as the row
+        // (a statement may change a row once): the journal's top, if any.
+        let next_seq = folded.journaled.get(&row.id).map_or(1, |(_, top)| top + 1);
         ops.push(Op {
             sql: format!(
                 "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms, handshaken) \
-                 VALUES ({}, {}, {}, {}, {}, 1, {}, {}, {}) \
+                 VALUES ({}, {}, {}, {}, {}, {}, {}, {}, {}) \
                  ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
-                 principal = excluded.principal, touched_ms = excluded.touched_ms, handshaken = excluded.handshaken",
-                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+                 principal = excluded.principal, touched_ms = excluded.touched_ms, handshaken = excluded.handshaken, \
+                 next_seq = CASE WHEN excluded.next_seq > sessions.next_seq THEN excluded.next_seq ELSE sessions.next_seq END",
+                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
             ),
             args: vec![
                 Arg::Text(row.id.to_string()),
@@ -293,6 +297,7 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
                 Arg::Text(json(&row.capabilities)),
                 Arg::OptText(row.principal.clone()),
                 Arg::Text(row.transport.clone()),
+                int(next_seq),
                 Arg::Int(now),
                 Arg::Int(now),
                 Arg::Int(i64::from(row.handshaken)),
@@ -337,6 +342,7 @@ pub(super) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<
     let tops: Vec<Vec<Arg>> = folded
         .journaled
         .iter()
+        .filter(|(session, _)| !folded.sessions.iter().any(|row| row.id == **session))
         .map(|(session, (_, top))| vec![Arg::Text(session.to_string()), int(top + 1), Arg::Int(now)])
         .collect();
     update_from(
@@ -784,9 +790,16 @@ mod tests {
         let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Postgres);
         let inserts: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("INSERT INTO sessions")).collect();
         assert_eq!(inserts.len(), 1, "{ops:#?}");
-        assert_eq!(inserts[0].args.len(), 8, "one row: a statement may not touch a row twice");
+        assert_eq!(inserts[0].args.len(), 9, "one row: a statement may not touch a row twice");
         assert!(inserts[0].args.contains(&Arg::Text("client".into())), "the handshake's row wins");
-        assert_eq!(inserts[0].args[7], Arg::Int(1), "handshaken");
+        assert_eq!(inserts[0].args[8], Arg::Int(1), "handshaken");
+
+        // Its lines' numbers go in the same statement, not a second update.
+        let line = Change::Line { session: "s".into(), seq: 4, line: Some("x".into()), gate: None, answers: None };
+        let ops = compile(&[opened(true), line], 1024, Dialect::Postgres);
+        let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
+        assert_eq!(touching.len(), 1, "{ops:#?}");
+        assert_eq!(touching[0].args[5], Arg::Int(5), "next_seq");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The command adapter: the task as JSON on stdin, the result on stdout,
 //! stderr lines as progress, clear errors for bad exits and bad output, and
 //! the whole process group killed on terminate, cancel and timeout; plus
-//! deadlines flowing down the tree to a child's process.
+//! deadlines flowing down the tree to a child's process; and the program
+//! dying with a host that crashes before it could record it.
 
 use serde_json::json;
 use std::sync::Arc;
@@ -298,4 +299,75 @@ fn the_group_is_killed_without_a_kill_program_on_path() {
         .expect("run the inner test");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success() && text.contains("1 passed"), "{text}");
+}
+
+/// Every live process (not the test's own) with `marker` in its environment.
+fn marked_processes(marker: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let entries = std::fs::read_dir("/proc").expect("/proc");
+    let pids = entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|pid| *pid != me && alive(*pid))
+        .filter(|pid| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            environ.split(|byte| *byte == 0).any(|var| var == marker.as_bytes())
+        })
+        .collect()
+}
+
+/// The worst moment for a crash: the host dies (abort, as SIGKILL would)
+/// right after starting the program, before its process group is
+/// checkpointed, so no restarted host could find it. The program must die
+/// with the host anyway. The host's fault point (feature `fault-injection`,
+/// on in test builds) is armed by `SUBAGENTD_FAULT=command_spawned`.
+#[test]
+fn a_command_program_dies_with_a_host_killed_between_its_start_and_its_checkpoint() {
+    use crate::e2e_support::{wait, LineClient, Server};
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Instant;
+
+    let dir = std::env::temp_dir().join(format!("subagentd-pdeathsig-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pid_file = dir.join("program.pid");
+    // Inherited by the program (the host passes its environment on): finds
+    // it even if it dies before writing its pid.
+    let marker = format!("SUBAGENTD_TEST_PROGRAM={}", dir.display());
+    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+    let config = format!(
+        "[[routes]]\nmodel = \"cmd-*\"\nadapter = \"command\"\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}]\n",
+        json!(script)
+    );
+    let store = format!("sqlite:{}", dir.join("store.sqlite3").display());
+    let prelude = format!("ulimit -c 0; export SUBAGENTD_FAULT=command_spawned '{marker}'");
+    let mut server = Server::start_with(Some(&prelude), &["--tcp", "127.0.0.1:0", "--store", &store], Some(&config));
+
+    let mut client = LineClient::connect(server.tcp.as_deref().expect("tcp address"));
+    client.send(&json!({ "type": "handshake/req", "id": "h", "agent_id": "c", "agent_caps": ["multi_agent"] }));
+    assert_eq!(client.reply("h")["ok"], true);
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "p", "model": "cmd-p" } }));
+    let id = client.reply("s")["subagent_id"].as_str().expect("subagent id").to_owned();
+    let task = json!({ "name": "t", "instruction": "sleep" });
+    // The host may die before it answers.
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": id, "task": task }));
+
+    // Aborted at the fault point: the program had been started (its `exec`
+    // succeeded) and nothing recorded it.
+    let status = wait(&mut server.child);
+    assert_eq!(status.signal(), Some(6), "the host aborts at the fault point: {status:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let left = loop {
+        let written = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<u32>().ok());
+        let mut left = marked_processes(&marker);
+        left.extend(written.filter(|pid| alive(*pid) && !left.contains(pid)));
+        if left.is_empty() || Instant::now() >= deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for pid in &left {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(left.is_empty(), "the program outlived its host: {left:?}");
 }

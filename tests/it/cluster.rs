@@ -492,6 +492,7 @@ fn cluster_behind_haproxy() {
     eprintln!("cluster: spread {per_node:?} ({:?})", started.elapsed());
 
     fencing(&mut cluster, &front);
+    busiest_node_killed(&mut cluster, &front);
     failover(&mut cluster, &front);
     tcp_failover(&mut cluster);
     add_a_node(&mut cluster, &front, &mut sessions);
@@ -539,6 +540,87 @@ fn fencing(cluster: &mut Cluster, front: &str) {
     let index = cluster.index_of(&new_owner);
     cluster.start_node(index);
     cluster.haproxy.wait_status(&paused, "UP");
+}
+
+/// The sessions `node` serves now, by its operator's list.
+fn served_by(cluster: &Cluster, node: &str) -> Vec<String> {
+    let slot = &cluster.slots[cluster.index_of(node)];
+    let (_, body) = http(&format!("127.0.0.1:{}", slot.http), "GET", "/admin/sessions", &[], "");
+    let rows = body["sessions"].as_array().cloned().unwrap_or_default();
+    rows.iter().filter_map(|row| row["session_id"].as_str().map(str::to_owned)).collect()
+}
+
+/// Twelve sessions with a stream attached and a task running each; the
+/// busiest node is SIGKILLed. Its sessions are adopted by the survivors
+/// within the lease and 2 s, before any client comes back; then half the
+/// clients retry `/send` and reconnect `/stream` all at once, and every
+/// session answers with its result within the lease and 2 s of the kill.
+fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
+    let mut sessions: Vec<HttpSession> = (0..12).map(|_| HttpSession::open(front)).collect();
+    let mut runners = Vec::new();
+    for session in &mut sessions {
+        let id = session.spawn("runner");
+        session.delegate(&id, steps(10, 300, json!({ "ran": true })));
+        runners.push(id);
+    }
+    let mut per_node: HashMap<String, usize> = HashMap::new();
+    for session in &sessions {
+        *per_node.entry(session.node.clone()).or_default() += 1;
+    }
+    let busiest = per_node.iter().max_by_key(|(_, n)| **n).map(|(node, _)| node.clone()).expect("a node");
+    let victims: Vec<usize> = (0..sessions.len()).filter(|&i| sessions[i].node == busiest).collect();
+    cluster.kill9(&busiest);
+    let killed = Instant::now();
+    let bound = Duration::from_millis(LEASE_MS + 2000);
+
+    // Adopted by the survivors, with no client asking.
+    let half = victims.len() / 2;
+    let waiting: Vec<String> = victims[half..].iter().map(|&i| sessions[i].id.clone()).collect();
+    loop {
+        let served: Vec<String> = cluster.running().iter().flat_map(|node| served_by(cluster, node)).collect();
+        if waiting.iter().all(|id| served.contains(id)) {
+            break;
+        }
+        assert!(killed.elapsed() < bound, "a dead node's sessions are adopted within {bound:?}: {waiting:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let adopted = killed.elapsed();
+
+    // Every client of the dead node comes back at once.
+    let took: Vec<Duration> = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (index, (session, runner)) in sessions.iter_mut().zip(&runners).enumerate() {
+            if !victims.contains(&index) {
+                continue;
+            }
+            handles.push(scope.spawn(move || {
+                session.drop_stream();
+                let listed = session.list();
+                let took = killed.elapsed();
+                assert_eq!(listed["runner"].len(), 1, "{listed:?}");
+                let answer = session.await_result(runner);
+                assert_eq!(
+                    (&answer["status"], &answer["result"]["ran"]),
+                    (&json!("COMPLETED"), &json!(true)),
+                    "{answer}"
+                );
+                took
+            }));
+        }
+        handles.into_iter().map(|handle| handle.join().expect("a client")).collect()
+    });
+    let worst = took.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "cluster: SIGKILL of {busiest} ({} sessions): adopted in {adopted:?}, every client served within {worst:?}",
+        victims.len()
+    );
+    assert!(worst < bound, "every session answers within {bound:?} of the kill: {took:?}");
+    for (session, runner) in sessions.iter_mut().zip(&runners) {
+        let answer = session.await_result(runner);
+        assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    }
+    let index = cluster.index_of(&busiest);
+    cluster.start_node(index);
 }
 
 /// The owner of a running session is SIGKILLed.
@@ -705,11 +787,33 @@ fn shutdown_hands_off(cluster: &mut Cluster, front: &str) {
 }
 
 /// A TCP relay to PostgreSQL that the test can cut (every connection
-/// through it dropped, new ones refused at once) and mend.
+/// through it dropped, new ones refused at once), stall (nothing goes
+/// through, nothing fails: a store that hangs) and mend.
 struct StoreLink {
     port: u16,
     down: Arc<AtomicBool>,
+    stalled: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+/// Copies `from` to `to` until either closes, holding every byte while
+/// `stalled` is set.
+fn relay_bytes(mut from: TcpStream, mut to: TcpStream, stalled: &AtomicBool) {
+    use std::io::{Read, Write};
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        while stalled.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if to.write_all(&buffer[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }
 
 impl StoreLink {
@@ -717,8 +821,9 @@ impl StoreLink {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the relay");
         let port = listener.local_addr().expect("addr").port();
         let down = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (accept_down, accept_open) = (down.clone(), open.clone());
+        let (accept_down, accept_open, accept_stalled) = (down.clone(), open.clone(), stalled.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
                 if accept_down.load(Ordering::Acquire) {
@@ -727,16 +832,18 @@ impl StoreLink {
                 let Ok(server) = TcpStream::connect("127.0.0.1:5432") else { continue };
                 let mut sockets = accept_open.lock().unwrap();
                 for (from, to) in [(&client, &server), (&server, &client)] {
-                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
+                    let (from, to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    let stalled = accept_stalled.clone();
+                    std::thread::spawn(move || relay_bytes(from, to, &stalled));
                 }
                 sockets.extend([client, server]);
             }
         });
-        Self { port, down, open }
+        Self { port, down, stalled, open }
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.stalled.store(stalled, Ordering::Release);
     }
 
     fn cut(&self) {
@@ -785,4 +892,24 @@ fn a_node_cut_off_from_its_store_takes_no_new_sessions() {
     wait_ready(200);
     let (status, body) = http(&addr, "POST", "/session", &[], "");
     assert_eq!(status, 200, "new sessions again once the store is back: {body}");
+
+    // A store that hangs rather than fails (the first seconds of an
+    // outage): `/ready` answers 503 within its own deadline, and a new
+    // session is refused, retryably, rather than handed out unstored.
+    link.stall(true);
+    let asked = Instant::now();
+    let (status, body) = ready();
+    let answered = asked.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(answered < Duration::from_millis(1500), "/ready answered in {answered:?}: {body}");
+    let asked = Instant::now();
+    let (status, headers, body) = http_with_headers(&addr, "POST", "/session", &[], "");
+    assert_eq!(status, 503, "no session the store cannot keep: {body}");
+    assert_eq!(headers.get("retry-after").map(String::as_str), Some("1"), "{headers:?}");
+    assert_eq!(body["retryable"], true, "{body}");
+    assert!(asked.elapsed() < Duration::from_secs(4), "refused within its deadline: {:?}", asked.elapsed());
+    link.stall(false);
+    wait_ready(200);
+    let (status, body) = http(&addr, "POST", "/session", &[], "");
+    assert_eq!(status, 200, "new sessions again once the store answers: {body}");
 }

@@ -385,6 +385,10 @@ struct Driver {
     // When set (a graceful stop): lines reporting a task's end are kept
     // here instead of being taken as told.
     held_at_stop: Option<Vec<Value>>,
+    // The ids of the events read: events produced while no client was
+    // attached are replayed at least once across crashes, and a copy (same
+    // message, same id) is not a step run again.
+    events_seen: BTreeSet<String>,
 }
 
 /// Whether `line` tells the client a task ended: an event, or an await's answer.
@@ -426,6 +430,7 @@ impl Driver {
             handshake: None,
             lists: HashMap::new(),
             resumes_seen: 0,
+            events_seen: BTreeSet::new(),
             held_at_stop: None,
         };
         let hs = driver.handshake(None);
@@ -548,6 +553,9 @@ impl Driver {
             }
         }
         if line["type"] == "SUBAGENT_EVENT" && line.get("req_id").is_none() {
+            if !self.events_seen.insert(text(&line["id"])) {
+                return;
+            }
             return self.on_event(&line);
         }
         let req_id = text(&line["req_id"]);

@@ -57,6 +57,7 @@ mod e2e_ui;
 mod golden;
 mod model;
 pub(crate) mod protocol;
+mod recovery;
 mod server;
 mod store_resume;
 mod stress;

@@ -313,7 +313,8 @@ impl HttpSessions {
                         expired = true;
                     }
                 }
-                _ = entry.detached.notified(), if streaming => {}
+                // A reader left (or its grace changed): the deadline is due again.
+                _ = entry.detached.notified() => {}
             }
         };
         log::debug!("http session {id} ended: {end:?}");
