@@ -342,7 +342,7 @@ impl Service {
         std::mem::forget(claim);
         self.serve_session(id, &log, &stop);
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
-        let grant = handshaken.then(|| (Grant { multi_agent }, stored.row.agent_id));
+        let grant = handshaken.then_some((Grant { multi_agent }, stored.row.agent_id));
         let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
             .restored(grant, stored.last_inbound);
