@@ -74,7 +74,7 @@ struct Patch {
 /// What a task row becomes.
 #[derive(Debug)]
 enum TaskOp<'a> {
-    Insert { task: &'a Arc<TaskDefinition>, task_no: u64, attempt: u32, step: u32, checkpoint: Option<&'a Value> },
+    Insert { task: &'a Arc<TaskDefinition>, task_no: u64, attempt: u32, step: u64, checkpoint: Option<&'a Value> },
     Update { attempt: Option<u32>, checkpoint: Option<(u32, &'a Value)> },
     Delete,
 }
@@ -181,6 +181,11 @@ impl<'a> Folded<'a> {
                 self.mailboxes.remove(&key);
                 self.forgotten.push(key);
             }
+            Change::TaskQueued { session, id, task, position } => {
+                // Attempt 0 marks it queued; `step` holds its place.
+                let queued = TaskOp::Insert { task, task_no: 0, attempt: 0, step: *position, checkpoint: None };
+                self.tasks.insert((session.clone(), *id), queued);
+            }
             Change::TaskStarted { session, id, task, task_no, attempt } => {
                 let key = (session.clone(), *id);
                 let patch = Patch {
@@ -210,7 +215,7 @@ impl<'a> Folded<'a> {
                 self.held(session, *id, held);
                 match self.tasks.get_mut(&key) {
                     Some(TaskOp::Insert { step, checkpoint: c, .. }) => {
-                        *step = checkpoint.step;
+                        *step = u64::from(checkpoint.step);
                         *c = Some(&checkpoint.state);
                     }
                     Some(TaskOp::Update { checkpoint: c, .. }) => *c = Some((checkpoint.step, &checkpoint.state)),
@@ -487,7 +492,7 @@ fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>
                     Arg::Text(json(&***task)),
                     int(*task_no),
                     int(u64::from(*attempt)),
-                    int(u64::from(*step)),
+                    int(*step),
                     Arg::OptText(checkpoint.map(json)),
                 ],
             )),

@@ -93,6 +93,10 @@ pub enum Change {
     Subagent { session: Arc<str>, id: SubagentId, row: SubagentRow },
     /// A subagent's record was forgotten (retention): its rows go.
     SubagentForgotten { session: Arc<str>, id: SubagentId },
+    /// A task was delegated past a running cap and waits for a slot, at
+    /// `position` in its session's queue (stored as a task of attempt 0:
+    /// after a restart it waits again, in its place).
+    TaskQueued { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, position: u64 },
     /// A task started (or restarted after a restart, with `attempt` > 1).
     TaskStarted { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, task_no: u64, attempt: u32 },
     /// A running task completed steps.
@@ -134,6 +138,7 @@ impl Change {
             | Self::Touched { session }
             | Self::Subagent { session, .. }
             | Self::SubagentForgotten { session, .. }
+            | Self::TaskQueued { session, .. }
             | Self::TaskStarted { session, .. }
             | Self::Checkpoint { session, .. }
             | Self::TaskEnded { session, .. }
@@ -146,15 +151,18 @@ impl Change {
     }
 }
 
-/// A task that was running when the session was last stored.
+/// A task that was running, or queued for a running slot, when the session
+/// was last stored.
 #[derive(Debug, Clone)]
 pub struct StoredTask {
     /// The task.
     pub task: TaskDefinition,
     /// Its number among the subagent's tasks (from 1).
     pub task_no: u64,
-    /// Runs so far (1 before any restart).
+    /// Runs so far (1 before any restart; 0: queued, it never ran).
     pub attempt: u32,
+    /// For a queued task, its place in the session's queue.
+    pub position: u64,
     /// Its last checkpoint.
     pub checkpoint: Option<Checkpoint>,
 }

@@ -445,6 +445,7 @@ impl SqlStore {
                     task: parse_json(task[1].text())?,
                     task_no: u64::try_from(task[2].int()).unwrap_or(0),
                     attempt: to_u32(task[3].int()),
+                    position: u64::try_from(task[4].int()).unwrap_or(0),
                     checkpoint,
                 },
             );

@@ -346,3 +346,59 @@ fn a_restarted_host_finishes_a_tcp_sessions_task_and_replays_its_events_on_resum
     }
     let _ = host.terminate();
 }
+
+#[test]
+fn a_task_queued_under_a_running_cap_runs_after_a_restart_in_its_place() {
+    let dir = Scratch::new("queued");
+    let config = "[limits]\nmax_running_per_session = 1\n";
+    let mut host = sqlite_host(&dir.0, config);
+    let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
+    client.send(&handshake());
+    let session = client.reply("h")["session_id"].as_str().expect("session_id").to_owned();
+    let mut ids = Vec::new();
+    for name in ["first", "second", "third"] {
+        let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "id": name, "agent": { "name": name, "model": "scripted" } });
+        client.send(&spawn);
+        ids.push(client.reply(name)["subagent_id"].as_str().expect("id").to_owned());
+    }
+    let long = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 1500 }, { "return": { "n": 0 } }] } });
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d0", "subagent_id": ids[0], "task": long }));
+    assert_eq!(client.reply("d0")["status"], "RUNNING");
+    for n in 1..3 {
+        let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "return": { "n": n } }] } });
+        let req = format!("d{n}");
+        client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": req, "subagent_id": ids[n], "task": task }));
+        let reply = client.reply(&req);
+        assert_eq!((&reply["accepted"], &reply["status"]), (&json!(true), &json!("READY")), "queued: {reply}");
+    }
+    // The queue is committed once the delegates are answered (a reply waits
+    // for the changes before it).
+    host.kill9();
+    drop(client);
+
+    let mut host = sqlite_host(&dir.0, config);
+    let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
+    let mut resume = handshake();
+    resume["resume_session_id"] = json!(session);
+    client.send(&resume);
+    assert_eq!(client.reply("h")["ok"], true);
+    for (n, id) in ids.iter().enumerate() {
+        client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": format!("a{n}"), "subagent_id": id }));
+    }
+    // In their places: the resumed task ends first, then the queue, in order.
+    let mut completed = Vec::new();
+    let mut answered = 0;
+    while answered < ids.len() {
+        let message = client.next().expect("a line");
+        if message["event"] == "completed" {
+            completed.push(message["subagent_id"].as_str().unwrap_or_default().to_owned());
+        }
+        if let Some(n) = message["req_id"].as_str().and_then(|id| id.strip_prefix('a')) {
+            let n: u64 = n.parse().expect("an await");
+            assert_eq!((&message["status"], &message["result"]["n"]), (&json!("COMPLETED"), &json!(n)), "{message}");
+            answered += 1;
+        }
+    }
+    assert_eq!(completed, ids, "the queue kept its order across the restart");
+    let _ = host.terminate();
+}

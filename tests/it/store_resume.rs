@@ -271,6 +271,7 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
                 task: TaskDefinition::new("task", "split the work"),
                 task_no: 1,
                 attempt: 1,
+                position: 0,
                 checkpoint: Some(Checkpoint { step: 1, state: in_flight }),
             }),
             memory: None,
@@ -279,7 +280,13 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
         StoredSubagent {
             id: kid_id,
             row: row(kid, Some(boss_id), Some("1:call:call_1"), 1),
-            task: Some(StoredTask { task: TaskDefinition::new("kid", "k"), task_no: 1, attempt: 1, checkpoint: None }),
+            task: Some(StoredTask {
+                task: TaskDefinition::new("kid", "k"),
+                task_no: 1,
+                attempt: 1,
+                position: 0,
+                checkpoint: None,
+            }),
             memory: None,
             mailbox: Vec::new(),
         },

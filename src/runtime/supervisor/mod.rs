@@ -83,6 +83,9 @@ pub(crate) struct Supervisor {
     // Tasks holding a running slot, and those waiting for one (`queue`).
     running: usize,
     queue: VecDeque<queue::Queued>,
+    // The next queued task's place (stored with it, so a restart queues it
+    // again in its place).
+    next_queued: u64,
     // Actors told to sleep, until they are gone (`sleep`).
     dozing: sleep::Dozing,
 }
@@ -114,6 +117,7 @@ impl Supervisor {
             usage_root: UsageMeter::session(session_budget),
             running: 0,
             queue: VecDeque::new(),
+            next_queued: 0,
             dozing: Default::default(),
             log,
         }

@@ -11,6 +11,7 @@
 //! deadlocks on its cap.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Supervisor;
@@ -18,6 +19,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::{SubagentStatus, TaskDefinition};
 use crate::runtime::messages::{AwaitReply, AwaitTask, CancelQueued, DelegateReply, RunTask, Ticket};
+use crate::store::Change;
 
 /// Queued tasks taken out of the queue for a stop or a cancel, by subagent.
 #[derive(Default)]
@@ -102,6 +104,10 @@ impl Supervisor {
     /// event; its status is `READY` (as the delegate answers) until it starts.
     pub(super) fn enqueue(&mut self, queued: Queued) {
         let id = queued.id;
+        let position = self.next_queued;
+        self.next_queued += 1;
+        // Accepted: it is stored, and waits again in its place after a restart.
+        self.log.record(|session| Change::TaskQueued { session, id, task: Arc::new(queued.task.clone()), position });
         self.queue.push_back(queued);
         if let Some(entry) = self.index.get_mut(&id) {
             entry.caps.queued = true;
@@ -113,7 +119,7 @@ impl Supervisor {
     }
 
     /// Starts queued tasks, oldest first, while slots are free.
-    fn start_queued(&mut self) {
+    pub(super) fn start_queued(&mut self) {
         let mut at = 0;
         while at < self.queue.len() {
             if !self.slot_free(self.queue[at].id) {

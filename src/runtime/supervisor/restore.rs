@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::queue::Queued;
 use super::record::{Caps, Entry, Slot, SpawnOrder};
 use super::Supervisor;
 use crate::error::HostError;
@@ -34,6 +35,7 @@ impl Supervisor {
             claimed.push(subagent.id);
         }
         let mut resumes = Vec::new();
+        let mut queued = Vec::new();
         for subagent in stored {
             let StoredSubagent { id, row, task, memory: entries, mailbox } = subagent;
             let terminated = row.status == SubagentStatus::Terminated;
@@ -106,12 +108,18 @@ impl Supervisor {
             self.live += 1;
             if !mailbox.is_empty() || task.is_some() {
                 let addr = self.start_with_inbox(id, mailbox);
-                if let Some(task) = task {
-                    resumes.push((id, addr, task));
+                match task {
+                    Some(task) if task.attempt == 0 => queued.push((id, task)),
+                    Some(task) => resumes.push((id, addr, task)),
+                    None => {}
                 }
             }
         }
         self.listed = None;
+        // Tasks queued for a running slot wait again, in their places, behind
+        // the resumed tasks (which hold slots first: they were running).
+        queued.sort_by_key(|(_, task)| task.position);
+        self.next_queued = queued.last().map_or(0, |(_, task)| task.position + 1);
         let resumed = resumes.len();
         for (id, addr, stored) in resumes {
             // A resumed task runs again at once and holds a running slot, as a
@@ -133,6 +141,12 @@ impl Supervisor {
                 ticket: 0,
             });
         }
+        for (id, stored) in queued {
+            let ticket = self.new_ticket(id);
+            let task = stored.task;
+            self.enqueue(Queued { id, task, deadline_cap: None, parent_span: None, awaiters: Vec::new(), ticket });
+        }
+        self.start_queued();
         Ok(resumed)
     }
 }
