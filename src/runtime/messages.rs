@@ -79,6 +79,10 @@ pub(crate) struct SendMessage {
     pub from: String,
     pub to: SubagentId,
     pub payload: SubagentMessagePayload,
+    // The journaled request frame it came in, if any: marked served in the
+    // same change that stores the message, so a replay never delivers it
+    // twice.
+    pub frame: Option<u64>,
 }
 
 /// List the session's subagents.
@@ -261,6 +265,8 @@ pub(crate) struct AnswerFromRecord {
 pub(crate) struct Deliver {
     pub from: String,
     pub payload: SubagentMessagePayload,
+    // See `SendMessage::frame`.
+    pub frame: Option<u64>,
 }
 
 /// Cancel this subagent's own task: its signal fires, and `0` answers

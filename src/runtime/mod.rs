@@ -236,7 +236,21 @@ impl Tree {
         to: SubagentId,
         payload: SubagentMessagePayload,
     ) -> Result<MessageResponse, HostError> {
-        self.inner.addr.send(msg::SendMessage { from, to, payload }).await?
+        self.inner.addr.send(msg::SendMessage { from, to, payload, frame: None }).await?
+    }
+
+    /// [`Tree::message`] for a request that came in journaled frame `frame`
+    /// (HTTP with a durable store): the message is stored together with the
+    /// frame marked served, so a frame replayed after a crash delivers it
+    /// once.
+    pub async fn message_once(
+        &self,
+        from: String,
+        to: SubagentId,
+        payload: SubagentMessagePayload,
+        frame: u64,
+    ) -> Result<MessageResponse, HostError> {
+        self.inner.addr.send(msg::SendMessage { from, to, payload, frame: Some(frame) }).await?
     }
 
     /// `SUBAGENT_LIST_REQ`.

@@ -117,7 +117,10 @@ pub(crate) async fn serve(
         }
         Request::Message(req) => {
             let result = match parse(&req.to_subagent_id) {
-                Ok(to) => session.message(req.from_subagent_id, to, req.message).await,
+                Ok(to) => match frame {
+                    Some(frame) => session.message_once(req.from_subagent_id, to, req.message, frame.seq).await,
+                    None => session.message(req.from_subagent_id, to, req.message).await,
+                },
                 Err(err) => Err(err),
             };
             encode::reply("SUBAGENT_MESSAGE_RESP", id, result).into()

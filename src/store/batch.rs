@@ -240,8 +240,11 @@ impl<'a> Folded<'a> {
                 self.status(key.clone(), patch);
                 self.tasks.insert(key, TaskOp::Delete);
             }
-            Change::Mailbox { session, id, messages } => {
+            Change::Mailbox { session, id, messages, served } => {
                 self.mailboxes.insert((session.clone(), *id), messages);
+                if let Some(frame) = served {
+                    self.served(session, *frame);
+                }
             }
             Change::Line { session, seq, line, answers, .. } => {
                 if let Some(frame) = answers {
@@ -820,6 +823,28 @@ mod tests {
         let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM journal")).expect("the delivery");
         assert!(insert < delete, "{ops:#?}");
         assert_eq!(ops[delete].args, vec![Arg::Text("s".into()), Arg::Int(7)], "the highest delivery only");
+    }
+
+    #[test]
+    fn a_message_from_a_journaled_frame_is_stored_with_its_frame_served_in_one_commit() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let message = InboxMessage {
+            from: "client".into(),
+            payload: crate::protocol::wire::SubagentMessagePayload { kind: "note".into(), content: Value::Null },
+        };
+        let batch = vec![
+            Change::Inbound { session: session.clone(), seq: 3, frame: "{}".into() },
+            Change::Mailbox { session: session.clone(), id, messages: vec![message], served: Some(3) },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert!(ops.iter().any(|op| op.sql.starts_with("INSERT INTO mailboxes")), "{ops:#?}");
+        assert!(!ops.iter().any(|op| op.sql.contains("inbound")), "handed over and served in one batch: {ops:#?}");
+        // Its frame committed earlier: the one change stores the message and
+        // marks the frame served, so a replay after a crash finds it done.
+        let ops = compile(&batch[1..], 1024, Dialect::Postgres);
+        let served = ops.iter().find(|op| op.sql.starts_with("DELETE FROM inbound")).expect("served");
+        assert_eq!(served.args, vec![Arg::Text("s".into()), Arg::Int(3)]);
     }
 
     #[test]

@@ -112,8 +112,9 @@ pub enum Change {
         // The tokens its own tasks have used, this one included.
         usage: Usage,
     },
-    /// A subagent's undelivered messages, all of them.
-    Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage> },
+    /// A subagent's undelivered messages, all of them; `served` names the
+    /// journaled request frame that delivered the newest, served with it.
+    Mailbox { session: Arc<str>, id: SubagentId, messages: Vec<InboxMessage>, served: Option<u64> },
     /// A line for the client, numbered: the gate releases it once committed.
     /// It is journaled (`line`) only when its transport can replay it (HTTP
     /// SSE with `Last-Event-ID`); a TCP or stdio line only waits for the

@@ -391,8 +391,16 @@ impl Handler<Deliver> for SubagentActor {
                     "mailbox_max_bytes": self.host.limits.mailbox_max_bytes,
                 })));
         }
-        if self.mailbox.take_changed() {
-            self.log.record(|session| Change::Mailbox { session, id: self.id, messages: self.mailbox.snapshot() });
+        // A message from a journaled frame is stored with the frame marked
+        // served, in one change: both are committed, or neither is.
+        if self.mailbox.take_changed() || msg.frame.is_some() {
+            let served = msg.frame;
+            self.log.record(|session| Change::Mailbox {
+                session,
+                id: self.id,
+                messages: self.mailbox.snapshot(),
+                served,
+            });
         }
         self.report(EventKind::MessageReceived, detail);
         Ok(())

@@ -148,7 +148,7 @@ impl Handler<SendMessage> for Supervisor {
             Err(err) => Response::reply(Err(err)),
             Ok(None) => Response::reply(Err(terminated())),
             Ok(Some(addr)) => {
-                let reply = addr.send(Deliver { from: msg.from, payload: msg.payload });
+                let reply = addr.send(Deliver { from: msg.from, payload: msg.payload, frame: msg.frame });
                 Response::fut(async move {
                     match reply.await {
                         Ok(delivered) => delivered.map(|()| MessageResponse { delivered: true }),

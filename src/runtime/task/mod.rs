@@ -362,7 +362,9 @@ impl TaskContext {
     /// Sends a message from this subagent to another of the session.
     pub async fn send_message(&self, to: SubagentId, kind: &str, content: Value) -> Result<(), HostError> {
         let payload = SubagentMessagePayload { kind: kind.to_owned(), content };
-        self.supervisor.send(msg::SendMessage { from: self.subagent_id.to_string(), to, payload }).await??;
+        self.supervisor
+            .send(msg::SendMessage { from: self.subagent_id.to_string(), to, payload, frame: None })
+            .await??;
         Ok(())
     }
 
