@@ -235,3 +235,24 @@ async fn a_cancelled_subagent_keeps_its_actor_until_its_next_task_ends() {
     assert_eq!(again.status, SubagentStatus::Completed, "the same actor runs the next task");
     assert_eq!(actors_settled(&session, 0).await, 0, "which ends by itself: asleep");
 }
+
+#[actix_rt::test]
+async fn terminate_answers_once_an_actor_falling_asleep_has_stopped() {
+    // The tree on a worker thread, this test on its own: the answer crosses
+    // threads while the actor may still be on its way out.
+    let worker = actix_rt::Arbiter::new();
+    let config = HostConfig { limits: test_limits(), ..Default::default() };
+    let host = Host::with_workers(config, vec![worker.handle()]);
+    let (session, _events) = open(&host);
+    // Each subagent's actor is told to sleep as its task ends; the terminate
+    // right after meets it on its way out, whatever the timing.
+    for round in 0..2000 {
+        let id = spawn(&session, "worker", None).await;
+        delegate(&session, id, TaskDefinition::new("t", "x")).await;
+        // Somewhere around the task's end (a few microseconds of work).
+        std::thread::sleep(std::time::Duration::from_micros(fastrand::u64(0..60)));
+        assert_eq!(session.terminate(id).await.unwrap(), vec![id]);
+        assert_eq!(session.stats().actors(), 0, "round {round}: no actor of the subtree outlives its terminate");
+    }
+    worker.stop();
+}

@@ -44,7 +44,7 @@ const CONFIG: &str = "[cluster]\nlease_ms = 4000\n[limits]\nmax_subagents_per_se
 /// A free port below the ephemeral range, which other tests' client
 /// sockets (and port-0 listeners) take from: a port picked there could be
 /// taken again before its node binds it.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     loop {
         let port = fastrand::u16(20_000..32_000);
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
@@ -125,7 +125,7 @@ fn slots_ports(slots: &[Slot]) -> Vec<(u16, u16)> {
 
 /// The shipped config with its addresses moved to the test's ports, and a
 /// server line per declared node beyond the three it lists.
-fn slots_config(nodes: &[(u16, u16)]) -> (String, [u16; 3]) {
+pub(crate) fn slots_config(nodes: &[(u16, u16)]) -> (String, [u16; 3]) {
     let shipped = include_str!("../../deploy/haproxy.cfg");
     let fronts = [free_port(), free_port(), free_port()];
     let mut config = shipped
@@ -155,17 +155,17 @@ fn slots_config(nodes: &[(u16, u16)]) -> (String, [u16; 3]) {
     (config, fronts)
 }
 
-struct Haproxy {
-    child: Child,
+pub(crate) struct Haproxy {
+    pub(crate) child: Child,
     stderr: std::sync::mpsc::Receiver<String>,
-    config: tempfile_lite::TempFile,
-    http: String,
-    tcp: String,
+    pub(crate) config: tempfile_lite::TempFile,
+    pub(crate) http: String,
+    pub(crate) tcp: String,
     stats: String,
 }
 
 impl Haproxy {
-    fn start((config, fronts): &(String, [u16; 3])) -> Self {
+    pub(crate) fn start((config, fronts): &(String, [u16; 3])) -> Self {
         let config = tempfile_lite::TempFile::with(config);
         let (child, stderr) = Self::spawn(&config);
         let [http, tcp, stats] = fronts.map(|port| format!("127.0.0.1:{port}"));
@@ -211,7 +211,7 @@ impl Haproxy {
     }
 
     /// The status (`UP`, `DOWN` …) of `server` in the HTTP backend.
-    fn status(&self, server: &str) -> String {
+    pub(crate) fn status(&self, server: &str) -> String {
         let (_, body) = http(&self.stats, "GET", "/stats;csv", &[], "");
         let csv = body.as_str().unwrap_or_default().to_owned();
         csv.lines()

@@ -19,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::record::Slot;
 use super::Supervisor;
-use crate::ids::SubagentId;
+use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::messages::Idle;
+use std::collections::HashSet;
 
 /// Actors told to sleep that may not have stopped yet: a close waits for
 /// them, so that a closed session has no actor left. Those already gone are
@@ -29,7 +30,7 @@ use crate::runtime::messages::Idle;
 /// about twice as many as are falling asleep at once, for a constant cost
 /// per sleep.
 pub(super) struct Dozing {
-    tokens: Vec<CancellationToken>,
+    tokens: Vec<(SubagentId, CancellationToken)>,
     sweep_at: usize,
 }
 
@@ -42,19 +43,38 @@ impl Default for Dozing {
 impl Dozing {
     const FIRST_SWEEP: usize = 64;
 
-    fn push(&mut self, gone: CancellationToken) {
+    fn push(&mut self, id: SubagentId, gone: CancellationToken) {
         if self.tokens.len() >= self.sweep_at {
-            self.tokens.retain(|gone| !gone.is_cancelled());
+            self.tokens.retain(|(_, gone)| !gone.is_cancelled());
             self.sweep_at = (self.tokens.len() * 2).max(Self::FIRST_SWEEP);
         }
-        self.tokens.push(gone);
+        self.tokens.push((id, gone));
+    }
+
+    /// Whether any actor told to sleep may not have stopped yet.
+    pub(super) fn any(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// What tells when the actors of `ids` told to sleep are gone (a
+    /// terminate of them answers only then): one pass over those falling
+    /// asleep, none at all when no actor is.
+    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<CancellationToken> {
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        self.tokens
+            .iter()
+            .filter(|(id, gone)| !gone.is_cancelled() && ids.contains(id))
+            .map(|(_, gone)| gone.clone())
+            .collect()
     }
 
     /// Resolves once every actor told to sleep is gone.
     pub(super) fn all_gone(&mut self) -> impl std::future::Future<Output = ()> {
         let tokens = std::mem::take(&mut self.tokens);
         async move {
-            for gone in tokens {
+            for (_, gone) in tokens {
                 gone.cancelled().await;
             }
         }
@@ -83,6 +103,6 @@ impl Supervisor {
         // task's definition too would cost a tenth of its record.
         entry.last_task = idle.last_task.filter(|_| entry.status != SubagentStatus::Completed);
         addr.sleep();
-        self.dozing.push(gone);
+        self.dozing.push(id, gone);
     }
 }

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use super::record::Slot;
 use super::Supervisor;
 use crate::event::{EventDetail, EventKind};
-use crate::ids::SubagentId;
+use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::messages::{AbortCancelled, AwaitTask, CancelAnswers, CancelTask, StopActor};
 use crate::store::{Change, Held};
+use std::collections::HashSet;
 
 impl Supervisor {
     /// The subagents under `root`, itself first (parents before children).
@@ -42,11 +43,20 @@ impl Supervisor {
         let mut stopping = Vec::new();
         let mut waits = Vec::new();
         let mut queued = self.dequeue_subtrees(roots);
+        // Dormant members whose actors may still be falling asleep (none
+        // are looked for when no actor is).
+        let falling_asleep = self.dozing.any();
+        let mut dormant = HashSet::with_hasher(IdHash::default());
         for &root in roots {
             for id in self.subtree(root) {
                 let Some(entry) = self.index.get_mut(&id) else { continue };
                 match &entry.slot {
-                    Slot::Dormant => self.retire(id, &mut stopped),
+                    Slot::Dormant => {
+                        if falling_asleep {
+                            dormant.insert(id);
+                        }
+                        self.retire(id, &mut stopped);
+                    }
                     Slot::Live { addr, gone } => {
                         let gone = gone.clone();
                         if entry.stopping {
@@ -73,6 +83,9 @@ impl Supervisor {
                 }
             }
         }
+        // An actor told to sleep just before is gone before the answer too:
+        // a terminate means every actor of the subtree has stopped.
+        waits.extend(self.dozing.of(&dormant));
         self.forget_oldest_terminated();
         async move {
             // Outside tokio's cooperative budget: one future waits on every
