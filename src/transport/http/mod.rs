@@ -91,7 +91,7 @@ mod ui;
 
 pub use adopt::adopt_orphans;
 pub use sessions::HttpSessions;
-use sessions::{lock, HttpEntry};
+use sessions::{lock, HttpEntry, ReaderHold};
 
 /// The header naming the session of `/send` and `/stream`.
 pub const SESSION_HEADER: &str = "X-Session-Id";
@@ -385,6 +385,8 @@ struct Attached {
     closed: bool,
     // Lines a reconnect with `Last-Event-ID` missed, sent first.
     replay: Vec<(u64, String)>,
+    // Counts this stream as the session's reader while it lives.
+    _reader: ReaderHold,
 }
 
 impl Attached {
@@ -404,14 +406,6 @@ impl Attached {
         let mut chunk = b"event: closed\n".to_vec();
         push_event(&mut chunk, 0, &encode::error(&err, ""));
         Some((Ok(Bytes::from(chunk)), self))
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        self.session.streams.fetch_sub(1, Ordering::AcqRel);
-        self.session.touch();
-        self.session.detached.notify_one();
     }
 }
 
@@ -497,10 +491,9 @@ async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResp
         current.cancel();
         *current = token.clone();
     }
-    session.streams.fetch_add(1, Ordering::AcqRel);
-    session.touch();
+    let reader = ReaderHold::new(session.clone());
     let mut response = ok_for(&sessions, &id);
-    let attached = Attached { id, session, sessions, token, guard: None, closed: false, replay };
+    let attached = Attached { id, session, sessions, token, guard: None, closed: false, replay, _reader: reader };
     response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
