@@ -115,8 +115,9 @@ enum Command {
     Ping(oneshot::Sender<Result<(), StoreError>>),
     // Several hosts: take a session for this node.
     Acquire(Arc<str>, Acquire, oneshot::Sender<Result<Acquired, StoreError>>),
-    // Sessions with running tasks that no live node serves (at most so many).
-    Orphaned(i64, oneshot::Sender<Result<Vec<String>, StoreError>>),
+    // Sessions with running tasks that no live node serves (at most so
+    // many), and how many live nodes share them.
+    Orphaned(i64, oneshot::Sender<Result<(Vec<String>, usize), StoreError>>),
     // Hand a session's lease back, after committing what came before.
     Release(String),
     // The node shuts down: every lease goes back.
@@ -304,9 +305,10 @@ impl StoreHandle {
     /// Up to `limit` stored sessions that had a task running when last
     /// stored and that no live node serves: every such session after a
     /// restart; on a cluster node, those whose owner died or whose lease
-    /// lapsed. (Empty for the memory store.)
-    pub async fn orphaned_sessions(&self, limit: usize) -> Result<Vec<String>, StoreError> {
-        let Some(tx) = &self.inner.tx else { return Ok(Vec::new()) };
+    /// lapsed. (Empty for the memory store.) Also says how many live nodes
+    /// share them (1 off a cluster).
+    pub async fn orphaned_sessions(&self, limit: usize) -> Result<(Vec<String>, usize), StoreError> {
+        let Some(tx) = &self.inner.tx else { return Ok((Vec::new(), 1)) };
         let (reply, answer) = oneshot::channel();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         tx.send(Command::Orphaned(limit, reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
@@ -570,7 +572,7 @@ async fn run(
                     commit(&*store, &mut batch, &settings, &stats, cluster).await;
                     let orphaned = match &node {
                         Some((cluster, pool)) => cluster.orphaned(pool, limit).await,
-                        None => store.resumable_sessions(limit).await,
+                        None => store.resumable_sessions(limit).await.map(|ids| (ids, 1)),
                     };
                     let _ = reply.send(orphaned);
                 }

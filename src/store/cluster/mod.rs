@@ -260,10 +260,14 @@ impl Cluster {
 
     /// Stored sessions with a running task that no live node serves (see
     /// [`crate::store::StoreHandle::orphaned_sessions`]).
-    pub(super) async fn orphaned(&self, pool: &PgPool, limit: i64) -> Result<Vec<String>, StoreError> {
-        sql::orphaned(pool, self.node_id(), limit)
-            .await
-            .map_err(|err| StoreError(format!("finding orphaned sessions: {err}")))
+    /// Also says how many nodes are alive to share them.
+    pub(super) async fn orphaned(&self, pool: &PgPool, limit: i64) -> Result<(Vec<String>, usize), StoreError> {
+        let found = async {
+            let ids = sql::orphaned(pool, self.node_id(), limit).await?;
+            let nodes = if ids.is_empty() { 1 } else { sql::live_nodes(pool).await? };
+            Ok::<_, sqlx::Error>((ids, nodes))
+        };
+        found.await.map_err(|err| StoreError(format!("finding orphaned sessions: {err}")))
     }
 
     async fn try_acquire(

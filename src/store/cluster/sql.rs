@@ -59,6 +59,17 @@ pub(super) async fn orphaned(pool: &PgPool, node: &str, limit: i64) -> Result<Ve
     rows.iter().map(|row| row.try_get::<String, _>(0)).collect()
 }
 
+/// How many nodes are alive: their presence lock is held (a dead node's is
+/// free, and taken and let go at once here). At least 1 (this one).
+pub(super) async fn live_nodes(pool: &PgPool) -> Result<usize, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT count(*) FROM nodes WHERE NOT pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(id))",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(usize::try_from(row.try_get::<i64, _>(0)?).unwrap_or(1).max(1))
+}
+
 pub(super) async fn ask_handoff(pool: &PgPool, cluster: &Cluster, id: &str, owner: &str) -> Result<(), sqlx::Error> {
     let payload = format!("handoff {id} {owner} {}", cluster.node_id());
     sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(pool).await.map(drop)

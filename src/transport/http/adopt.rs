@@ -9,10 +9,10 @@
 //! - On a single node (SQLite), once at start.
 //! - On a cluster node, at start and then every quarter of the lease
 //!   (between 250 ms and 2 s), so a dead node's sessions are adopted by the
-//!   survivors within the lease and a little more. Each survivor takes them
-//!   in its own random order, only when no live node serves them
-//!   ([`Acquire::IfOrphaned`]): survivors never pull sessions from each
-//!   other, and the work spreads over them.
+//!   survivors within the lease and a little more. Each survivor takes its
+//!   share (the orphans over the live nodes, rounded up), picked at random,
+//!   only when no live node serves them ([`Acquire::IfOrphaned`]): survivors
+//!   never pull sessions from each other, and the work spreads over them.
 //! - A TCP session whose connection dropped is adopted at once (see
 //!   [`crate::session::Service::park`]), for `tcp_resume_grace_ms`.
 //!
@@ -73,8 +73,8 @@ pub async fn adopt_orphans(
 // Lists the orphaned sessions and adopts them, `concurrency` at a time.
 async fn scan_once(sessions: &Arc<HttpSessions>, concurrency: usize) {
     let service = &sessions.service;
-    let mut orphans = match service.store().orphaned_sessions(SCAN_LIMIT).await {
-        Ok(orphans) => orphans,
+    let (mut orphans, nodes) = match service.store().orphaned_sessions(SCAN_LIMIT).await {
+        Ok(found) => found,
         Err(err) => {
             log::warn!("adopting sessions: the store could not list them: {err}");
             return;
@@ -84,8 +84,12 @@ async fn scan_once(sessions: &Arc<HttpSessions>, concurrency: usize) {
     if orphans.is_empty() {
         return;
     }
-    log::info!("adopting {} stored sessions with running tasks and no live node", orphans.len());
+    // This node's share; the others take theirs at their own scans, and
+    // what is left over at the next.
+    let found = orphans.len();
     fastrand::shuffle(&mut orphans);
+    orphans.truncate(found.div_ceil(nodes));
+    log::info!("adopting {} of {found} stored sessions with running tasks and no live node", orphans.len());
     futures_util::stream::iter(orphans).for_each_concurrent(concurrency.max(1), |id| adopt(sessions, id, None)).await;
 }
 
