@@ -48,6 +48,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/0004_pending_sessions.sql"),
         include_str!("../../migrations/0004_pending_sessions.sql"),
     ),
+    (
+        5,
+        "presence_after_restart",
+        include_str!("../../migrations/0005_presence_after_restart.sqlite.sql"),
+        include_str!("../../migrations/0005_presence_after_restart.postgres.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

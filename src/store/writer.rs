@@ -665,7 +665,13 @@ async fn commit(
                 break;
             }
             Err(CommitError::Fenced(lost)) => match cluster {
-                Some(cluster) => cluster.lose(&lost, "the store refused its write: another node owns it"),
+                Some(cluster) => {
+                    // Nothing more of them is written, not even an opening
+                    // (which would claim them again, and be refused again,
+                    // for ever).
+                    batch.retain(|change| !lost.iter().any(|id| **id == **change.session()));
+                    cluster.lose(&lost, "the store refused its write: another node owns it");
+                }
                 None => {
                     log::error!("store: a commit was fenced off a cluster; dropping {} changes", batch.len());
                     batch.clear();

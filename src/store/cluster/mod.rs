@@ -263,8 +263,8 @@ impl Cluster {
     /// Also says how many nodes are alive to share them.
     pub(super) async fn orphaned(&self, pool: &PgPool, limit: i64) -> Result<(Vec<String>, usize), StoreError> {
         let found = async {
-            let ids = sql::orphaned(pool, self.node_id(), limit).await?;
-            let nodes = if ids.is_empty() { 1 } else { sql::live_nodes(pool).await? };
+            let ids = sql::orphaned(pool, self.node_id(), self.lease_ms(), limit).await?;
+            let nodes = if ids.is_empty() { 1 } else { sql::live_nodes(pool, self.lease_ms()).await? };
             Ok::<_, sqlx::Error>((ids, nodes))
         };
         found.await.map_err(|err| StoreError(format!("finding orphaned sessions: {err}")))

@@ -44,27 +44,33 @@ pub(super) async fn acquire(pool: &PgPool, cluster: &Cluster, id: &str) -> Resul
 /// Asks `owner` to hand `id` off to this node.
 /// Up to `limit` stored sessions with a running task that no live node
 /// serves: never owned, their lease lapsed or released, or their owner dead
-/// (its presence lock is free; taken and let go at once here).
-pub(super) async fn orphaned(pool: &PgPool, node: &str, limit: i64) -> Result<Vec<String>, sqlx::Error> {
+/// (its presence lock is free, taken and let go at once here; believed only
+/// once PostgreSQL has been up for a lease, see migration 0005).
+pub(super) async fn orphaned(pool: &PgPool, node: &str, lease_ms: i64, limit: i64) -> Result<Vec<String>, sqlx::Error> {
     let rows = sqlx::query(
         "SELECT DISTINCT t.session_id FROM tasks t LEFT JOIN leases l ON l.session_id = t.session_id \
          WHERE l.session_id IS NULL OR l.lease_until_ms <= subagentd_now_ms() \
-         OR (l.node_id <> $1 AND pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(l.node_id))) \
+         OR (l.node_id <> $1 AND subagentd_presence_settled($3) \
+             AND pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(l.node_id))) \
          LIMIT $2",
     )
     .bind(node)
     .bind(limit)
+    .bind(lease_ms)
     .fetch_all(pool)
     .await?;
     rows.iter().map(|row| row.try_get::<String, _>(0)).collect()
 }
 
 /// How many nodes are alive: their presence lock is held (a dead node's is
-/// free, and taken and let go at once here). At least 1 (this one).
-pub(super) async fn live_nodes(pool: &PgPool) -> Result<usize, sqlx::Error> {
+/// free, and taken and let go at once here; right after a PostgreSQL
+/// restart every listed node counts). At least 1 (this one).
+pub(super) async fn live_nodes(pool: &PgPool, lease_ms: i64) -> Result<usize, sqlx::Error> {
     let row = sqlx::query(
-        "SELECT count(*) FROM nodes WHERE NOT pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(id))",
+        "SELECT count(*) FROM nodes WHERE NOT (subagentd_presence_settled($1) \
+         AND pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(id)))",
     )
+    .bind(lease_ms)
     .fetch_one(pool)
     .await?;
     Ok(usize::try_from(row.try_get::<i64, _>(0)?).unwrap_or(1).max(1))
