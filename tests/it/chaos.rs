@@ -33,10 +33,13 @@
 //! client's next request was answered (clients ping while they wait, so a
 //! session is probed every 500 ms).
 //!
-//! `SUBAGENTD_CHAOS_SECONDS` (default 90) is how long faults are injected;
-//! `SUBAGENTD_CHAOS_SEED` replays a run's schedule (printed at the start and
-//! in every failure). A longer run: `cargo run --release --example chaos --
-//! --minutes 10`.
+//! `SUBAGENTD_CHAOS_SECONDS` (default 90) is how long faults are injected
+//! (the whole test takes about 15 s more); `SUBAGENTD_CHAOS_SEED` replays a
+//! run's schedule (the seed is printed at the start and in every failure);
+//! `SUBAGENTD_CHAOS_LOGS=1` prints the nodes' logs (and writes them whole
+//! to files) and what the slowest session went through after each fault,
+//! also when the run passes (a failing run prints them anyway). A longer
+//! run: `cargo run --release --example chaos -- --minutes 10`.
 
 use crate::cluster::{free_port, slots_config, Haproxy};
 use crate::e2e_support::Server;
@@ -46,7 +49,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -66,14 +69,24 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const REPLY_WAIT: Duration = Duration::from_secs(15);
 /// An SSE stream silent this long while a reply is awaited is reconnected
 /// (its node may be paused).
-const QUIET: Duration = Duration::from_secs(3);
+const QUIET: Duration = Duration::from_secs(2);
 /// While a client waits for a reply it pings its session this often.
 const PING_EVERY: Duration = Duration::from_millis(500);
 /// The granularity of every socket read.
 const POLL: Duration = Duration::from_millis(100);
 /// The longest one HTTP exchange (or a stream's response head) may take.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a ping's `/send` may take (one stuck on a paused node is
+/// given up sooner than a request).
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// Subagents one session may spawn over the whole run, spread evenly over
+/// it (past 1 024 terminated records the oldest are forgotten, by design),
+/// and how far ahead of that pace a client may run.
+const SPAWN_BUDGET: u64 = 850;
+const SPAWN_SLACK: u64 = 60;
 const TERMINAL: [&str; 4] = ["COMPLETED", "FAILED", "CANCELLED", "TERMINATED"];
+/// Where a subagent whose delegate may not have been served may end up.
+const SETTLED: [&str; 5] = ["READY", "COMPLETED", "FAILED", "CANCELLED", "TERMINATED"];
 /// What a client reports when it stopped because another one failed.
 const ABORTED: &str = "aborted: another part of the run failed";
 
@@ -138,7 +151,9 @@ impl Postgres {
             .unwrap_or_else(|err| panic!("seed {seed}: the scratch dir for PostgreSQL: {err}"));
         let data_dir = pg.data.display().to_string();
         let initdb = ["-D", &data_dir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-locale", "--no-sync"];
-        pg.as_postgres("initdb", &initdb).unwrap_or_else(|err| panic!("seed {seed}: initdb: {err}"));
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(pg.bin.join("initdb")).args(initdb).current_dir(&pg.dir);
+        run(&mut command).unwrap_or_else(|err| panic!("seed {seed}: initdb: {err}"));
         if let Err(err) = pg.ctl("start", None) {
             panic!("seed {seed}: pg_ctl start: {err}\n{}", pg.log_tail());
         }
@@ -148,8 +163,8 @@ impl Postgres {
         pg
     }
 
-    /// Runs `program` of the PostgreSQL install as the `postgres` user
-    /// (initdb refuses root).
+    /// Runs `program` of the PostgreSQL install as the `postgres` user (as
+    /// initdb, which refuses root).
     fn as_postgres(&self, program: &str, args: &[&str]) -> Result<(), String> {
         let mut command = Command::new("runuser");
         command.args(["-u", "postgres", "--"]).arg(self.bin.join(program)).args(args).current_dir(&self.dir);
@@ -173,7 +188,7 @@ impl Postgres {
         self.as_postgres("pg_ctl", &args)?;
         if action != "stop" {
             let pid = std::fs::read_to_string(self.data.join("postmaster.pid")).ok();
-            self.pids.extend(pid.and_then(|text| text.lines().next()?.trim().parse().ok()));
+            self.pids.extend(pid.and_then(|text| text.lines().next()?.trim().parse::<u32>().ok()));
         }
         Ok(())
     }
@@ -284,6 +299,8 @@ struct Chaos {
     pg: Postgres,
     /// Oddities that are not invariants (a SIGTERM that did not exit 0).
     notes: Vec<String>,
+    /// What went wrong with the nodes themselves (a SIGTERM never obeyed).
+    failures: Vec<String>,
 }
 
 impl Chaos {
@@ -301,7 +318,7 @@ impl Chaos {
             .collect();
         let ports: Vec<(u16, u16)> = nodes.iter().map(|node| (node.http, node.tcp)).collect();
         let haproxy = Haproxy::start(&slots_config(&ports));
-        let mut chaos = Self { seed, nodes, haproxy, pg, notes: Vec::new() };
+        let mut chaos = Self { seed, nodes, haproxy, pg, notes: Vec::new(), failures: Vec::new() };
         let url = chaos.pg.url.clone();
         for node in &mut chaos.nodes {
             node.start(&url);
@@ -310,10 +327,17 @@ impl Chaos {
         chaos
     }
 
-    /// Waits until HAProxy's health checks see node `index` UP.
+    /// Waits until node `index` answers `/ready` with 200, and HAProxy's
+    /// health checks see it UP.
     fn wait_up(&mut self, index: usize) {
         let deadline = Instant::now() + PATIENCE;
         let id = self.nodes[index].id.clone();
+        let addr = format!("127.0.0.1:{}", self.nodes[index].http);
+        while !matches!(try_http(&addr, "GET", "/ready", None, "", IO_TIMEOUT), Ok((200, _))) {
+            self.drain_logs();
+            assert!(Instant::now() < deadline, "seed {}: {id} never answered /ready with 200", self.seed);
+            std::thread::sleep(Duration::from_millis(50));
+        }
         loop {
             let status = self.haproxy.status(&id);
             if status.starts_with("UP") {
@@ -356,12 +380,34 @@ impl Chaos {
                 node.running().signal("CONT");
             }
             Kind::Restart => {
-                let status = node.running().terminate();
+                let id = node.id.clone();
+                let server = node.running();
+                server.signal("TERM");
+                let deadline = Instant::now() + PATIENCE;
+                let status = loop {
+                    if let Some(status) = server.child.try_wait().expect("wait for subagentd") {
+                        break Some(status);
+                    }
+                    if Instant::now() > deadline {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                };
+                match status {
+                    Some(status) if !status.success() => {
+                        self.notes.push(format!("{id} stopped with SIGTERM exited {status}"));
+                    }
+                    Some(_) => {}
+                    None => {
+                        let threads = threads_of(server.pid());
+                        self.failures.push(format!(
+                            "{id} did not exit within {PATIENCE:?} of SIGTERM (killed then); its threads: {threads}"
+                        ));
+                        server.kill9();
+                    }
+                }
                 node.drain();
                 node.server = None;
-                if !status.success() {
-                    self.notes.push(format!("{} stopped with SIGTERM exited {status}", node.id));
-                }
                 node.start(&url);
             }
             Kind::PgRestart => {
@@ -373,19 +419,28 @@ impl Chaos {
         self.drain_logs();
     }
 
-    /// The last lines of each node's log, and its warnings and errors.
+    /// The last lines of each node's log, and its warnings and errors (a
+    /// line repeated at once shown once, with its count); the whole logs go
+    /// to files.
     fn dump_logs(&mut self) {
         self.drain_logs();
         for node in &self.nodes {
             let warnings: Vec<&String> =
                 node.log.iter().filter(|line| line.contains(" WARN ") || line.contains(" ERROR ")).collect();
-            eprintln!("chaos: ---- node {}: {} warnings and errors (last 60) ----", node.id, warnings.len());
+            let warnings = squeeze(&warnings);
+            eprintln!("chaos: ---- node {}: warnings and errors (the last 60) ----", node.id);
             for line in &warnings[warnings.len().saturating_sub(60)..] {
                 eprintln!("  {line}");
             }
-            eprintln!("chaos: ---- node {}: last 60 of {} log lines ----", node.id, node.log.len());
-            for line in &node.log[node.log.len().saturating_sub(60)..] {
+            let all: Vec<&String> = node.log.iter().collect();
+            let all = squeeze(&all);
+            eprintln!("chaos: ---- node {}: the last 60 of {} log lines ----", node.id, node.log.len());
+            for line in &all[all.len().saturating_sub(60)..] {
                 eprintln!("  {line}");
+            }
+            let path = std::env::temp_dir().join(format!("subagentd-chaos-{}-{}.log", self.seed, node.id));
+            if std::fs::write(&path, node.log.join("\n")).is_ok() {
+                eprintln!("chaos: ---- node {}: its whole log is in {} ----", node.id, path.display());
             }
         }
     }
@@ -418,6 +473,34 @@ impl Drop for Chaos {
             );
         }
     }
+}
+
+/// `lines` with each run of lines saying the same (after their timestamp)
+/// shown once, with how many there were.
+fn squeeze(lines: &[&String]) -> Vec<String> {
+    let said = |line: &str| line.split_once("] ").map_or(line, |(_, text)| text).to_owned();
+    let mut out: Vec<(String, String, usize)> = Vec::new();
+    for line in lines {
+        match out.last_mut() {
+            Some((_, text, n)) if *text == said(line) => *n += 1,
+            _ => out.push(((*line).clone(), said(line), 1)),
+        }
+    }
+    out.into_iter().map(|(line, _, n)| if n > 1 { format!("{line} (×{n}, at once)") } else { line }).collect()
+}
+
+/// Each thread of process `pid`: its name, state and where it waits.
+fn threads_of(pid: u32) -> String {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    let threads: Vec<String> = tasks
+        .map(|task| {
+            let read = |file: &str| std::fs::read_to_string(task.path().join(file)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("?");
+            format!("{} {state} {}", read("comm").trim(), read("wchan").trim())
+        })
+        .collect();
+    threads.join(", ")
 }
 
 /// Sleeps until `until`; false when the run was aborted meanwhile.
@@ -519,9 +602,16 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
 
 /// One HTTP/1.1 exchange, each read and write bounded: the status and the
 /// body.
-fn try_http(addr: &str, method: &str, path: &str, session: Option<&str>, body: &str) -> std::io::Result<(u16, String)> {
+fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    session: Option<&str>,
+    body: &str,
+    wait: Duration,
+) -> std::io::Result<(u16, String)> {
     let mut socket = connect(addr)?;
-    socket.set_read_timeout(Some(IO_TIMEOUT))?;
+    socket.set_read_timeout(Some(wait))?;
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\n",
         body.len()
@@ -599,7 +689,8 @@ impl Sse {
             return;
         }
         while let Some(end) = find(&self.raw, b"\r\n") {
-            let size = std::str::from_utf8(&self.raw[..end]).ok().and_then(|line| usize::from_str_radix(line.trim(), 16).ok());
+            let size =
+                std::str::from_utf8(&self.raw[..end]).ok().and_then(|line| usize::from_str_radix(line.trim(), 16).ok());
             match size {
                 Some(0) | None => {
                     self.ended = true;
@@ -697,6 +788,8 @@ impl Lines {
 /// What all the threads share.
 struct Shared {
     seed: u64,
+    /// How long faults are injected.
+    seconds: u64,
     http: String,
     tcp: String,
     /// Set when the faults are over and the cluster settled: clients finish
@@ -741,12 +834,30 @@ struct Stats {
     reconnects: u64,
     /// SSE ids that skipped (a line missed).
     gaps: u64,
+    /// SSE ids read again naming another line than the first time.
+    reused: Vec<String>,
     /// `404 unknown session` or `unknown_session` answers.
     not_found: u64,
     /// Requests abandoned on purpose.
     abandoned: u64,
     /// Lines that broke the SDK's wire contract.
     contract: Vec<String>,
+    /// What went wrong when (the first few thousand), to explain a slow
+    /// recovery.
+    events: Vec<(Instant, String)>,
+}
+
+impl Stats {
+    fn event(&mut self, what: impl Into<String>) {
+        if self.events.len() < 5_000 {
+            self.events.push((Instant::now(), what.into()));
+        }
+    }
+
+    fn reconnect(&mut self, why: &str) {
+        self.reconnects += 1;
+        self.event(why);
+    }
 }
 
 /// Parses a line the host sent (checking it against the SDK's contract)
@@ -803,6 +914,9 @@ struct HttpWire {
     label: String,
     stream: Option<Sse>,
     last_id: u64,
+    /// A hash of each line read lately, by SSE id (a replayed id must name
+    /// the same line).
+    lines: BTreeMap<u64, u64>,
     n: u64,
     pings: HashMap<String, Instant>,
     stats: Stats,
@@ -812,7 +926,7 @@ impl HttpWire {
     fn open(front: &str, label: &str, shared: &Shared) -> Result<Self, String> {
         let deadline = Instant::now() + PATIENCE;
         let id = loop {
-            if let Ok((200, body)) = try_http(front, "POST", "/session", None, "") {
+            if let Ok((200, body)) = try_http(front, "POST", "/session", None, "", IO_TIMEOUT) {
                 let body: Value = serde_json::from_str(&body).unwrap_or_default();
                 if let Some(id) = body["session_id"].as_str() {
                     break id.to_owned();
@@ -829,6 +943,7 @@ impl HttpWire {
             label: label.to_owned(),
             stream: None,
             last_id: 0,
+            lines: BTreeMap::new(),
             n: 0,
             pings: HashMap::new(),
             stats: Stats::default(),
@@ -840,8 +955,10 @@ impl HttpWire {
         }
     }
 
-    fn post(&mut self, message: &Value) -> Posted {
-        let Ok((status, body)) = try_http(&self.front, "POST", "/send", Some(&self.id), &message.to_string()) else {
+    fn post(&mut self, message: &Value, wait: Duration) -> Posted {
+        let Ok((status, body)) =
+            try_http(&self.front, "POST", "/send", Some(self.id.as_str()), &message.to_string(), wait)
+        else {
             return Posted::Unknown;
         };
         if status == 200 {
@@ -863,7 +980,7 @@ impl HttpWire {
         self.n += 1;
         let id = format!("{}-p{}", self.label, self.n);
         let sent = Instant::now();
-        if self.post(&json!({ "type": "ping", "id": id })) == Posted::Taken {
+        if self.post(&json!({ "type": "ping", "id": id }), PING_TIMEOUT) == Posted::Taken {
             self.pings.insert(id, sent);
         }
     }
@@ -896,13 +1013,31 @@ impl HttpWire {
                 Next::Message(id, text) => {
                     heard = Instant::now();
                     if let Some(id) = id {
+                        let hash = {
+                            use std::hash::{Hash, Hasher};
+                            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                            text.hash(&mut hasher);
+                            hasher.finish()
+                        };
                         if id <= self.last_id {
-                            continue; // seen already
+                            // Seen already: a replay must be the same line.
+                            if self.lines.get(&id).is_some_and(|seen| *seen != hash) {
+                                self.stats
+                                    .reused
+                                    .push(format!("SSE id {id} (last seen {}) now names {text}", self.last_id));
+                                self.stats.event(format!("SSE id {id} reused for {text}"));
+                            }
+                            continue;
                         }
                         if self.last_id > 0 && id > self.last_id + 1 {
                             self.stats.gaps += 1;
+                            self.stats.event(format!("SSE ids skipped from {} to {id}", self.last_id));
                         }
                         self.last_id = id;
+                        self.lines.insert(id, hash);
+                        while self.lines.len() > 4096 {
+                            self.lines.pop_first();
+                        }
                     }
                     let message = accept_line(&mut self.stats, &mut self.pings, &text);
                     if message["req_id"] == req_id {
@@ -912,7 +1047,7 @@ impl HttpWire {
                 Next::Quiet if heard.elapsed() < QUIET => {}
                 Next::Quiet | Next::End => {
                     self.stream = None;
-                    self.stats.reconnects += 1;
+                    self.stats.reconnect("the stream ended or went quiet");
                 }
             }
         }
@@ -939,15 +1074,17 @@ impl Wire for HttpWire {
             let req_id = format!("{}-{}", self.label, self.n);
             message["id"] = json!(req_id);
             let sent = Instant::now();
-            match self.post(&message) {
+            match self.post(&message, IO_TIMEOUT) {
                 Posted::Taken => {}
                 Posted::Refused => {
                     self.stats.refused += 1;
+                    self.stats.event("a /send refused");
                     std::thread::sleep(POLL);
                     continue;
                 }
                 Posted::Unknown => {
                     self.stats.unknown += 1;
+                    self.stats.event("a /send failed");
                     if again {
                         std::thread::sleep(POLL);
                         continue;
@@ -966,6 +1103,7 @@ impl Wire for HttpWire {
                 None if shared.aborted() => return Err(ABORTED.into()),
                 None => {
                     self.stats.lost += 1;
+                    self.stats.event(format!("no reply to {message} (lost)"));
                     if !again {
                         return Ok(None);
                     }
@@ -1124,19 +1262,21 @@ impl Wire for TcpWire {
             if self.conn.is_none() {
                 self.pings.clear();
                 let id = self.id.clone();
-                if self.handshake(Some(&id)).is_err() {
+                if let Err(err) = self.handshake(Some(&id)) {
+                    self.stats.event(format!("resume failed: {err}"));
                     std::thread::sleep(POLL);
                     continue;
                 }
-                self.stats.reconnects += 1;
+                self.stats.reconnect("resumed");
             }
             self.n += 1;
             let req_id = format!("{}-{}", self.label, self.n);
             message["id"] = json!(req_id);
             let sent = Instant::now();
-            if !self.conn.as_mut().is_some_and(|conn| conn.send(&message).is_ok()) {
+            if self.conn.as_mut().is_none_or(|conn| conn.send(&message).is_err()) {
                 self.conn = None;
                 self.stats.unknown += 1;
+                self.stats.event("a write failed");
                 if again {
                     continue;
                 }
@@ -1154,6 +1294,7 @@ impl Wire for TcpWire {
                 Waited::Dropped => {
                     self.conn = None;
                     self.stats.unknown += 1;
+                    self.stats.event("the connection dropped");
                     if !again {
                         return Ok(None);
                     }
@@ -1161,6 +1302,7 @@ impl Wire for TcpWire {
                 Waited::Lost => {
                     self.conn = None;
                     self.stats.lost += 1;
+                    self.stats.event(format!("no reply to {message} (lost)"));
                     if !again {
                         return Ok(None);
                     }
@@ -1221,6 +1363,8 @@ struct Client<W: Wire> {
     uncertain: BTreeSet<String>,
     /// Subagents not terminated, at most (the session's quota is 256).
     live: usize,
+    /// Spawns sent (children and abandoned ones included).
+    spawned: u64,
     notes: Vec<String>,
     violations: Vec<String>,
 }
@@ -1240,10 +1384,11 @@ fn step_script(token: &str, rng: &mut Rng) -> Value {
 /// returns `{"token": NAME}` (with `children` added by the adapter).
 fn tree_script(name: &str, rng: &mut Rng) -> Value {
     let mut child = |suffix: &str| {
-        let child = format!("{name}-{suffix}");
-        let script = json!([{ "progress": "c" }, { "sleep_ms": rng.u64(100..=400) }, { "return": { "child": child } }]);
+        let child_name = format!("{name}-{suffix}");
+        let script =
+            json!([{ "progress": "c" }, { "sleep_ms": rng.u64(100..=400) }, { "return": { "child": child_name } }]);
         let task = json!({ "name": "c", "instruction": "c", "metadata": { "script": script } });
-        json!({ "spawn": { "agent": { "name": child, "model": "scripted" }, "task": task } })
+        json!({ "spawn": { "agent": { "name": child_name, "model": "scripted" }, "task": task } })
     };
     let (a, b) = (child("a"), child("b"));
     json!([{ "progress": "p" }, a, b, { "await_children": {} }, { "return": { "token": name } }])
@@ -1261,6 +1406,7 @@ impl<W: Wire> Client<W> {
             accepted: BTreeSet::new(),
             uncertain: BTreeSet::new(),
             live: 0,
+            spawned: 0,
             notes: Vec::new(),
             violations: Vec::new(),
         }
@@ -1278,6 +1424,7 @@ impl<W: Wire> Client<W> {
         let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": name, "model": "scripted" } });
         let reply = self.wire.request(spawn, false, shared)?;
         self.live += 1;
+        self.spawned += 1;
         let id = reply.as_ref().and_then(|reply| reply["subagent_id"].as_str().map(str::to_owned));
         if let (None, Some(reply)) = (&id, &reply) {
             self.note(format!("spawn {name}: {reply}"));
@@ -1371,6 +1518,7 @@ impl<W: Wire> Client<W> {
             json!({ "type": "SUBAGENT_LIST_REQ" })
         } else {
             self.live += 1;
+            self.spawned += 1;
             let name = format!("{}-r{round}x", self.label);
             json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": name, "model": "scripted" } })
         };
@@ -1417,6 +1565,7 @@ impl<W: Wire> Client<W> {
             if tree {
                 self.parents.insert(id.clone());
                 self.live += 2;
+                self.spawned += 2;
             }
             if self.rng.u32(0..100) < 70 || self.live > 150 {
                 self.terminate(&id, shared)?;
@@ -1460,18 +1609,19 @@ impl<W: Wire> Client<W> {
         for parent in &self.parents {
             let n = children.get(parent.as_str()).copied().unwrap_or(0);
             if n != 2 {
-                self.violations.push(format!("{label}: parent {parent} has {n} children listed, its script spawns two"));
+                self.violations
+                    .push(format!("{label}: parent {parent} has {n} children listed, its script spawns two"));
             }
         }
         // Every result told is unchanged.
-        let told = std::mem::take(&mut self.told);
-        for (id, told) in &told {
+        let told: Vec<(String, Value, Value)> =
+            self.told.iter().map(|(id, told)| (id.clone(), told.status.clone(), told.result.clone())).collect();
+        for (id, status, result) in &told {
             match self.await_until(id, &TERMINAL, PATIENCE, shared) {
-                Ok(answer) if answer["status"] == told.status && answer["result"] == told.result => {}
-                Ok(answer) => self.violations.push(format!(
-                    "{label}: the result of {id} changed: told {} {}, now {answer}",
-                    told.status, told.result
-                )),
+                Ok(answer) if answer["status"] == *status && answer["result"] == *result => {}
+                Ok(answer) => self
+                    .violations
+                    .push(format!("{label}: the result of {id} changed: told {status} {result}, now {answer}")),
                 Err(err) => {
                     self.violations.push(format!("{label}: session {session} stopped answering: {err}"));
                     return false;
@@ -1480,12 +1630,11 @@ impl<W: Wire> Client<W> {
         }
         // Every accepted task reached a terminal state; no task is left
         // running (a delegate that may have been served included).
-        let pending: Vec<(String, bool)> = (self.accepted.iter().filter(|id| !told.contains_key(*id)))
-            .map(|id| (id.clone(), true))
-            .chain(self.uncertain.iter().map(|id| (id.clone(), false)))
-            .collect();
+        let mut pending: Vec<(String, bool)> =
+            self.accepted.iter().filter(|id| !self.told.contains_key(*id)).map(|id| (id.clone(), true)).collect();
+        pending.extend(self.uncertain.iter().map(|id| (id.clone(), false)));
         for (id, accepted) in pending {
-            let wanted: &[&str] = if accepted { &TERMINAL } else { &["READY", "COMPLETED", "FAILED", "CANCELLED", "TERMINATED"] };
+            let wanted: &[&str] = if accepted { &TERMINAL } else { &SETTLED };
             match self.await_until(&id, wanted, PATIENCE, shared) {
                 Ok(answer) if wanted.contains(&answer["status"].as_str().unwrap_or_default()) => {}
                 Ok(answer) => self.violations.push(format!("{label}: the task of {id} never ended: {answer}")),
@@ -1495,7 +1644,6 @@ impl<W: Wire> Client<W> {
                 }
             }
         }
-        self.told = told;
         match self.list(shared) {
             Ok(rows) => {
                 for row in rows.iter().filter(|row| row["status"] == "RUNNING" || row["status"] == "WAITING") {
@@ -1514,6 +1662,7 @@ impl<W: Wire> Client<W> {
 /// What a client thread hands back.
 struct Report {
     label: String,
+    session: String,
     fatal: Option<String>,
     violations: Vec<String>,
     notes: Vec<String>,
@@ -1529,6 +1678,7 @@ impl Report {
     fn failed(label: &str, fatal: String) -> Self {
         Self {
             label: label.to_owned(),
+            session: String::new(),
             fatal: Some(fatal),
             violations: Vec::new(),
             notes: Vec::new(),
@@ -1543,8 +1693,15 @@ impl Report {
 
 fn drive<W: Wire>(mut client: Client<W>, shared: &Shared) -> Report {
     shared.ready.fetch_add(1, Ordering::AcqRel);
+    let began = Instant::now();
     let mut fatal = None;
     while !shared.stop.load(Ordering::Acquire) && !shared.aborted() {
+        // Spawns at the pace that keeps every record of the run.
+        let pace = SPAWN_BUDGET * began.elapsed().as_millis() as u64 / (shared.seconds * 1000).max(1);
+        if client.spawned >= SPAWN_SLACK + pace {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
         if let Err(err) = client.round(shared) {
             fatal = Some(err);
             break;
@@ -1557,6 +1714,7 @@ fn drive<W: Wire>(mut client: Client<W>, shared: &Shared) -> Report {
     let checked = fatal.is_none() && !shared.aborted() && client.verify(shared);
     Report {
         label: client.label.clone(),
+        session: client.wire.session().to_owned(),
         fatal,
         violations: std::mem::take(&mut client.violations),
         notes: std::mem::take(&mut client.notes),
@@ -1606,7 +1764,7 @@ fn left_running(pids: &[u32], markers: &[String]) -> Vec<String> {
             .collect();
         for pid in &all {
             let Some(cmdline) = alive(pid) else { continue };
-            let started = pids.iter().any(|started| started.to_string() == *pid);
+            let started = pid.parse::<u32>().is_ok_and(|pid| pids.contains(&pid));
             if markers.iter().any(|marker| cmdline.contains(marker.as_str())) {
                 found.push(format!("pid {pid}{}: {cmdline}", if started { " (started by the test)" } else { "" }));
             }
@@ -1616,6 +1774,17 @@ fn left_running(pids: &[u32], markers: &[String]) -> Vec<String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// From `fault` until every client's next request was answered (a client
+/// that sent nothing after it is left out).
+fn recovery(fault: &Fault, reports: &[Report]) -> (Duration, String) {
+    let next = |report: &Report| {
+        let answered = report.stats.answered.iter().filter(|(sent, _)| *sent >= fault.at);
+        let done = answered.map(|(_, done)| *done).min()?;
+        Some((done.duration_since(fault.at), report.label.clone()))
+    };
+    reports.iter().filter_map(next).max().unwrap_or_default()
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
@@ -1629,7 +1798,8 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 #[test]
 fn chaos_nodes_killed_paused_restarted_and_postgres_restarted_under_twenty_sessions_lose_nothing() {
     let seconds = std::env::var("SUBAGENTD_CHAOS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_SECONDS);
-    let seed = std::env::var("SUBAGENTD_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
+    let seed =
+        std::env::var("SUBAGENTD_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
     eprintln!(
         "chaos: seed {seed}, {seconds} s of faults (replay: SUBAGENTD_CHAOS_SEED={seed} SUBAGENTD_CHAOS_SECONDS={seconds} cargo test --release --test it chaos -- --nocapture)"
     );
@@ -1639,6 +1809,7 @@ fn chaos_nodes_killed_paused_restarted_and_postgres_restarted_under_twenty_sessi
     eprintln!("chaos: PostgreSQL, 3 nodes and HAProxy up in {} ms", started.elapsed().as_millis());
     let shared = Shared {
         seed,
+        seconds,
         http: chaos.haproxy.http.clone(),
         tcp: chaos.haproxy.tcp.clone(),
         stop: AtomicBool::new(false),
@@ -1661,8 +1832,7 @@ fn chaos_nodes_killed_paused_restarted_and_postgres_restarted_under_twenty_sessi
             std::thread::sleep(Duration::from_millis(20));
         }
         let chaos_started = Instant::now();
-        let faults =
-            run_faults(&mut chaos, shared, &mut rng, started, chaos_started + Duration::from_secs(seconds));
+        let faults = run_faults(&mut chaos, shared, &mut rng, started, chaos_started + Duration::from_secs(seconds));
         let chaos_took = chaos_started.elapsed();
         // Settle: every node UP, then the clients finish their round and check.
         chaos.wait_all_up();
@@ -1671,43 +1841,71 @@ fn chaos_nodes_killed_paused_restarted_and_postgres_restarted_under_twenty_sessi
         let reports: Vec<Report> = handles
             .into_iter()
             .map(|handle| {
-                handle.join().unwrap_or_else(|panic| Report::failed("a client", format!("panicked: {}", panic_text(&*panic))))
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| Report::failed("a client", format!("panicked: {}", panic_text(&*panic))))
             })
             .collect();
         (faults, reports, chaos_took)
     });
 
     // The verdict.
-    let mut failures: Vec<String> = Vec::new();
+    let mut failures: Vec<String> = chaos.failures.clone();
     for report in &reports {
-        failures.extend(report.fatal.iter().filter(|fatal| *fatal != ABORTED).map(|fatal| format!("{}: {fatal}", report.label)));
+        failures.extend(
+            report.fatal.iter().filter(|fatal| *fatal != ABORTED).map(|fatal| format!("{}: {fatal}", report.label)),
+        );
         failures.extend(report.violations.iter().cloned());
         failures.extend(report.stats.contract.iter().take(5).map(|line| format!("{}: {line}", report.label)));
     }
     let count = |kind: Kind| faults.iter().filter(|fault| fault.kind == kind).count();
-    let recoveries: Vec<Duration> = faults
-        .iter()
-        .map(|fault| {
-            (reports.iter())
-                .filter_map(|report| {
-                    let answered = report.stats.answered.iter().filter(|(sent, _)| *sent >= fault.at);
-                    answered.map(|(_, done)| *done).min()
-                })
-                .map(|done| done.duration_since(fault.at))
-                .max()
-                .unwrap_or_default()
-        })
-        .collect();
-    let worst = recoveries.iter().max().copied().unwrap_or_default();
+    let recoveries: Vec<(Duration, String)> = faults.iter().map(|fault| recovery(fault, &reports)).collect();
+    let worst = recoveries.iter().map(|(took, _)| *took).max().unwrap_or_default();
     for kind in KINDS {
-        let of_kind: Vec<Duration> =
-            faults.iter().zip(&recoveries).filter(|(fault, _)| fault.kind == kind).map(|(_, took)| *took).collect();
-        let shown: Vec<String> = of_kind.iter().map(|took| took.as_millis().to_string()).collect();
-        eprintln!("chaos: recovery after {} (ms): [{}]", kind.name(), shown.join(", "));
+        let shown: Vec<String> = faults
+            .iter()
+            .zip(&recoveries)
+            .filter(|(fault, _)| fault.kind == kind)
+            .map(|(_, (took, slowest))| format!("{} ({slowest})", took.as_millis()))
+            .collect();
+        eprintln!("chaos: recovery after {} in ms (slowest session): [{}]", kind.name(), shown.join(", "));
+    }
+    // What the slowest session went through after the fault it was slowest
+    // at (after every fault, with SUBAGENTD_CHAOS_LOGS set).
+    let verbose = std::env::var_os("SUBAGENTD_CHAOS_LOGS").is_some();
+    let worst_fault = faults.iter().zip(&recoveries).max_by_key(|(_, (took, _))| *took);
+    let explained: Vec<(&Fault, &(Duration, String))> =
+        if verbose { faults.iter().zip(&recoveries).collect() } else { worst_fault.into_iter().collect() };
+    for (fault, (took, slowest)) in explained {
+        let report = reports.iter().find(|report| report.label == *slowest);
+        let events = report.map(|report| report.stats.events.as_slice()).unwrap_or_default();
+        let during: Vec<String> = events
+            .iter()
+            .filter(|(when, _)| *when >= fault.at && *when <= fault.at + *took)
+            .map(|(when, what)| format!("+{} ms {what}", when.duration_since(fault.at).as_millis()))
+            .collect();
+        eprintln!(
+            "chaos: the slowest session {} ms after {} {} was {slowest}: [{}]",
+            took.as_millis(),
+            fault.kind.name(),
+            fault.node.as_deref().unwrap_or("postgres"),
+            during.join("; ")
+        );
+    }
+    for report in &reports {
+        for (when, what) in report.stats.events.iter().filter(|(_, what)| what.contains("(lost)")) {
+            let at = when.duration_since(started).as_secs_f64();
+            eprintln!("chaos: {} (session {}) at {at:.1} s: {what}", report.label, report.session);
+        }
+    }
+    for report in &reports {
+        for reused in report.stats.reused.iter().take(5) {
+            eprintln!("chaos: {}: {reused}", report.label);
+        }
     }
     let total = |get: fn(&Stats) -> u64| reports.iter().map(|report| get(&report.stats)).sum::<u64>();
     eprintln!(
-        "chaos: {} rounds, {} results told, {} subagents left alone (delegate not known served), requests: {} answered, {} refused, {} unknown, {} replies lost, {} reconnects, {} SSE gaps, {} not found, {} abandoned",
+        "chaos: {} rounds, {} results told, {} subagents left alone (delegate not known served), requests: {} answered, {} refused, {} unknown, {} replies lost, {} reconnects, {} SSE gaps, {} SSE ids reused, {} not found, {} abandoned",
         reports.iter().map(|report| report.rounds).sum::<u64>(),
         reports.iter().map(|report| report.told).sum::<usize>(),
         reports.iter().map(|report| report.uncertain).sum::<usize>(),
@@ -1717,13 +1915,14 @@ fn chaos_nodes_killed_paused_restarted_and_postgres_restarted_under_twenty_sessi
         total(|stats| stats.lost),
         total(|stats| stats.reconnects),
         total(|stats| stats.gaps),
+        reports.iter().map(|report| report.stats.reused.len()).sum::<usize>(),
         total(|stats| stats.not_found),
         total(|stats| stats.abandoned),
     );
     for note in reports.iter().flat_map(|report| report.notes.iter()).chain(&chaos.notes).take(30) {
         eprintln!("chaos: note: {note}");
     }
-    if !failures.is_empty() {
+    if !failures.is_empty() || verbose {
         chaos.dump_logs();
     }
     let (pids, markers) = chaos.trace();

@@ -43,6 +43,7 @@ mod adapter_command;
 mod adapter_openai;
 mod budgets;
 mod caps;
+mod chaos;
 mod cluster;
 mod cluster_store;
 mod durable;

@@ -364,10 +364,10 @@ fn a_task_queued_under_a_running_cap_runs_after_a_restart_in_its_place() {
     let long = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 1500 }, { "return": { "n": 0 } }] } });
     client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d0", "subagent_id": ids[0], "task": long }));
     assert_eq!(client.reply("d0")["status"], "RUNNING");
-    for n in 1..3 {
+    for (n, id) in ids.iter().enumerate().skip(1) {
         let task = json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "return": { "n": n } }] } });
         let req = format!("d{n}");
-        client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": req, "subagent_id": ids[n], "task": task }));
+        client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": req, "subagent_id": id, "task": task }));
         let reply = client.reply(&req);
         assert_eq!((&reply["accepted"], &reply["status"]), (&json!(true), &json!("READY")), "queued: {reply}");
     }
