@@ -4,7 +4,9 @@
 //! `npm ci --prefix tests/browser`; `.ci/run` installs them. Missing, the
 //! test fails and says what to install.
 //!
-//! The picture it takes is the README's (`docs/ui.png`): always the real page.
+//! The picture it takes goes to `target/ui.png`, so a test run changes no
+//! tracked file; `UI_SCREENSHOT=docs/ui.png cargo test --release --test it
+//! e2e_ui` refreshes the README's picture on purpose (always the real page).
 
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
@@ -145,7 +147,8 @@ fn the_live_view_shows_a_tree_as_it_runs_and_terminates_a_subtree_from_the_page(
     assert_eq!(status(&tree.writer).as_deref(), Some("FAILED"));
 
     // The README's picture: the failed writer chosen, its error shown.
-    let picture = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ui.png");
+    let picture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(std::env::var("UI_SCREENSHOT").unwrap_or_else(|_| "target/ui.png".to_owned()));
     browser.send(json!({ "screenshot": { "select": tree.writer, "path": picture } }));
     browser.expect("SHOT");
     let png = std::fs::read(&picture).expect("the screenshot");
