@@ -54,6 +54,7 @@ pub mod ids;
 #[cfg(feature = "cli")]
 pub mod logging;
 pub mod metrics;
+pub mod ops;
 pub mod protocol;
 pub mod runtime;
 pub mod server;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use crate::ids::SubagentId;
-use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, TaskDefinition, Usage};
+use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, SubagentMessagePayload, TaskDefinition, Usage};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// The scripted adapter (the default route).
@@ -174,7 +174,7 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                     SubagentId::parse(&send.to)
                         .ok_or_else(|| TaskError(format!("step {index}: `{}` is not a subagent id", send.to)))?
                 };
-                ctx.send_message(to, "message", send.content)
+                ctx.message(to, SubagentMessagePayload { kind: "message".into(), content: send.content })
                     .await
                     .map_err(|err| TaskError(format!("step {index}: send failed: {err}")))?;
             }
@@ -190,7 +190,7 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             Step::Spawn(spawn) => {
                 // Keyed by the step: a resumed script does not spawn it twice.
                 let key = ctx.idempotency_key(&format!("step{index}"));
-                ctx.spawn_child_once(spawn.agent, Some(spawn.task), Some(key))
+                ctx.spawn_once(spawn.agent, Some(spawn.task), Some(key))
                     .await
                     .map_err(|err| TaskError(format!("step {index}: spawn failed: {err}")))?;
             }
@@ -203,7 +203,7 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             Step::AwaitChildren(NoArgs {}) => {
                 let mut results = children.take().unwrap_or_default();
                 for child in ctx.children().await? {
-                    let answer = ctx.await_subagent(child).await?;
+                    let answer = ctx.await_result(child).await?;
                     results.insert(child.to_string(), serde_json::to_value(&answer).unwrap_or(Value::Null));
                 }
                 children = Some(results);

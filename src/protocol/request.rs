@@ -115,6 +115,22 @@ impl Request {
         "multi_agent/terminate",
     ];
 
+    /// This request's wire name (`SUBAGENT_SPAWN_REQ` …).
+    pub fn wire_type(&self) -> &'static str {
+        Self::WIRE_TYPES[self.type_index()]
+    }
+
+    /// Whether this is a session request (handshake, ping, shutdown), not a
+    /// subagent one.
+    pub fn is_session(&self) -> bool {
+        self.type_index() < 3
+    }
+
+    /// Whether this is a request of the SDK's `multi_agent/*` namespace.
+    pub fn is_multi_agent(&self) -> bool {
+        self.type_index() >= 11
+    }
+
     /// This request's place in [`Request::WIRE_TYPES`].
     pub fn type_index(&self) -> usize {
         match self {

@@ -24,10 +24,13 @@ pub mod auth;
 mod bounds;
 mod dispatch;
 mod drain;
+mod face_multi_agent;
+mod face_subagent;
 mod handshake;
 pub mod input;
 pub mod outbox;
 mod relay;
+mod reply;
 mod resume;
 pub mod service;
 
@@ -136,7 +139,7 @@ pub struct Connection {
     // Who the client is, for logs (a socket address, `stdio`).
     peer: String,
     // The size of the last list answered, measured once per change.
-    lists: Arc<dispatch::ListSize>,
+    lists: Arc<reply::ListSize>,
     // Where this session's state changes and lines are recorded.
     log: Arc<SessionLog>,
     // `stdio`, `tcp` or `http` (stored with the session).
@@ -581,7 +584,7 @@ impl Connection {
                 let session = self.session.clone();
                 let outbox = self.outbox.clone();
                 let lists = self.lists.clone();
-                let frame = served.seq().map(|seq| dispatch::FrameKey { seq, replayed: seq <= self.replayed_up_to });
+                let frame = served.seq().map(|seq| crate::ops::FrameKey { seq, replayed: seq <= self.replayed_up_to });
                 actix_rt::spawn(async move {
                     let reply = dispatch::serve(session, &outbox, &lists, id, request, frame).await;
                     // The frame is served in the commit that journals its reply.

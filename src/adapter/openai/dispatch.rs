@@ -1,5 +1,6 @@
-//! Carrying out one tool call: the model's arguments become a runtime
-//! request, and its outcome (or failure) a JSON answer for the model.
+//! The model's tool calls as a face over the operations table: a call's
+//! arguments are decoded into an [`Operation`], run as the task's, and its
+//! outcome (or failure) encoded as a JSON answer for the model.
 //!
 //! Every call answers the model with a JSON value; a bad call (unknown or
 //! forbidden tool, malformed arguments, a refused request) answers
@@ -14,7 +15,10 @@ use super::client::ToolCall;
 use super::policy::{ALLOWED_TOOLS_KEY, TOOLS_KEY};
 use super::schemas::{AWAIT_SUBAGENT, DELEGATE_TASK, LIST_SUBAGENTS, READ_MAILBOX, SEND_MESSAGE, SPAWN_SUBAGENT};
 use crate::ids::SubagentId;
-use crate::protocol::wire::{MemoryScope, SubagentConfig, TaskDefinition, ToolScope};
+use crate::ops::{Caller, Operation, Outcome};
+use crate::protocol::wire::{
+    MemoryScope, SpawnRequest, SubagentConfig, SubagentMessagePayload, TaskDefinition, ToolScope,
+};
 use crate::runtime::task::TaskContext;
 
 /// Longest wait `read_mailbox` accepts (the task's deadline still applies).
@@ -85,13 +89,21 @@ pub(crate) async fn call(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -
     if !allowed.contains(&call.name.as_str()) {
         return failure(format!("tool `{}` is not available to this agent", call.name));
     }
-    match dispatch(ctx, allowed, call).await {
-        Ok(value) | Err(value) => value,
+    let operation = match decode(ctx, allowed, call) {
+        Ok(operation) => operation,
+        Err(answer) => return answer,
+    };
+    let verb = operation.name();
+    match operation.run(Caller::Task { ctx, call: Some(&call.id) }).await {
+        Ok(outcome) => encode(outcome),
+        Err(err) => failure(format!("{verb} failed: {err}")),
     }
 }
 
-async fn dispatch(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Result<Value, Value> {
-    match call.name.as_str() {
+/// The operation a tool call asks for, or the answer that tells the model
+/// what was wrong with it.
+fn decode(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Result<Operation, Value> {
+    Ok(match call.name.as_str() {
         SPAWN_SUBAGENT => {
             let args: SpawnArgs = parse_args(call)?;
             let mut child =
@@ -108,57 +120,57 @@ async fn dispatch(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Resul
             }
             // The child never gets a tool this agent lacks, whatever its scope.
             child.metadata.insert(ALLOWED_TOOLS_KEY.into(), json!(allowed));
-            let task = TaskDefinition::new(args.name, args.instruction);
-            // Keyed by the call: a task resumed after a restart that carries
-            // out this call again gets the child it already spawned.
-            let key = ctx.idempotency_key(&format!("call:{}", call.id));
-            let id = ctx
-                .spawn_child_once(child, Some(task), Some(key))
-                .await
-                .map_err(|err| failure(format!("spawn failed: {err}")))?;
-            Ok(json!({ "subagent_id": id, "status": "RUNNING" }))
+            // Keyed by the call (`Caller::Task`): a task resumed after a
+            // restart that carries out this call again gets the child it
+            // already spawned.
+            let request = SpawnRequest { agent: child, parent_agent_id: None, root_agent_id: None };
+            Operation::Spawn { request, task: Some(TaskDefinition::new(args.name, args.instruction)) }
         }
         DELEGATE_TASK => {
             let args: DelegateArgs = parse_args(call)?;
-            let id = parse_id(ctx, &args.subagent_id)?;
-            let task = TaskDefinition::new(format!("task from {}", ctx.subagent_id), args.instruction);
-            let reply = ctx.delegate(id, task).await.map_err(|err| failure(format!("delegate failed: {err}")))?;
-            Ok(json!({ "accepted": reply.accepted, "status": reply.status }))
+            let target = parse_id(ctx, &args.subagent_id)?;
+            Operation::Delegate {
+                target,
+                task: TaskDefinition::new(format!("task from {}", ctx.subagent_id), args.instruction),
+            }
         }
         AWAIT_SUBAGENT => {
             let args: IdArgs = parse_args(call)?;
-            let id = parse_id(ctx, &args.subagent_id)?;
-            let reply = ctx.await_subagent(id).await.map_err(|err| failure(format!("await failed: {err}")))?;
-            Ok(json!({
-                "subagent_id": reply.subagent_id,
-                "status": reply.status,
-                "result": reply.result,
-                "error": reply.error,
-            }))
+            Operation::Await { target: parse_id(ctx, &args.subagent_id)? }
         }
         SEND_MESSAGE => {
             let args: SendArgs = parse_args(call)?;
             let to = parse_id(ctx, &args.to)?;
-            ctx.send_message(to, "message", args.content)
-                .await
-                .map_err(|err| failure(format!("send failed: {err}")))?;
-            Ok(json!({ "delivered": true }))
+            let payload = SubagentMessagePayload { kind: "message".into(), content: args.content };
+            Operation::Message { from: ctx.subagent_id.to_string(), to, payload }
         }
         READ_MAILBOX => {
             let args: MailboxArgs = parse_args(call)?;
-            let mut messages: Vec<Value> = ctx.mailbox.drain().into_iter().map(|m| super::inbox_json(&m)).collect();
-            if messages.is_empty() {
-                if let Some(ms) = args.timeout_ms.filter(|ms| *ms > 0) {
-                    let wait = Duration::from_millis(ms).min(MAX_MAILBOX_WAIT);
-                    if let Some(message) = ctx.next_message(Some(wait)).await {
-                        messages.push(super::inbox_json(&message));
-                    }
-                }
-            }
-            Ok(json!({ "messages": messages }))
+            let wait = args.timeout_ms.filter(|ms| *ms > 0).map(|ms| Duration::from_millis(ms).min(MAX_MAILBOX_WAIT));
+            Operation::Mailbox { wait }
         }
-        LIST_SUBAGENTS => {
-            let list = ctx.list().await.map_err(|err| failure(format!("list failed: {err}")))?;
+        LIST_SUBAGENTS => Operation::List,
+        other => return Err(failure(format!("unknown tool `{other}`"))),
+    })
+}
+
+/// The model's answer for an operation's outcome.
+fn encode(outcome: Outcome) -> Value {
+    match outcome {
+        Outcome::Spawned(spawned) => json!({ "subagent_id": spawned.subagent_id, "status": spawned.status }),
+        Outcome::Delegated(reply) => json!({ "accepted": reply.accepted, "status": reply.status }),
+        Outcome::Awaited(reply) => json!({
+            "subagent_id": reply.subagent_id,
+            "status": reply.status,
+            "result": reply.result,
+            "error": reply.error,
+        }),
+        Outcome::Messaged(_) => json!({ "delivered": true }),
+        Outcome::Mailbox(messages) => {
+            let messages: Vec<Value> = messages.iter().map(super::inbox_json).collect();
+            json!({ "messages": messages })
+        }
+        Outcome::Listed(list) => {
             let rows: Vec<Value> = list
                 .subagents
                 .iter()
@@ -172,8 +184,10 @@ async fn dispatch(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Resul
                     })
                 })
                 .collect();
-            Ok(json!({ "subagents": rows }))
+            json!({ "subagents": rows })
         }
-        other => Err(failure(format!("unknown tool `{other}`"))),
+        Outcome::Cancelled { stopped, .. } => json!({ "cancelled": stopped }),
+        Outcome::Terminated { stopped, .. } => json!({ "terminated": stopped }),
+        Outcome::Merged(merged) => json!({ "merged_result": merged.merged_result }),
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::memory::{InboxMessage, Mailbox, Memory};
+use super::memory::{Mailbox, Memory};
 use super::messages::{self as msg, Report, Ticket};
 use super::supervisor::Supervisor;
 use super::usage::{Exceeded, UsageMeter};
@@ -281,95 +281,5 @@ impl TaskContext {
             idle: None,
             ticket: self.ticket,
         });
-    }
-
-    /// Waits for the next mailbox message, `WAITING` meanwhile; `None` when
-    /// `timeout` passes first.
-    pub async fn next_message(&self, timeout: Option<std::time::Duration>) -> Option<InboxMessage> {
-        if let Some(message) = self.mailbox.try_recv() {
-            return Some(message);
-        }
-        self.set_waiting(true);
-        let received = match timeout {
-            Some(limit) => tokio::time::timeout(limit, self.mailbox.recv()).await.ok(),
-            None => Some(self.mailbox.recv().await),
-        };
-        self.set_waiting(false);
-        received
-    }
-
-    /// Spawns a child of this subagent; with a task, delegates it at once.
-    pub async fn spawn_child(
-        &self,
-        agent: SubagentConfig,
-        task: Option<TaskDefinition>,
-    ) -> Result<SubagentId, HostError> {
-        self.spawn_child_once(agent, task, None).await
-    }
-
-    /// [`TaskContext::spawn_child`] under an idempotency key (see
-    /// [`TaskContext::idempotency_key`]): when this subagent already has a
-    /// child spawned under `key`, that child is returned, and it is given
-    /// `task` only if it has not had one yet.
-    pub async fn spawn_child_once(
-        &self,
-        agent: SubagentConfig,
-        task: Option<TaskDefinition>,
-        key: Option<Arc<str>>,
-    ) -> Result<SubagentId, HostError> {
-        let request = SpawnRequest { agent, parent_agent_id: Some(self.subagent_id.to_string()), root_agent_id: None };
-        let (spawned, existed) = match key {
-            Some(key) => self.supervisor.send(msg::SpawnKeyed { request, key, anywhere: false }).await??,
-            None => (self.supervisor.send(msg::Spawn(request)).await??, false),
-        };
-        if existed && spawned.status != SubagentStatus::Ready {
-            // Spawned and delegated before the restart.
-            return Ok(spawned.subagent_id);
-        }
-        if let Some(task) = task {
-            let reply = self.delegate(spawned.subagent_id, task).await?;
-            if !reply.accepted {
-                return Err(HostError::new(
-                    crate::error::ErrorCode::InvalidState,
-                    format!("child {} did not accept its task ({:?})", spawned.subagent_id, reply.status),
-                ));
-            }
-        }
-        Ok(spawned.subagent_id)
-    }
-
-    /// Delegates a task to a subagent of the session; its deadline is capped
-    /// by this task's.
-    pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
-        self.supervisor
-            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline), parent_span: self.span.clone() })
-            .await?
-    }
-
-    /// Waits for a subagent's task to end (`WAITING` meanwhile).
-    pub async fn await_subagent(&self, id: SubagentId) -> Result<AwaitResponse, HostError> {
-        self.set_waiting(true);
-        let reply = self.supervisor.send(msg::Await(id)).await;
-        self.set_waiting(false);
-        reply?
-    }
-
-    /// This subagent's children, oldest first.
-    pub async fn children(&self) -> Result<Vec<SubagentId>, HostError> {
-        self.supervisor.send(msg::ChildrenOf(self.subagent_id)).await?
-    }
-
-    /// Sends a message from this subagent to another of the session.
-    pub async fn send_message(&self, to: SubagentId, kind: &str, content: Value) -> Result<(), HostError> {
-        let payload = SubagentMessagePayload { kind: kind.to_owned(), content };
-        self.supervisor
-            .send(msg::SendMessage { from: self.subagent_id.to_string(), to, payload, frame: None })
-            .await??;
-        Ok(())
-    }
-
-    /// Every subagent of the session.
-    pub async fn list(&self) -> Result<ListResponse, HostError> {
-        Ok(self.supervisor.send(msg::List).await?)
     }
 }

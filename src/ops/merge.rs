@@ -1,0 +1,27 @@
+//! `merge`: waits until each named subagent's task has ended (each bounded
+//! by its own timeout), then merges the `COMPLETED` results by the named
+//! strategy (`unknown_strategy` for a name the host lacks) and reports the
+//! others as not merged.
+
+use crate::error::HostError;
+use crate::protocol::wire::*;
+use crate::runtime::messages as msg;
+use crate::runtime::task::TaskContext;
+use crate::runtime::Tree;
+
+impl Tree {
+    /// `SUBAGENT_MERGE_REQ`.
+    pub async fn merge(&self, request: MergeRequest) -> Result<MergeResponse, HostError> {
+        self.supervisor().send(msg::Merge(request)).await?
+    }
+}
+
+impl TaskContext {
+    /// Merges subagents' results (`WAITING` while they finish).
+    pub async fn merge(&self, request: MergeRequest) -> Result<MergeResponse, HostError> {
+        self.set_waiting(true);
+        let reply = self.supervisor.send(msg::Merge(request)).await;
+        self.set_waiting(false);
+        reply?
+    }
+}

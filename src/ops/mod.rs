@@ -1,0 +1,38 @@
+//! The host's operations, named once. Every face decodes into an
+//! [`Operation`] and encodes its [`Outcome`]: the `SUBAGENT_*` namespace and
+//! `multi_agent/*` (`session/face_*.rs`), the model's tool calls
+//! (`adapter/openai/tool_calls.rs`), and the [`Tree`](crate::Tree) and
+//! [`TaskContext`](crate::TaskContext) methods that embedders and adapters
+//! call. A new face is a codec over this table, never a new set of arms.
+//!
+//! Where a verb lives (each file holds the verb's [`Tree`](crate::Tree)
+//! method, its [`TaskContext`](crate::TaskContext) method, and what differs
+//! between the two callers):
+//!
+//! | operation | file | reply | errors (besides `runtime_error`) |
+//! |---|---|---|---|
+//! | spawn | `spawn.rs` | `SpawnResponse` | `depth_exceeded`, `quota_exceeded`, `invalid_request` |
+//! | delegate | `delegate.rs` | `DelegateResponse` | `unknown_subagent`, `budget_exceeded` |
+//! | await | `await_result.rs` | `AwaitResponse` | `unknown_subagent` |
+//! | message | `message.rs` | `MessageResponse` | `unknown_subagent`, `mailbox_full`, `invalid_state` |
+//! | mailbox (a task's own) | `mailbox.rs` | `Vec<InboxMessage>` | none |
+//! | list | `list.rs` | `ListResponse` | none |
+//! | cancel | `cancel.rs` | the ids stopped | `unknown_subagent` |
+//! | terminate | `terminate.rs` | the ids stopped | `unknown_subagent` |
+//! | merge | `merge.rs` | `MergeResponse` | `unknown_subagent`, `unknown_strategy`, `invalid_request` |
+//!
+//! `operation.rs`: the table itself, [`Operation`] and [`Outcome`], and who
+//! may ask for what ([`Caller`]).
+
+mod await_result;
+mod cancel;
+mod delegate;
+mod list;
+mod mailbox;
+mod merge;
+mod message;
+mod operation;
+mod spawn;
+mod terminate;
+
+pub use operation::{Caller, FrameKey, Operation, Outcome};

@@ -1,0 +1,136 @@
+//! The host: what it is built from ([`HostConfig`]), what every session
+//! shares ([`HostContext`]), and how it opens a session's tree on one of its
+//! worker arbiters.
+
+use actix::prelude::*;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::memory;
+use super::merge::StrategyRegistry;
+use super::supervisor::Supervisor;
+use super::task::AdapterRouter;
+use super::tree::Tree;
+use crate::config::Limits;
+use crate::event::EventSink;
+use crate::ids::{IdRegistry, SubagentId};
+use crate::store::{SessionLog, StoreHandle};
+
+/// What a host is built from.
+#[derive(Debug, Default)]
+pub struct HostConfig {
+    /// Bounds on what clients can make the host hold.
+    pub limits: Limits,
+    /// Which adapter runs which model.
+    pub router: AdapterRouter,
+    /// Merge strategies by name.
+    pub strategies: StrategyRegistry,
+    /// The id registry (tests inject one with a fixed id source).
+    pub ids: IdRegistry,
+}
+
+/// Host-wide state every session shares (read-only but for the id registry).
+#[derive(Debug)]
+pub(crate) struct HostContext {
+    pub limits: Limits,
+    pub router: AdapterRouter,
+    pub strategies: StrategyRegistry,
+    pub ids: IdRegistry,
+}
+
+impl HostContext {
+    /// A new, empty memory with the configured bounds.
+    pub(crate) fn new_memory(&self) -> memory::Memory {
+        memory::Memory::with_bounds(self.limits.max_memory_entries, self.limits.max_memory_bytes)
+    }
+}
+
+/// Live counts of one session, readable at any time.
+#[derive(Debug, Default)]
+pub struct TreeStats {
+    /// Adapter tasks whose future still exists.
+    pub live_tasks: AtomicUsize,
+    /// Subagent actors not yet dropped.
+    pub live_actors: AtomicUsize,
+}
+
+impl TreeStats {
+    /// Adapter tasks still running.
+    pub fn tasks(&self) -> usize {
+        self.live_tasks.load(Ordering::Acquire)
+    }
+
+    /// Subagent actors still alive.
+    pub fn actors(&self) -> usize {
+        self.live_actors.load(Ordering::Acquire)
+    }
+}
+
+/// A subagent host: opens sessions and spreads them over worker arbiters.
+pub struct Host {
+    shared: Arc<HostContext>,
+    // Sessions are placed round-robin; empty means "the current arbiter".
+    workers: Vec<ArbiterHandle>,
+    next_worker: AtomicUsize,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host").field("workers", &self.workers.len()).finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// A host whose sessions all live on the calling arbiter (tests, embedding).
+    pub fn new(config: HostConfig) -> Self {
+        Self::with_workers(config, Vec::new())
+    }
+
+    /// A host whose sessions are spread over `workers` (round-robin); each
+    /// session's tree lives on one of them.
+    pub fn with_workers(config: HostConfig, workers: Vec<ArbiterHandle>) -> Self {
+        let shared = HostContext {
+            limits: config.limits,
+            router: config.router,
+            strategies: config.strategies,
+            ids: config.ids,
+        };
+        Self { shared: Arc::new(shared), workers, next_worker: AtomicUsize::new(0) }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// Whether `id` is in use by any session of this host.
+    pub fn id_in_use(&self, id: SubagentId) -> bool {
+        self.shared.ids.contains(id)
+    }
+
+    /// Opens a session whose events go to `sink`; nothing of it is stored.
+    pub fn open_tree(&self, sink: Arc<dyn EventSink>) -> Tree {
+        self.open_logged_tree(sink, SessionLog::new("", StoreHandle::memory()))
+    }
+
+    /// Opens a session whose events go to `sink` and whose state changes
+    /// are recorded on `log`.
+    pub fn open_logged_tree(&self, sink: Arc<dyn EventSink>, log: Arc<SessionLog>) -> Tree {
+        let stats = Arc::new(TreeStats::default());
+        let shared = self.shared.clone();
+        let supervisor_stats = stats.clone();
+        let make = move |ctx: &mut Context<Supervisor>| {
+            // Unbounded from the first message (see `SubagentActor`'s start).
+            ctx.set_mailbox_capacity(usize::MAX);
+            Supervisor::new(shared, sink, supervisor_stats, ctx.address(), log)
+        };
+        let addr = if self.workers.is_empty() {
+            Supervisor::create(make)
+        } else {
+            let slot = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+            Supervisor::start_in_arbiter(&self.workers[slot], make)
+        };
+        Tree::new(addr, stats)
+    }
+}

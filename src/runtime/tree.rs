@@ -1,0 +1,105 @@
+//! [`Tree`]: the handle on one session's subagent tree. The operations a
+//! client asks of it (spawn, delegate, await …) are its methods in `ops/`,
+//! one file each; here is what is not an operation: restoring, closing,
+//! draining and inspecting the tree.
+
+use actix::prelude::*;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::host::TreeStats;
+use super::inspect;
+use super::messages as msg;
+use super::supervisor::{self, Supervisor};
+use crate::error::HostError;
+use crate::ids::SubagentId;
+use crate::store::StoredSubagent;
+
+struct TreeInner {
+    addr: Addr<Supervisor>,
+    stats: Arc<TreeStats>,
+}
+
+impl Drop for TreeInner {
+    fn drop(&mut self) {
+        // The last handle is gone: take the tree down (a no-op after close).
+        self.addr.do_send(msg::Close);
+    }
+}
+
+/// A handle on one session's subagent tree: the library's public API for
+/// every request of the subagents capability. Cheap to clone; the tree is
+/// taken down when the last clone is dropped, or at [`Tree::close`].
+#[derive(Clone)]
+pub struct Tree {
+    inner: Arc<TreeInner>,
+}
+
+impl fmt::Debug for Tree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tree").field("stats", &self.inner.stats).finish()
+    }
+}
+
+impl Tree {
+    pub(super) fn new(addr: Addr<Supervisor>, stats: Arc<TreeStats>) -> Self {
+        Self { inner: Arc::new(TreeInner { addr, stats }) }
+    }
+
+    /// The session's supervisor, to which every operation is sent.
+    pub(crate) fn supervisor(&self) -> &Addr<Supervisor> {
+        &self.inner.addr
+    }
+
+    /// Rebuilds a stored session's subagents into this (new, empty) tree and
+    /// resumes the tasks that were running; answers how many resumed.
+    pub async fn restore(&self, subagents: Vec<StoredSubagent>) -> Result<usize, HostError> {
+        self.inner.addr.send(msg::Restore(subagents)).await?
+    }
+
+    /// Live task and actor counts of this session.
+    pub fn stats(&self) -> &TreeStats {
+        &self.inner.stats
+    }
+
+    /// Terminates every subagent of the session and stops its supervisor.
+    /// Returns every id stopped; a second call returns an empty list.
+    pub async fn close(&self) -> Vec<SubagentId> {
+        self.inner.addr.send(msg::Close).await.unwrap_or_default()
+    }
+
+    /// `shutdown`: lets running tasks finish for up to `timeout`, then closes.
+    pub async fn drain(&self, timeout: Duration) -> Vec<SubagentId> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        if let Ok(busy) = self.inner.addr.send(msg::BusyIds).await {
+            let waits = futures_util::future::join_all(busy.into_iter().map(|id| self.await_result(id)));
+            // Outside tokio's cooperative budget, as the supervisor's joins:
+            // past 128 polls every pending await would be woken and polled
+            // again, for each 128 answers that arrive (quadratic in N).
+            let _ = tokio::time::timeout_at(deadline, tokio::task::unconstrained(waits)).await;
+        }
+        self.close().await
+    }
+
+    /// The first `limit` subagents as the operator's view shows them, in
+    /// tree order, and how many the session holds in all.
+    pub async fn inspect(&self, limit: usize) -> Result<(Vec<inspect::SubagentView>, usize), HostError> {
+        Ok(self.inner.addr.send(supervisor::InspectTree { limit }).await?)
+    }
+
+    /// One subagent in detail (its config, task and last result).
+    pub async fn inspect_one(&self, id: SubagentId) -> Result<inspect::SubagentDetail, HostError> {
+        self.inner.addr.send(supervisor::InspectOne(id)).await?
+    }
+
+    /// The session's subagents counted by status.
+    pub async fn status_counts(&self) -> Result<inspect::StatusCounts, HostError> {
+        Ok(self.inner.addr.send(supervisor::CountStatuses).await?)
+    }
+
+    /// Whether the session's supervisor is still running.
+    pub fn is_open(&self) -> bool {
+        self.inner.addr.connected()
+    }
+}
