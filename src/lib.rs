@@ -48,6 +48,7 @@
 pub mod adapter;
 pub mod admin;
 pub mod config;
+pub mod entries;
 pub mod error;
 pub mod event;
 pub mod ids;

@@ -8,10 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::request::PROTOCOL_VERSION;
 use super::text::JsonText;
-use super::wire::SubagentEvent;
 use crate::error::HostError;
-use crate::event::{stopped_content, Event, WireEvent};
-use crate::ids::SubagentId;
 
 /// Seconds since the Unix epoch, as a float.
 pub fn now_ts() -> f64 {
@@ -89,9 +86,9 @@ fn message_id(buffer: &mut [u8; 32]) -> &str {
     uuid::Builder::from_random_bytes(bytes).into_uuid().simple().encode_lower(buffer)
 }
 
-/// The `error` reply for `err`: the one place errors meet the wire.
+/// The `error` reply for `err`: the one place errors meet the wire. (The
+/// session counts each one it sends: `session::error_line`.)
 pub fn error(err: &HostError, req_id: &str) -> String {
-    crate::metrics::metrics().error(err.code);
     let body = json!({
         "code": err.code.as_str(),
         "message": err.message,
@@ -102,33 +99,13 @@ pub fn error(err: &HostError, req_id: &str) -> String {
     message("error", Some(req_id), &body)
 }
 
-/// A reply of type `kind` when `result` is `Ok`, else the `error` reply.
-pub fn reply<T: Serialize>(kind: &str, req_id: &str, result: Result<T, HostError>) -> String {
-    match result {
-        Ok(body) => message(kind, Some(req_id), &body),
-        Err(err) => error(&err, req_id),
-    }
-}
-
-/// The reply to a cancel or terminate: a `SUBAGENT_EVENT` with `req_id`,
-/// `event` `cancelled` / `terminated` and the list of what was stopped.
-pub fn stopped(event: &str, req_id: &str, target: SubagentId, result: Result<Vec<SubagentId>, HostError>) -> String {
-    match result {
-        Ok(ids) => {
-            let body =
-                SubagentEvent { subagent_id: target, event: event.to_owned(), content: stopped_content(target, &ids) };
-            message("SUBAGENT_EVENT", Some(req_id), &body)
-        }
-        Err(err) => error(&err, req_id),
-    }
-}
-
-/// An unsolicited `SUBAGENT_EVENT` (no `req_id`).
-pub fn event(event: &Event) -> String {
-    // Written by hand, the fields as `WireEvent` serializes them.
-    let mut line = envelope("SUBAGENT_EVENT", None);
+/// A message of type `kind` whose fields `write_fields` writes itself (as
+/// `"name":value` pairs joined by commas, no braces), after the envelope's.
+/// For the hot lines written without serde (events).
+pub fn message_with_fields(kind: &str, req_id: Option<&str>, write_fields: impl FnOnce(&mut Vec<u8>)) -> String {
+    let mut line = envelope(kind, req_id);
     line.push(b',');
-    WireEvent(event).write_fields(&mut line);
+    write_fields(&mut line);
     line.push(b'}');
     finish(line)
 }

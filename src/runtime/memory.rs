@@ -4,15 +4,13 @@
 //! a per-subagent lock; no lock is ever shared by two subagents unless their
 //! memory scope says they share memory.
 
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use crate::protocol::encode::approx_len;
-use crate::protocol::wire::SubagentMessagePayload;
+pub use crate::entries::{InboxMessage, MemoryEntry};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking adapter can poison the lock mid-push; the queue is still
@@ -35,60 +33,6 @@ pub struct Memory {
     // cannot grow without bound.
     capacity: usize,
     max_bytes: usize,
-}
-
-/// One memory entry.
-#[derive(Debug, Clone)]
-pub enum MemoryEntry {
-    /// A chat line with text content, `{"content": "…", "role": "…"}`, kept
-    /// as its two strings: the common entry costs no encoding at all.
-    Said {
-        /// Who said it (`user`, `assistant`, …).
-        role: &'static str,
-        /// What was said.
-        content: Box<str>,
-    },
-    /// Any other entry, as its encoded JSON text.
-    Encoded(Box<RawValue>),
-}
-
-impl MemoryEntry {
-    /// Bytes it takes as encoded JSON (a chat line: exact unless it holds
-    /// control characters, counted as two bytes each).
-    fn bytes(&self) -> usize {
-        match self {
-            // `{"content":"` … `","role":"` … `"}`, and a backslash per escape.
-            Self::Said { role, content } => {
-                let escapes = content.bytes().filter(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\').count();
-                content.len() + escapes + role.len() + 24
-            }
-            Self::Encoded(text) => text.get().len(),
-        }
-    }
-
-    /// The entry as a value.
-    pub fn to_value(&self) -> Value {
-        match self {
-            Self::Said { role, content } => serde_json::json!({ "content": &**content, "role": role }),
-            // It was encoded from a value, so it parses back.
-            Self::Encoded(text) => serde_json::from_str(text.get()).unwrap_or(Value::Null),
-        }
-    }
-}
-
-impl serde::Serialize for MemoryEntry {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        match self {
-            Self::Said { role, content } => {
-                let mut line = serializer.serialize_struct("Said", 2)?;
-                line.serialize_field("content", content)?;
-                line.serialize_field("role", role)?;
-                line.end()
-            }
-            Self::Encoded(text) => text.serialize(serializer),
-        }
-    }
 }
 
 /// The entries, and the sum of their encoded sizes.
@@ -168,22 +112,6 @@ impl Memory {
     pub fn snapshot_copy(&self) -> Self {
         let entries = lock(&self.inner).clone();
         Self { inner: Arc::new(Mutex::new(entries)), capacity: self.capacity, max_bytes: self.max_bytes }
-    }
-}
-
-/// A message waiting in a subagent's mailbox.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InboxMessage {
-    /// Who sent it (a subagent id, or the client agent's id).
-    pub from: String,
-    /// What was sent.
-    pub payload: SubagentMessagePayload,
-}
-
-impl InboxMessage {
-    // What it counts toward the mailbox's byte bound.
-    fn size(&self) -> usize {
-        self.from.len() + self.payload.kind.len() + approx_len(&self.payload.content) + 24
     }
 }
 
@@ -293,6 +221,7 @@ impl Mailbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::wire::SubagentMessagePayload;
     use serde_json::json;
 
     #[test]

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+use super::reply::error_line;
 use super::{finish, Connection, Outbox};
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
-use crate::protocol::encode;
 use crate::protocol::request::decode_line;
 
 /// The message of the error answering a request that arrives while the
@@ -30,16 +30,16 @@ pub(super) fn too_long(limit: usize) -> HostError {
 // lines their usual error, a client's own `error` nothing.
 fn refuse(outbox: &Outbox, frame: Frame) {
     let reply = match frame {
-        Frame::TooLong { limit } => encode::error(&too_long(limit), ""),
+        Frame::TooLong { limit } => error_line(&too_long(limit), ""),
         // (A journaled line stays journaled: a resumed session serves it.)
         Frame::Line(line) | Frame::Journaled { line, .. } => match decode_line(&line) {
             Ok(None) => return,
             Ok(Some(incoming)) => {
                 let err = HostError::new(ErrorCode::InvalidState, SHUTTING_DOWN)
                     .with_detail(json!({ "reason": "shutting_down" }));
-                encode::error(&err, &incoming.id)
+                error_line(&err, &incoming.id)
             }
-            Err(bad) => encode::error(&bad.error, &bad.req_id),
+            Err(bad) => error_line(&bad.error, &bad.req_id),
         },
     };
     outbox.push(reply);

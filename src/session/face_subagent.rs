@@ -5,9 +5,9 @@
 
 use super::reply::{Replies, Reply};
 use crate::error::HostError;
+use crate::event::stopped_reply;
 use crate::ids::SubagentId;
 use crate::ops::{Operation, Outcome};
-use crate::protocol::encode;
 use crate::protocol::request::Request;
 
 /// A subagent id named by a request (`unknown_subagent` when it is none).
@@ -47,12 +47,8 @@ pub(super) async fn encode(replies: &Replies<'_>, outcome: Result<Outcome, HostE
             let rows = body.subagents.clone();
             replies.list("SUBAGENT_LIST_RESP", Some(&rows), Ok(body)).await
         }
-        Outcome::Cancelled { target, stopped } => {
-            encode::stopped("cancelled", replies.req_id, target, Ok(stopped)).into()
-        }
-        Outcome::Terminated { target, stopped } => {
-            encode::stopped("terminated", replies.req_id, target, Ok(stopped)).into()
-        }
+        Outcome::Cancelled { target, stopped } => stopped_reply("cancelled", replies.req_id, target, &stopped).into(),
+        Outcome::Terminated { target, stopped } => stopped_reply("terminated", replies.req_id, target, &stopped).into(),
         // Built before it is counted: merges are few, and bounded by the
         // results they merge.
         Outcome::Merged(body) => replies.measured("SUBAGENT_MERGE_RESP", Ok(body)).await,

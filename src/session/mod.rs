@@ -57,6 +57,7 @@ pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, OutboxReceiver};
 pub use relay::{Attach, Attachment};
+pub(crate) use reply::error_line;
 pub use service::{OpenedConnection, PoolSlot, Service};
 
 // Whether a `from_subagent_id` may name the sender: the client itself (the
@@ -429,7 +430,7 @@ impl Connection {
             format!("no successful handshake within handshake_timeout_ms ({ms} ms); closing the session"),
         )
         .with_detail(json!({ "limit": "handshake_timeout_ms", "handshake_timeout_ms": ms }));
-        self.outbox.push(encode::error(&err, ""));
+        self.outbox.push(error_line(&err, ""));
         ConnectionEnd::Unauthenticated
     }
 
@@ -467,7 +468,7 @@ impl Connection {
         if let Err(err) = self.slot.authenticate() {
             log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
             state.grant = None;
-            self.outbox.push(encode::error(&err, id));
+            self.outbox.push(error_line(&err, id));
             return None;
         }
         state.grant = Some(grant);
@@ -519,7 +520,7 @@ impl Connection {
             Frame::Journaled { seq, line } => (line, Served(Some((self.log.clone(), seq)))),
             Frame::TooLong { limit } => {
                 metrics().bound_rejected("max_line_bytes");
-                self.outbox.push(encode::error(&drain::too_long(limit), ""));
+                self.outbox.push(error_line(&drain::too_long(limit), ""));
                 return None;
             }
         };
@@ -537,7 +538,7 @@ impl Connection {
                 return self.handshake_failed(state, "version_mismatch");
             }
             Err(bad) => {
-                self.outbox.push(encode::error(&bad.error, &bad.req_id));
+                self.outbox.push(error_line(&bad.error, &bad.req_id));
                 return None;
             }
         };
@@ -547,7 +548,7 @@ impl Connection {
         let Some(grant) = state.grant else {
             let err =
                 HostError::new(ErrorCode::Unauthorized, "send handshake/req (and pass auth) before any other request");
-            self.outbox.push(encode::error(&err, &id));
+            self.outbox.push(error_line(&err, &id));
             return None;
         };
         match request {
@@ -568,17 +569,17 @@ impl Connection {
                 )
                 .with_detail(json!({ "capability": CAPABILITY }));
                 let _ = request;
-                self.outbox.push(encode::error(&err, &id));
+                self.outbox.push(error_line(&err, &id));
                 None
             }
             Request::Message(req) if !is_sender(&req.from_subagent_id, &state.agent_id) => {
-                self.outbox.push(encode::error(&HostError::unknown_sender(&req.from_subagent_id), &id));
+                self.outbox.push(error_line(&HostError::unknown_sender(&req.from_subagent_id), &id));
                 None
             }
             request => {
                 if let Err(err) = bounds::check(&request, line_len, self.service.limits()) {
                     log::warn!("session {}: request {id:?} refused: {}", self.session_id, err.message);
-                    self.outbox.push(encode::error(&err, &id));
+                    self.outbox.push(error_line(&err, &id));
                     return None;
                 }
                 let session = self.session.clone();

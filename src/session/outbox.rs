@@ -41,7 +41,6 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::Tap;
 use crate::event::{Event, EventSink};
 use crate::metrics::metrics;
-use crate::protocol::encode;
 use crate::store::{Change, CommitGate, SessionLog};
 
 /// What the outbox and its receiver share.
@@ -492,7 +491,7 @@ impl OutboxSink {
 
 impl EventSink for OutboxSink {
     fn emit(&self, event: Event) {
-        let line = encode::event(&event);
+        let line = crate::event::line(&event);
         self.tap.event(&line);
         self.outbox.push(line);
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::outbox::{Outbox, Reservation};
 use crate::error::HostError;
+use crate::metrics::metrics;
 use crate::protocol::encode::{self, encoded_len, envelope_len};
 use crate::protocol::wire::{ListResponse, SubagentInfo};
 
@@ -55,14 +56,14 @@ pub(crate) struct Replies<'a> {
 impl Replies<'_> {
     /// A reply of type `kind` (or the `error` reply), built at once.
     pub(super) fn small<T: Serialize>(&self, kind: &str, result: Result<T, HostError>) -> Reply {
-        encode::reply(kind, self.req_id, result).into()
+        reply_line(kind, self.req_id, result).into()
     }
 
     /// A reply whose body is about `body_len` bytes, built once the outbox
     /// has room for it.
     pub(super) async fn large<T: Serialize>(&self, kind: &str, body_len: usize, result: Result<T, HostError>) -> Reply {
         let reservation = self.outbox.reserve(body_len + envelope_len(kind, self.req_id.len())).await;
-        Reply { line: encode::reply(kind, self.req_id, result), reservation: Some(reservation) }
+        Reply { line: reply_line(kind, self.req_id, result), reservation: Some(reservation) }
     }
 
     /// A large reply whose body is `result` as it will be encoded.
@@ -84,6 +85,21 @@ impl Replies<'_> {
 
     /// The `error` reply.
     pub(super) fn error(&self, err: &HostError) -> Reply {
-        encode::error(err, self.req_id).into()
+        error_line(err, self.req_id).into()
+    }
+}
+
+/// The `error` reply for `err`, counted in the metrics: every error line a
+/// client is sent is made here.
+pub(crate) fn error_line(err: &HostError, req_id: &str) -> String {
+    metrics().error(err.code);
+    encode::error(err, req_id)
+}
+
+/// A reply of type `kind` when `result` is `Ok`, else the `error` reply.
+fn reply_line<T: Serialize>(kind: &str, req_id: &str, result: Result<T, HostError>) -> String {
+    match result {
+        Ok(body) => encode::message(kind, Some(req_id), &body),
+        Err(err) => error_line(&err, req_id),
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::handshake::{self, Grant};
 use super::outbox::OutboxSink;
+use super::reply::error_line;
 use super::{service, Connection, Ending, State};
-use crate::protocol::encode;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{Acquire, Change, SessionLog, SessionRow};
 
@@ -60,7 +60,7 @@ impl Connection {
             Err(err) => {
                 service.release_session(wanted);
                 log::warn!("session {}: loading {wanted} from the store failed: {}", self.session_id, err.message);
-                self.outbox.push(encode::error(&err.with_detail(json!({ "resume_session_id": wanted })), req_id));
+                self.outbox.push(error_line(&err.with_detail(json!({ "resume_session_id": wanted })), req_id));
                 return None;
             }
         };
@@ -83,7 +83,7 @@ impl Connection {
         }
         if let Err(err) = self.slot.authenticate() {
             service.give_back(wanted);
-            self.outbox.push(encode::error(&err, req_id));
+            self.outbox.push(error_line(&err, req_id));
             return None;
         }
         // Numbering goes on above both: the outbox's commit gate has seen
@@ -106,7 +106,7 @@ impl Connection {
             Err(err) => {
                 service.give_back(wanted);
                 self.outbox.attach_log(self.log.clone());
-                self.outbox.push(encode::error(&err, req_id));
+                self.outbox.push(error_line(&err, req_id));
                 return None;
             }
         };

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use super::writer::now_ms;
 use super::{Change, Held, SessionRow, SubagentRow};
+use crate::entries::{InboxMessage, MemoryEntry};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
-use crate::runtime::memory::{InboxMessage, MemoryEntry};
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq)]

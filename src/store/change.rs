@@ -6,9 +6,9 @@ use serde_json::Value;
 use std::sync::Arc;
 
 use super::writer::CommitGate;
+use crate::entries::{InboxMessage, MemoryEntry};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{RawObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
-use crate::runtime::memory::{InboxMessage, MemoryEntry};
 
 /// A session's identity, as its first successful handshake set it.
 #[derive(Debug, Clone, PartialEq)]

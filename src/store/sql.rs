@@ -21,10 +21,10 @@ use super::{
     Change, Checkpoint, CommitError, CommitFuture, SessionRow, StoreError, StoreFuture, StoreUrl, StoredSession,
     StoredSubagent, StoredTask, SubagentRow,
 };
+use crate::entries::InboxMessage;
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
 use crate::protocol::wire::{SubagentStatus, Usage};
-use crate::runtime::memory::InboxMessage;
 
 /// The migrations this build knows, oldest first, for either engine (the
 /// cluster's tables exist on both; its functions only on PostgreSQL).

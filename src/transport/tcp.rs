@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::lines::{finish_writer, read_frames, write_lines};
-use crate::protocol::encode;
+use crate::session::error_line;
 use crate::session::{ConnectionEnd, Service};
 
 /// First pause after a failed accept (out of file descriptors and the
@@ -88,7 +88,7 @@ async fn connection(
         Ok(opened) => opened,
         Err(err) => {
             log::warn!("tcp connection from {peer} refused: {}", err.message);
-            let line = encode::error(&err, "") + "\n";
+            let line = error_line(&err, "") + "\n";
             let _ = tokio::time::timeout(final_flush, stream.write_all(line.as_bytes())).await;
             return;
         }

@@ -106,7 +106,7 @@ fn an_encoded_event_line_is_its_envelope_and_the_serde_fields() {
         detail: EventDetail::Progress("line\nbreak".into()),
         usage: None,
     };
-    let line: serde_json::Value = serde_json::from_str(&subagent_host::protocol::encode::event(&event)).unwrap();
+    let line: serde_json::Value = serde_json::from_str(&subagent_host::event::line(&event)).unwrap();
     let mut fields = serde_json::to_value(WireEvent(&event)).unwrap();
     let fields = fields.as_object_mut().unwrap();
     assert_eq!(line["type"], "SUBAGENT_EVENT");
@@ -132,8 +132,7 @@ fn a_merged_event_lists_at_most_64_sources_on_the_wire_and_counts_them_all() {
         usage: None,
     };
     let content = |n: u32| {
-        let line: serde_json::Value =
-            serde_json::from_str(&subagent_host::protocol::encode::event(&merged(n))).unwrap();
+        let line: serde_json::Value = serde_json::from_str(&subagent_host::event::line(&merged(n))).unwrap();
         line["content"].clone()
     };
     let small = content(3);

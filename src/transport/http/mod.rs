@@ -79,7 +79,7 @@ use tokio_util::sync::CancellationToken;
 use super::lines::WRITE_BATCH;
 use crate::error::{ErrorCode, HostError};
 use crate::protocol::codec::{Frame, LineDecoder};
-use crate::protocol::encode;
+use crate::session::error_line;
 use crate::session::service::INPUT_QUEUE;
 use crate::session::OutboxReceiver;
 
@@ -404,7 +404,7 @@ impl Attached {
         )
         .with_detail(json!({ "reason": "stream_replaced" }));
         let mut chunk = b"event: closed\n".to_vec();
-        push_event(&mut chunk, 0, &encode::error(&err, ""));
+        push_event(&mut chunk, 0, &error_line(&err, ""));
         Some((Ok(Bytes::from(chunk)), self))
     }
 }
