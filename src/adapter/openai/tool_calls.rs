@@ -146,12 +146,13 @@ async fn dispatch(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Resul
         }
         READ_MAILBOX => {
             let args: MailboxArgs = parse_args(call)?;
-            let mut messages: Vec<Value> = ctx.mailbox.drain().into_iter().map(|m| super::inbox_json(&m)).collect();
+            let mut messages: Vec<Value> =
+                ctx.mailbox.drain().into_iter().map(|m| super::prompt::inbox_json(&m)).collect();
             if messages.is_empty() {
                 if let Some(ms) = args.timeout_ms.filter(|ms| *ms > 0) {
                     let wait = Duration::from_millis(ms).min(MAX_MAILBOX_WAIT);
                     if let Some(message) = ctx.next_message(Some(wait)).await {
-                        messages.push(super::inbox_json(&message));
+                        messages.push(super::prompt::inbox_json(&message));
                     }
                 }
             }
