@@ -119,13 +119,13 @@ pub async fn run(
     let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
     let store = settings.store.clone();
     let service = Service::with_store(Host::with_workers(config, handles), settings.auth, settings.store);
-    let admin = http::admin::AdminApi::new(service.clone(), settings.admin_tokens);
+    let admin = http::admin_routes::AdminApi::new(service.clone(), settings.admin_tokens);
     let metrics_server = match listeners.metrics {
         Some(listener) => {
             // The operator's page goes where HTTP is served: here when
             // nothing else serves it.
             let page = listeners.http.is_none().then(|| admin.clone());
-            let server = http::metrics::server(listener, page).map_err(|err| format!("metrics: {err}"))?;
+            let server = http::metrics_endpoint::server(listener, page).map_err(|err| format!("metrics: {err}"))?;
             let handle = server.handle();
             actix_rt::spawn(server);
             Some(handle)
@@ -172,7 +172,7 @@ struct HttpSettings {
     workers: usize,
     journal_retained: usize,
     resume_concurrency: usize,
-    admin: Arc<http::admin::AdminApi>,
+    admin: Arc<http::admin_routes::AdminApi>,
 }
 
 async fn serve_network(

@@ -1,109 +1,17 @@
 //! What runs a task: the adapters, implementations of the runtime's
-//! [`AgentAdapter`] trait, and the
+//! [`AgentAdapter`](crate::AgentAdapter) trait, and the
 //! routing table built from the config file's `[[routes]]`.
 //!
 //! - [`scripted`]: the built-in deterministic adapter (no network, no keys).
 //! - [`openai`]: OpenAI-compatible chat completions, a tool-calling loop.
 //! - [`command`]: an external program per task, JSON on stdin and stdout.
-//! - [`build_route`], [`router`]: the adapter a route names, and the table.
+//! - [`build_route`], [`router`] (file `routing`): the adapter a route
+//!   names, and the table.
 
 pub mod command;
 pub mod openai;
+mod routing;
 pub mod scripted;
 
-use std::sync::Arc;
-
-use crate::config::{AdapterKind, FileConfig, RouteConfig};
-use crate::runtime::task::{AdapterRouter, AgentAdapter};
+pub use routing::{build_route, build_route_with_policy, router, tool_policy};
 pub use scripted::ScriptedAdapter;
-
-/// Builds the adapter a config-file route names, checking that it has the
-/// keys it needs and none it ignores; an openai adapter gets the default
-/// [`openai::ToolPolicy`].
-pub fn build_route(route: &RouteConfig) -> Result<Arc<dyn AgentAdapter>, String> {
-    build_route_with_policy(route, &openai::ToolPolicy::default(), false)
-}
-
-/// [`build_route`] with the host's tool policy (the config's `[policy]`
-/// table), which decides what the openai adapter's `restricted` scope
-/// allows, and whether spans record content (`[telemetry] record_content`).
-pub fn build_route_with_policy(
-    route: &RouteConfig,
-    policy: &openai::ToolPolicy,
-    record_content: bool,
-) -> Result<Arc<dyn AgentAdapter>, String> {
-    let fail = |text: String| format!("route `{}`: {text}", route.model);
-    let adapter = route.adapter.as_str();
-    let set = [
-        ("base_url", route.base_url.is_some()),
-        ("api_key_env", route.api_key_env.is_some()),
-        ("upstream_model", route.upstream_model.is_some()),
-        ("stream", route.stream.is_some()),
-        ("progress_ms", route.progress_ms.is_some()),
-        ("ca_file", route.ca_file.is_some()),
-        ("program", route.program.is_some()),
-        ("args", !route.args.is_empty()),
-        ("on_restart", route.on_restart.is_some()),
-    ];
-    let accepted: &[&str] = match route.adapter {
-        AdapterKind::Scripted => &[],
-        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model", "stream", "progress_ms", "ca_file"],
-        AdapterKind::Command => &["program", "args", "on_restart"],
-    };
-    if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
-        return Err(fail(format!("adapter {adapter} does not take `{key}`")));
-    }
-    match route.adapter {
-        AdapterKind::Openai => {
-            let base_url = route.base_url.clone().ok_or_else(|| fail("adapter openai needs base_url".into()))?;
-            if route.api_key_env.as_deref().is_some_and(|var| var.trim().is_empty()) {
-                return Err(fail("api_key_env is empty".into()));
-            }
-            let mut config = openai::OpenAiConfig::new(base_url);
-            config.api_key_env = route.api_key_env.clone();
-            config.upstream_model = route.upstream_model.clone();
-            config.policy = policy.clone();
-            config.route_model = Some(route.model.clone());
-            config.record_content = record_content;
-            config.stream = route.stream.unwrap_or(false);
-            config.ca_file = route.ca_file.clone();
-            if let Some(ms) = route.progress_ms {
-                config.progress_every = std::time::Duration::from_millis(ms);
-            }
-            Ok(Arc::new(openai::OpenAiAdapter::new(config).map_err(fail)?))
-        }
-        AdapterKind::Command => {
-            let program = route.program.clone().ok_or_else(|| fail("adapter command needs program".into()))?;
-            let config = command::CommandConfig {
-                program,
-                args: route.args.clone(),
-                rerun_on_restart: route.on_restart == Some(crate::config::OnRestart::Rerun),
-            };
-            Ok(Arc::new(command::CommandAdapter::new(config).map_err(fail)?))
-        }
-        AdapterKind::Scripted => Ok(Arc::new(ScriptedAdapter)),
-    }
-}
-
-/// The host's tool policy from the config's `[policy]` table; fails on a
-/// name that is not a tool.
-pub fn tool_policy(file: &FileConfig) -> Result<openai::ToolPolicy, String> {
-    match &file.policy.restricted_tools {
-        Some(names) => openai::ToolPolicy::restricted_to(names)
-            .map_err(|err| format!("invalid config: policy.restricted_tools: {err}")),
-        None => Ok(openai::ToolPolicy::default()),
-    }
-}
-
-/// The routing table of a config file: each route in order, the scripted
-/// adapter for every other model.
-pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
-    let policy = tool_policy(file)?;
-    let mut router = AdapterRouter::default();
-    for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build_route_with_policy(route, &policy, file.telemetry.record_content)
-            .map_err(|err| format!("routes[{index}]: {err}"))?;
-        router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
-    }
-    Ok(router)
-}

@@ -1,134 +1,19 @@
 //! The operator's side of the host, behind `/ui` and `/admin/*` (see
-//! `transport::http::admin`): [`Admin`] keeps the protocol sessions open
+//! `transport::http::admin_routes`): [`Admin`] keeps the protocol sessions open
 //! now, each with its tree, and the [`hub`] through which their events
 //! reach the operator's streams.
 //!
 //! A session is listed from its first successful handshake (or its restore
 //! from the store) until it ends; [`Listed`] is its place in the list.
+//!
+//! - `live_session`: [`LiveSession`], one open session.
+//! - `session_list`: [`Admin`] and [`Listed`], the list of open sessions.
+//! - [`hub`]: the fan-out of events to the operator's streams.
 
 pub mod hub;
+mod live_session;
+mod session_list;
 
-use serde_json::json;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
-
-use crate::runtime::Tree;
 pub use hub::{Hub, Next, Notice, Tap, Watch};
-
-/// One open protocol session, as the operator sees it.
-#[derive(Debug)]
-pub struct LiveSession {
-    /// The session's id.
-    pub id: Arc<str>,
-    /// `tcp`, `http` or `stdio`.
-    pub transport: &'static str,
-    /// Who the client is (a socket address, `stdio`).
-    pub peer: String,
-    /// The `agent_id` of its handshake.
-    pub agent_id: String,
-    /// When it was listed, for display (seconds since the Unix epoch).
-    pub opened_at: f64,
-    /// When it was listed, for its age.
-    pub opened: Instant,
-    /// Its actor tree.
-    pub tree: Tree,
-}
-
-impl LiveSession {
-    /// A session listed now.
-    pub fn new(id: &str, transport: &'static str, peer: &str, agent_id: &str, tree: Tree) -> Self {
-        Self {
-            id: id.into(),
-            transport,
-            peer: peer.to_owned(),
-            agent_id: agent_id.to_owned(),
-            opened_at: crate::protocol::encode::now_ts(),
-            opened: Instant::now(),
-            tree,
-        }
-    }
-
-    /// Its summary (without the counts by status, which ask its tree).
-    pub fn summary(&self) -> serde_json::Value {
-        json!({
-            "session_id": &*self.id,
-            "transport": self.transport,
-            "peer": self.peer,
-            "agent_id": self.agent_id,
-            "opened_at": self.opened_at,
-            "age_seconds": self.opened.elapsed().as_secs_f64(),
-        })
-    }
-}
-
-/// The open sessions and the event hub; one per service.
-#[derive(Debug, Default)]
-pub struct Admin {
-    sessions: Mutex<HashMap<Arc<str>, Arc<LiveSession>>>,
-    hub: Arc<Hub>,
-}
-
-impl Admin {
-    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<LiveSession>>> {
-        self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Lists `session` until the returned [`Listed`] is dropped (a session
-    /// listed again under the same id replaces its earlier listing).
-    pub fn list(self: &Arc<Self>, session: LiveSession) -> Listed {
-        let session = Arc::new(session);
-        self.sessions_lock().insert(session.id.clone(), session.clone());
-        self.announce(&session, "opened");
-        Listed { admin: self.clone(), session }
-    }
-
-    fn announce(&self, session: &LiveSession, state: &str) {
-        if !self.hub.is_watched() {
-            return;
-        }
-        let data = json!({ "session": &*session.id, "state": state, "summary": session.summary() }).to_string();
-        self.hub.publish_session(Notice { session: session.id.clone(), kind: "session", data });
-    }
-
-    /// Every open session, oldest first.
-    pub fn sessions(&self) -> Vec<Arc<LiveSession>> {
-        let mut sessions: Vec<_> = self.sessions_lock().values().cloned().collect();
-        sessions.sort_by_key(|session| session.opened);
-        sessions
-    }
-
-    /// The open session `id`.
-    pub fn session(&self, id: &str) -> Option<Arc<LiveSession>> {
-        self.sessions_lock().get(id).cloned()
-    }
-
-    /// The event hub.
-    pub fn hub(&self) -> &Arc<Hub> {
-        &self.hub
-    }
-
-    /// A tap for the events of session `id`.
-    pub fn tap(&self, id: &str) -> Tap {
-        Tap::new(self.hub.clone(), id)
-    }
-}
-
-/// A session's place in the list: it leaves the list when this is dropped.
-#[derive(Debug)]
-pub struct Listed {
-    admin: Arc<Admin>,
-    session: Arc<LiveSession>,
-}
-
-impl Drop for Listed {
-    fn drop(&mut self) {
-        let mut sessions = self.admin.sessions_lock();
-        // Only its own listing: a later one under the same id stays.
-        if sessions.get(&self.session.id).is_some_and(|listed| Arc::ptr_eq(listed, &self.session)) {
-            sessions.remove(&self.session.id);
-            drop(sessions);
-            self.admin.announce(&self.session, "closed");
-        }
-    }
-}
+pub use live_session::LiveSession;
+pub use session_list::{Admin, Listed};

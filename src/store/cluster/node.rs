@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::sql::{self, CHANNEL};
+use super::queries::{self, CHANNEL};
 use super::Cluster;
 
 /// Hands a session's lease back once everything recorded of it is
@@ -21,7 +21,7 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
     let node = cluster.node_id().to_owned();
     let mut presence = presence(&pool, &node).await?;
     let started_ms = crate::store::writer::now_ms();
-    sql::renew(&pool, &cluster, started_ms)
+    queries::renew(&pool, &cluster, started_ms)
         .await
         .map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
     let mut listener = PgListener::connect_with(&pool).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
@@ -56,7 +56,7 @@ async fn presence(pool: &PgPool, node: &str) -> Result<PgConnection, String> {
         .connect()
         .await
         .map_err(|err| format!("cluster: cannot connect: {err}"))?;
-    match sql::take_presence(&mut conn, node).await {
+    match queries::take_presence(&mut conn, node).await {
         Ok(true) => Ok(conn),
         Ok(false) => Err(format!(
             "cluster: node id {node} is in use by another live subagentd (give each node its own --node-id)"
@@ -90,7 +90,7 @@ async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> bool {
         return false;
     }
     let before = cluster.leased();
-    match sql::renew(pool, cluster, started_ms).await {
+    match queries::renew(pool, cluster, started_ms).await {
         Ok(renewed) => {
             if !cluster.healthy.swap(true, Ordering::AcqRel) {
                 log::warn!("cluster: leases renewed again; taking new sessions");

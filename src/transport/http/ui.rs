@@ -1,16 +1,24 @@
-//! The live view's files (`GET /ui`, `/ui/app.js`, `/ui/style.css`),
+//! The live view's files (`GET /ui`, `/ui/*.js`, `/ui/style.css`),
 //! compiled into the binary: no CDN, no front-end build. Plain HTML, CSS
-//! and one script, which reads the admin API (`admin.rs`) and its SSE
-//! stream. Served under a content security policy that allows nothing but
-//! this host.
+//! and a few classic scripts loaded in order (`common.js`, `host.js`,
+//! `tree.js`, `detail.js`, then `app.js`, which starts the page). They read
+//! the admin API (`admin_routes.rs`) and its SSE stream. Served under a
+//! content security policy that allows nothing but this host.
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::admin::{page_refusal, AdminApi};
+use super::admin_routes::{page_refusal, AdminApi};
 
 const INDEX: &str = include_str!("ui/index.html");
-const SCRIPT: &str = include_str!("ui/app.js");
+/// The scripts, by file name, in the order the page loads them.
+const SCRIPTS: [(&str, &str); 5] = [
+    ("common.js", include_str!("ui/common.js")),
+    ("host.js", include_str!("ui/host.js")),
+    ("tree.js", include_str!("ui/tree.js")),
+    ("detail.js", include_str!("ui/detail.js")),
+    ("app.js", include_str!("ui/app.js")),
+];
 const STYLE: &str = include_str!("ui/style.css");
 
 /// What the page may load and talk to: this host only.
@@ -34,13 +42,15 @@ pub(super) async fn page(req: HttpRequest, api: web::Data<AdminApi>) -> HttpResp
     file("text/html; charset=utf-8", INDEX)
 }
 
-/// `GET /ui/{file}`: its script and style sheet.
+/// `GET /ui/{file}`: its scripts and style sheet.
 pub(super) async fn asset(req: HttpRequest, path: web::Path<String>, api: web::Data<AdminApi>) -> HttpResponse {
     if let Some(refused) = page_refusal(&req, &api) {
         return refused;
     }
+    if let Some((_, script)) = SCRIPTS.iter().find(|(name, _)| *name == path.as_str()) {
+        return file("text/javascript; charset=utf-8", script);
+    }
     match path.as_str() {
-        "app.js" => file("text/javascript; charset=utf-8", SCRIPT),
         "style.css" => file("text/css; charset=utf-8", STYLE),
         _ => HttpResponse::NotFound().finish(),
     }

@@ -44,7 +44,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::bearer;
+use super::request_info::bearer;
 use crate::admin::hub::MAX_WATCHES;
 use crate::admin::{LiveSession, Next, Watch};
 use crate::error::{ErrorCode, HostError};
@@ -124,7 +124,7 @@ fn refusal(req: &HttpRequest, api: &AdminApi, page: bool) -> Option<HttpResponse
             Some(token) if api.tokens.check(Some(token)) => None,
             given => {
                 crate::metrics::metrics().auth_failed("admin");
-                let peer = super::peer(req);
+                let peer = super::request_info::peer(req);
                 let why = if given.is_some() { "refused" } else { "missing" };
                 log::warn!("admin {} {} from {peer}: bearer token {why}", req.method(), req.path());
                 Some(
@@ -253,7 +253,7 @@ async fn act(req: HttpRequest, path: web::Path<(String, String, String)>, api: w
         Ok(found) => found,
         Err(refused) => return *refused,
     };
-    log::info!("admin: {action} {sid} in session {id}, asked by {}", super::peer(&req));
+    log::info!("admin: {action} {sid} in session {id}, asked by {}", super::request_info::peer(&req));
     let stopped = match action.as_str() {
         "cancel" => session.tree.cancel(target_id).await,
         _ => session.tree.terminate(target_id).await,

@@ -7,7 +7,7 @@ use actix_web::http::header;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use std::sync::Arc;
 
-use super::admin::AdminApi;
+use super::admin_routes::AdminApi;
 use crate::metrics::{content_type, metrics};
 
 /// The metrics in the format the scraper asks for: OpenMetrics when its
@@ -29,7 +29,7 @@ pub fn server(listener: std::net::TcpListener, admin: Option<Arc<AdminApi>>) -> 
     Ok(HttpServer::new(move || {
         let app = App::new().route("/metrics", web::get().to(scrape));
         match &admin {
-            Some(admin) => app.configure(|cfg| super::admin::routes(cfg, admin.clone())),
+            Some(admin) => app.configure(|cfg| super::admin_routes::routes(cfg, admin.clone())),
             None => app.configure(|_| {}),
         }
     })

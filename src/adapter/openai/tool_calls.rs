@@ -167,7 +167,7 @@ fn encode(outcome: Outcome) -> Value {
         }),
         Outcome::Messaged(_) => json!({ "delivered": true }),
         Outcome::Mailbox(messages) => {
-            let messages: Vec<Value> = messages.iter().map(super::inbox_json).collect();
+            let messages: Vec<Value> = messages.iter().map(super::prompt::inbox_json).collect();
             json!({ "messages": messages })
         }
         Outcome::Listed(list) => {

@@ -1,0 +1,170 @@
+//! The tool-calling loop of one task: the conversation built (or resumed
+//! from its checkpoint), each model call a step, each tool call carried out
+//! and answered, until a reply calls no tool.
+
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+use super::checkpoint::{save, unanswered_calls, Saved};
+use super::client::{self, ChatClient, Usage};
+use super::prompt::{history, inbox_text, system_prompt};
+use super::{allowed_tools, schemas, tool_calls, OpenAiConfig};
+use crate::metrics::metrics;
+use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
+use crate::runtime::task::{TaskContext, TaskError};
+use crate::runtime::trace;
+
+/// The tool-calling loop of one task.
+pub(super) async fn conversation(
+    config: &OpenAiConfig,
+    tls: client::Tls,
+    ctx: &TaskContext,
+) -> Result<JsonObject, TaskError> {
+    let api_key = match &config.api_key_env {
+        Some(var) => match std::env::var(var) {
+            Ok(key) if !key.is_empty() => Some(key),
+            _ => return Err(TaskError(format!("the API key variable `{var}` (api_key_env) is not set"))),
+        },
+        None => None,
+    };
+    let client = ChatClient::new(&config.base_url, api_key, config.retry.clone(), tls);
+    let allowed = allowed_tools(&ctx.config, &config.policy);
+    let tool_definitions = Value::Array(schemas::definitions(&allowed));
+    let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());
+
+    let say = |message: Value, messages: &mut Vec<Value>| {
+        ctx.memory.push(message.clone());
+        messages.push(message);
+    };
+    let (mut messages, mut usage) = match ctx.resume_point() {
+        // Its memory was stored with the checkpoint: nothing is said twice.
+        Some(checkpoint) => {
+            let saved: Saved = serde_json::from_value(checkpoint.state.clone())
+                .map_err(|err| TaskError(format!("the checkpoint cannot be read: {err}")))?;
+            // Its subagent's stored usage counts up to its last task's end:
+            // what this task used up to its checkpoint counts again.
+            ctx.record_usage(TokenUsage {
+                input_tokens: saved.usage.prompt_tokens,
+                output_tokens: saved.usage.completion_tokens,
+            })?;
+            (saved.messages, saved.usage)
+        }
+        None => {
+            let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
+            messages.extend(history(&ctx.memory.values()));
+            say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
+            (messages, Usage::default())
+        }
+    };
+    // The tool calls of a reply that was in flight when the host stopped.
+    for call in unanswered_calls(&messages) {
+        let output = traced_call(ctx, config, &allowed, &call).await;
+        say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+        save(ctx, &messages, usage);
+    }
+    loop {
+        for message in ctx.mailbox.drain() {
+            say(json!({ "role": "user", "content": inbox_text(&message) }), &mut messages);
+        }
+        let step = ctx.step()?;
+        let mut body = json!({ "model": model, "messages": messages });
+        if !allowed.is_empty() {
+            body["tools"] = tool_definitions.clone();
+        }
+        let span = trace::chat(ctx.span(), "openai", &model);
+        if config.record_content && !span.is_disabled() {
+            span.record("gen_ai.input.messages", body["messages"].to_string());
+        }
+        if config.stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({ "include_usage": true });
+        }
+        let started = Instant::now();
+        let mut streamed = StreamProgress::new(ctx, config.progress_every);
+        let completion = {
+            let mut on_text = |text: &str| streamed.push(text);
+            let on_text: Option<&mut dyn FnMut(&str)> = if config.stream { Some(&mut on_text) } else { None };
+            client.complete(&body, |note| ctx.progress(note), on_text).await
+        };
+        streamed.flush();
+        metrics().model_call("openai", completion.is_ok(), started.elapsed());
+        let completion = match completion {
+            Ok(completion) => completion,
+            Err(err) => {
+                trace::chat_usage(&span, Err(&err.0));
+                return Err(err);
+            }
+        };
+        let used = TokenUsage {
+            input_tokens: completion.usage.prompt_tokens,
+            output_tokens: completion.usage.completion_tokens,
+        };
+        trace::chat_usage(&span, Ok(used));
+        if config.record_content && !span.is_disabled() {
+            span.record("gen_ai.output.messages", completion.assistant_message().to_string());
+        }
+        drop(span);
+        metrics().tokens(config.route_model.as_deref().unwrap_or("unrouted"), used.input_tokens, used.output_tokens);
+        ctx.record_usage(used)?;
+        usage.add(completion.usage);
+        say(completion.assistant_message(), &mut messages);
+        save(ctx, &messages, usage);
+        if completion.tool_calls.is_empty() {
+            let mut result = JsonObject::new();
+            result.insert("summary".into(), json!(completion.content.unwrap_or_default()));
+            result.insert("steps".into(), json!(step));
+            result.insert("usage".into(), usage.to_json());
+            return Ok(result);
+        }
+        for call in &completion.tool_calls {
+            ctx.progress(format!("step {step}: tool {}", call.name));
+            let output = traced_call(ctx, config, &allowed, call).await;
+            say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+            save(ctx, &messages, usage);
+        }
+    }
+}
+
+/// A streamed reply's text as `progress` events: at most one per `every`,
+/// each with the text that arrived since the one before, so a fast model
+/// cannot flood the outbox.
+struct StreamProgress<'a> {
+    ctx: &'a TaskContext,
+    every: Duration,
+    pending: String,
+    last: Option<Instant>,
+}
+
+impl<'a> StreamProgress<'a> {
+    fn new(ctx: &'a TaskContext, every: Duration) -> Self {
+        Self { ctx, every, pending: String::new(), last: None }
+    }
+
+    fn push(&mut self, text: &str) {
+        self.pending.push_str(text);
+        if self.last.is_none_or(|last| last.elapsed() >= self.every) {
+            self.flush();
+        }
+    }
+
+    /// Sends what has gathered, if anything.
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.ctx.progress(std::mem::take(&mut self.pending));
+            self.last = Some(Instant::now());
+        }
+    }
+}
+
+/// Carries out one tool call under its `execute_tool` span.
+async fn traced_call(ctx: &TaskContext, config: &OpenAiConfig, allowed: &[&str], call: &client::ToolCall) -> Value {
+    let span = trace::execute_tool(ctx.span(), &call.name, &call.id);
+    if config.record_content && !span.is_disabled() {
+        span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+    }
+    let output = tool_calls::call(ctx, allowed, call).await;
+    if config.record_content && !span.is_disabled() {
+        span.record("gen_ai.tool.call.result", output.to_string());
+    }
+    output
+}

@@ -1,0 +1,212 @@
+//! The process-wide [`Metrics`]: every series registered at start (so each
+//! label value has its series from the first scrape), and their rendering.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::LazyLock;
+
+use super::sharded::{ShardedCounter, ShardedGauge};
+use super::task_outcome::TaskOutcome;
+use super::text_format::classic_text;
+use crate::error::ErrorCode;
+use crate::protocol::request::Request;
+use crate::protocol::wire::SubagentStatus;
+
+/// A label set of fixed names and values.
+type Labels<const N: usize> = [(&'static str, &'static str); N];
+/// The label set of per-model token counts (the model is a configured route's).
+type ModelLabels = [(&'static str, String); 2];
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every error code, for the `errors_total` series made at start.
+pub(super) const ERROR_CODES: [ErrorCode; 15] = [
+    ErrorCode::ParseError,
+    ErrorCode::InvalidMessage,
+    ErrorCode::SchemaViolation,
+    ErrorCode::Unauthorized,
+    ErrorCode::VersionMismatch,
+    ErrorCode::RuntimeError,
+    ErrorCode::Timeout,
+    ErrorCode::OutOfMemory,
+    ErrorCode::UnknownType,
+    ErrorCode::UnknownSubagent,
+    ErrorCode::DepthExceeded,
+    ErrorCode::QuotaExceeded,
+    ErrorCode::InvalidState,
+    ErrorCode::UnknownStrategy,
+    ErrorCode::MailboxFull,
+];
+
+/// The process-wide metrics.
+pub struct Metrics {
+    registry: Registry,
+    pub(super) sessions_open: Family<Labels<1>, Gauge>,
+    pub(super) subagents: [ShardedGauge; 7],
+    pub(super) tasks_started: ShardedCounter,
+    pub(super) tasks_ended: [ShardedCounter; 5],
+    pub(super) task_duration: [Histogram; 5],
+    pub(super) model_calls: Family<Labels<2>, Counter>,
+    pub(super) model_call_duration: HistogramFamily<Labels<1>>,
+    pub(super) tokens: Family<ModelLabels, Counter>,
+    pub(super) requests: [ShardedCounter; 16],
+    pub(super) errors: [Counter; 15],
+    pub(super) outbox_bytes: ShardedGauge,
+    pub(super) bounds_rejected: Family<Labels<1>, Counter>,
+    pub(super) auth_failures: Family<Labels<1>, Counter>,
+    pub(super) store_commit_duration: Histogram,
+    pub(super) store_batch_changes: Histogram,
+    pub(super) store_commit_failures: Counter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+// Seconds, from 1 ms to about 65 s (a task, a model call).
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("subagentd");
+        let info: Family<Labels<1>, Gauge> = Family::default();
+        info.get_or_create(&[("version", env!("CARGO_PKG_VERSION"))]).set(1);
+        registry.register("build_info", "The running subagentd's version (always 1)", info);
+
+        let sessions_open = Family::default();
+        for transport in ["stdio", "tcp", "http"] {
+            sessions_open.get_or_create_owned(&[("transport", transport)]);
+        }
+        registry.register("sessions_open", "Protocol sessions open now, by transport", sessions_open.clone());
+
+        let subagents_family: Family<Labels<1>, ShardedGauge> = Family::default();
+        let subagents =
+            SubagentStatus::ALL.map(|status| subagents_family.get_or_create_owned(&[("status", status.as_str())]));
+        registry.register("subagents", "Subagents held now (live and retained), by status", subagents_family);
+
+        let tasks_started = ShardedCounter::default();
+        registry.register("tasks_started", "Tasks started (a resumed task counts again)", tasks_started.clone());
+        let ended_family: Family<Labels<1>, ShardedCounter> = Family::default();
+        let tasks_ended = TaskOutcome::ALL.map(|o| ended_family.get_or_create_owned(&[("outcome", o.as_str())]));
+        registry.register("tasks_ended", "Tasks ended, by outcome", ended_family);
+        let duration_family: HistogramFamily<Labels<1>> = Family::new_with_constructor(seconds_histogram);
+        let task_duration = TaskOutcome::ALL.map(|o| duration_family.get_or_create_owned(&[("outcome", o.as_str())]));
+        registry.register_with_unit("task_duration", "How long tasks ran, by outcome", Unit::Seconds, duration_family);
+
+        let model_calls = Family::default();
+        registry.register("model_calls", "Model calls, by adapter and outcome (ok, error)", model_calls.clone());
+        let model_call_duration: HistogramFamily<Labels<1>> = Family::new_with_constructor(seconds_histogram);
+        registry.register_with_unit(
+            "model_call_duration",
+            "How long model calls took (retries included), by adapter",
+            Unit::Seconds,
+            model_call_duration.clone(),
+        );
+        let tokens = Family::default();
+        registry.register("tokens", "Model tokens, by configured route model and type (input, output)", tokens.clone());
+
+        let requests_family: Family<Labels<1>, ShardedCounter> = Family::default();
+        let requests = Request::WIRE_TYPES.map(|kind| requests_family.get_or_create_owned(&[("type", kind)]));
+        registry.register("requests", "Protocol requests decoded, by type", requests_family);
+        let errors_family: Family<Labels<1>, Counter> = Family::default();
+        let errors = ERROR_CODES.map(|code| errors_family.get_or_create_owned(&[("code", code.as_str())]));
+        registry.register("errors", "Error replies sent, by code", errors_family);
+
+        let outbox_bytes = ShardedGauge::default();
+        registry.register_with_unit(
+            "outbox_queued",
+            "Bytes queued or reserved in session outboxes, not yet taken by a transport",
+            Unit::Bytes,
+            outbox_bytes.clone(),
+        );
+        let bounds_rejected = Family::default();
+        registry.register(
+            "bounds_rejected",
+            "Requests or sessions refused at a limit, by the limit's config key",
+            bounds_rejected.clone(),
+        );
+        let auth_failures = Family::default();
+        registry.register("auth_failures", "Refused credentials, by transport", auth_failures.clone());
+
+        let store_commit_duration = seconds_histogram();
+        registry.register_with_unit(
+            "store_commit_duration",
+            "How long a store commit (one transaction of a batch) took",
+            Unit::Seconds,
+            store_commit_duration.clone(),
+        );
+        let store_batch_changes = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        registry.register("store_batch_changes", "Changes per committed batch", store_batch_changes.clone());
+        let store_commit_failures = Counter::default();
+        registry.register(
+            "store_commit_failures",
+            "Store commits that failed (and were retried)",
+            store_commit_failures.clone(),
+        );
+
+        Self {
+            registry,
+            sessions_open,
+            subagents,
+            tasks_started,
+            tasks_ended,
+            task_duration,
+            model_calls,
+            model_call_duration,
+            tokens,
+            requests,
+            errors,
+            outbox_bytes,
+            bounds_rejected,
+            auth_failures,
+            store_commit_duration,
+            store_batch_changes,
+            store_commit_failures,
+        }
+    }
+
+    /// Renders every metric. `openmetrics`: the OpenMetrics text format
+    /// (what Prometheus asks for); otherwise the classic Prometheus text
+    /// format 0.0.4.
+    pub fn render(&self, openmetrics: bool) -> String {
+        let mut text = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        if openmetrics {
+            text
+        } else {
+            classic_text(&text)
+        }
+    }
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_type_and_error_code_has_its_series_from_the_start() {
+        let text = Metrics::new().render(false);
+        for kind in Request::WIRE_TYPES {
+            assert!(text.contains(&format!("subagentd_requests_total{{type=\"{kind}\"}} 0")), "{kind}");
+        }
+        for code in ERROR_CODES {
+            assert!(text.contains(&format!("subagentd_errors_total{{code=\"{}\"}} 0", code.as_str())));
+        }
+        assert!(text.contains("subagentd_subagents{status=\"RUNNING\"} 0"));
+        assert!(text.contains("# TYPE subagentd_task_duration_seconds histogram"));
+    }
+}

@@ -1,0 +1,49 @@
+//! How values are stored in columns: JSON text, statuses by name, counts
+//! as `BIGINT`, and mailbox messages in their stored shape.
+
+use serde_json::Value;
+
+use super::statement::Arg;
+use crate::entries::InboxMessage;
+use crate::ids::SubagentId;
+use crate::protocol::wire::SubagentStatus;
+
+pub(super) fn key_args<const N: usize>(session: &str, id: SubagentId, rest: [Arg; N]) -> Vec<Arg> {
+    let mut args = Vec::with_capacity(N + 2);
+    args.push(Arg::Text(session.to_owned()));
+    args.push(Arg::Text(id.to_string()));
+    args.extend(rest);
+    args
+}
+
+pub(super) fn int(n: u64) -> Arg {
+    Arg::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+pub(super) fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
+pub(super) fn status_text(status: SubagentStatus) -> String {
+    status.as_str().to_owned()
+}
+
+/// A mailbox message as stored.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(in crate::store) struct StoredMessage {
+    pub(in crate::store) from: String,
+    pub(in crate::store) kind: String,
+    pub(in crate::store) content: Value,
+}
+
+pub(super) fn mailbox_json(messages: &[InboxMessage]) -> String {
+    let stored: Vec<StoredMessage> = messages
+        .iter()
+        .map(|m| StoredMessage {
+            from: m.from.clone(),
+            kind: m.payload.kind.clone(),
+            content: m.payload.content.clone(),
+        })
+        .collect();
+    json(&stored)
+}

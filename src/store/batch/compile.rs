@@ -1,0 +1,346 @@
+//! [`compile`]: a folded batch into its statements, table by table, in the
+//! order the store runs them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::columns::{int, json, key_args, mailbox_json};
+use super::fold::{Folded, Key};
+use super::statement::{
+    chunks, deletes, end_session, first, insert, param, placeholders, update_from, Arg, Dialect, Op,
+};
+use super::subagent_tables::{subagent_patches, subagent_rows, task_ops};
+use crate::store::writer::now_ms;
+use crate::store::Change;
+
+/// Journal lines are trimmed to `retained` once per this many lines.
+const TRIM_EVERY: u64 = 128;
+
+/// The statements `batch` comes to, keeping the newest `retained` journal
+/// lines of each session it writes to.
+pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op> {
+    let mut folded = Folded::default();
+    for change in batch {
+        folded.add(change);
+    }
+    let mut ops = Vec::new();
+    for session in &folded.ended {
+        end_session(dialect, session, &mut ops);
+    }
+    deletes(dialect, &mut ops, "subagents", "id", &folded.forgotten);
+    deletes(dialect, &mut ops, "tasks", "subagent_id", &folded.forgotten);
+    deletes(dialect, &mut ops, "memories", "owner_id", &folded.forgotten);
+    deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
+    let now = now_ms();
+    for row in &folded.sessions {
+        let p: Vec<String> = (1..=9).map(|n| param(dialect, n)).collect();
+        // The row's next line number goes in the same statement as the row
+        // (a statement may change a row once): the journal's top, if any.
+        let next_seq = folded.journaled.get(&row.id).map_or(1, |(_, top)| top + 1);
+        ops.push(Op {
+            sql: format!(
+                "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms, handshaken) \
+                 VALUES ({}, {}, {}, {}, {}, {}, {}, {}, {}) \
+                 ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
+                 principal = excluded.principal, touched_ms = excluded.touched_ms, handshaken = excluded.handshaken, \
+                 next_seq = CASE WHEN excluded.next_seq > sessions.next_seq THEN excluded.next_seq ELSE sessions.next_seq END",
+                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+            ),
+            args: vec![
+                Arg::Text(row.id.to_string()),
+                Arg::Text(row.agent_id.clone()),
+                Arg::Text(json(&row.capabilities)),
+                Arg::OptText(row.principal.clone()),
+                Arg::Text(row.transport.clone()),
+                int(next_seq),
+                Arg::Int(now),
+                Arg::Int(now),
+                Arg::Int(i64::from(row.handshaken)),
+            ],
+        });
+    }
+    subagent_rows(dialect, &mut ops, &folded.subagents);
+    subagent_patches(dialect, &mut ops, &folded.patches);
+    task_ops(dialect, &mut ops, &folded.tasks);
+    let memories: Vec<Vec<Arg>> = folded
+        .memories
+        .iter()
+        .map(|((session, owner), entries)| key_args(session, *owner, [Arg::Text(json(entries))]))
+        .collect();
+    insert(
+        dialect,
+        &mut ops,
+        "memories (session_id, owner_id, entries)",
+        &memories,
+        "(session_id, owner_id) DO UPDATE SET entries = excluded.entries",
+    );
+    let (empty, full): (Vec<_>, Vec<_>) = folded.mailboxes.iter().partition(|(_, messages)| messages.is_empty());
+    let emptied: Vec<Key> = empty.into_iter().map(|(key, _)| key.clone()).collect();
+    deletes(dialect, &mut ops, "mailboxes", "subagent_id", &emptied);
+    let mailboxes: Vec<Vec<Arg>> = full
+        .into_iter()
+        .map(|((session, id), messages)| key_args(session, *id, [Arg::Text(mailbox_json(messages))]))
+        .collect();
+    insert(
+        dialect,
+        &mut ops,
+        "mailboxes (session_id, subagent_id, messages)",
+        &mailboxes,
+        "(session_id, subagent_id) DO UPDATE SET messages = excluded.messages",
+    );
+    let lines: Vec<Vec<Arg>> = folded
+        .journal
+        .iter()
+        .map(|(session, seq, line)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*line).clone())])
+        .collect();
+    insert(dialect, &mut ops, "journal (session_id, seq, line)", &lines, "(session_id, seq) DO NOTHING");
+    let tops: Vec<Vec<Arg>> = folded
+        .journaled
+        .iter()
+        .filter(|(session, _)| !folded.sessions.iter().any(|row| row.id == **session))
+        .map(|(session, (_, top))| vec![Arg::Text(session.to_string()), int(top + 1), Arg::Int(now)])
+        .collect();
+    update_from(
+        dialect,
+        &mut ops,
+        "sessions",
+        "next_seq = v.column2, touched_ms = v.column3",
+        "sessions.id = v.column1",
+        3,
+        &tops,
+    );
+    for (session, up_to) in &folded.delivered {
+        ops.push(Op {
+            sql: format!(
+                "DELETE FROM journal WHERE session_id = {} AND seq <= {}",
+                param(dialect, 1),
+                param(dialect, 2)
+            ),
+            args: vec![Arg::Text(session.to_string()), int(*up_to)],
+        });
+    }
+    for (session, (low, top)) in &folded.journaled {
+        // Trimmed now and then, not at every batch.
+        if *top > retained && top / TRIM_EVERY != low.saturating_sub(1) / TRIM_EVERY {
+            ops.push(Op {
+                sql: format!(
+                    "DELETE FROM journal WHERE session_id = {} AND seq <= {}",
+                    param(dialect, 1),
+                    param(dialect, 2)
+                ),
+                args: vec![Arg::Text(session.to_string()), int(top - retained)],
+            });
+        }
+    }
+    let inbound: Vec<Vec<Arg>> = folded
+        .inbound
+        .iter()
+        .map(|((session, seq), frame)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*frame).clone())])
+        .collect();
+    insert(dialect, &mut ops, "inbound (session_id, seq, frame)", &inbound, "(session_id, seq) DO NOTHING");
+    let mut served: HashMap<&Arc<str>, Vec<u64>> = HashMap::new();
+    for (session, seq) in &folded.served {
+        served.entry(session).or_default().push(*seq);
+    }
+    for (session, seqs) in served {
+        for chunk in chunks(&seqs) {
+            let mut args = vec![Arg::Text(session.to_string())];
+            args.extend(chunk.iter().map(|seq| int(*seq)));
+            ops.push(Op {
+                sql: format!(
+                    "DELETE FROM inbound WHERE session_id = {} AND seq IN ({})",
+                    first(dialect),
+                    placeholders(dialect, 2, chunk.len())
+                ),
+                args,
+            });
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entries::InboxMessage;
+    use crate::ids::SubagentId;
+    use crate::protocol::wire::{JsonObject, SubagentConfig};
+    use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
+    use crate::store::{Held, SessionRow, SubagentRow};
+    use serde_json::Value;
+
+    fn row() -> SubagentRow {
+        SubagentRow {
+            ord: 0,
+            parent: None,
+            parent_agent_id: None,
+            root_agent_id: None,
+            depth: 0,
+            spawn_key: None,
+            tasks_started: 0,
+            config: Arc::new(SubagentConfig::new("n", "m")),
+            status: SubagentStatus::Ready,
+            result: None,
+            error: None,
+            usage: Usage::default(),
+        }
+    }
+
+    #[test]
+    fn a_spawn_run_and_end_in_one_batch_fold_to_one_insert_and_one_delete() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let task = Arc::new(TaskDefinition::new("t", "i"));
+        let mut result = JsonObject::new();
+        result.insert("ok".into(), Value::Bool(true));
+        let batch = vec![
+            Change::Subagent { session: session.clone(), id, row: row() },
+            Change::TaskStarted { session: session.clone(), id, task, task_no: 1, attempt: 1 },
+            Change::TaskEnded {
+                session: session.clone(),
+                id,
+                status: SubagentStatus::Completed,
+                result: Some(RawObject::from(result)),
+                error: None,
+                held: Held::default(),
+                usage: Usage { input_tokens: 123, output_tokens: 45 },
+            },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert_eq!(ops.len(), 2, "{ops:#?}");
+        assert!(ops[0].sql.starts_with("INSERT INTO subagents"));
+        assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
+        assert!(ops[0].args.contains(&Arg::Int(1)), "tasks_started");
+        assert!(ops[0].args.contains(&Arg::Int(123)) && ops[0].args.contains(&Arg::Int(45)), "usage");
+        assert!(ops[1].sql.starts_with("DELETE FROM tasks"));
+    }
+
+    #[test]
+    fn changes_before_a_session_ends_are_dropped_and_its_rows_deleted() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![
+            Change::Subagent { session: session.clone(), id, row: row() },
+            Change::Line { session: session.clone(), seq: 1, line: Some("x".into()), gate: None, answers: None },
+            Change::SessionEnded { session: session.clone() },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
+        assert_eq!(ops.len(), 7);
+    }
+
+    #[test]
+    fn a_frame_handed_over_and_served_in_one_batch_is_never_written() {
+        let session: Arc<str> = "s".into();
+        let batch = vec![
+            Change::Inbound { session: session.clone(), seq: 4, frame: "{}".into() },
+            Change::InboundDone { session: session.clone(), seq: 4 },
+            Change::InboundDone { session: session.clone(), seq: 3 },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].args, vec![Arg::Text("s".into()), Arg::Int(3)]);
+
+        // A reply names the frame it answers: served in the reply's commit.
+        let batch = vec![
+            Change::Inbound { session: session.clone(), seq: 5, frame: "{}".into() },
+            Change::Line { session: session.clone(), seq: 9, line: Some("reply".into()), gate: None, answers: Some(5) },
+            Change::Line {
+                session: session.clone(),
+                seq: 10,
+                line: Some("reply".into()),
+                gate: None,
+                answers: Some(2),
+            },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert!(!ops.iter().any(|op| op.sql.starts_with("INSERT INTO inbound")), "{ops:#?}");
+        let served: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("DELETE FROM inbound")).collect();
+        assert_eq!(served.len(), 1);
+        assert_eq!(served[0].args, vec![Arg::Text("s".into()), Arg::Int(2)]);
+    }
+
+    #[test]
+    fn a_session_stored_at_creation_and_at_its_handshake_in_one_batch_is_one_row() {
+        let opened = |handshaken: bool| {
+            Change::SessionOpened(SessionRow {
+                id: "s".into(),
+                agent_id: if handshaken { "client".into() } else { String::new() },
+                capabilities: Vec::new(),
+                principal: None,
+                transport: "http".into(),
+                handshaken,
+            })
+        };
+        let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Postgres);
+        let inserts: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("INSERT INTO sessions")).collect();
+        assert_eq!(inserts.len(), 1, "{ops:#?}");
+        assert_eq!(inserts[0].args.len(), 9, "one row: a statement may not touch a row twice");
+        assert!(inserts[0].args.contains(&Arg::Text("client".into())), "the handshake's row wins");
+        assert_eq!(inserts[0].args[8], Arg::Int(1), "handshaken");
+
+        // Its lines' numbers go in the same statement, not a second update.
+        let line = Change::Line { session: "s".into(), seq: 4, line: Some("x".into()), gate: None, answers: None };
+        let ops = compile(&[opened(true), line], 1024, Dialect::Postgres);
+        let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
+        assert_eq!(touching.len(), 1, "{ops:#?}");
+        assert_eq!(touching[0].args[5], Arg::Int(5), "next_seq");
+    }
+
+    #[test]
+    fn journal_lines_delivered_for_good_are_deleted_after_the_batch_inserts_them() {
+        let session: Arc<str> = "s".into();
+        let batch = vec![
+            Change::Line { session: session.clone(), seq: 7, line: Some("x".into()), gate: None, answers: None },
+            Change::JournalDelivered { session: session.clone(), up_to: 5 },
+            Change::JournalDelivered { session: session.clone(), up_to: 7 },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO journal")).expect("the line");
+        let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM journal")).expect("the delivery");
+        assert!(insert < delete, "{ops:#?}");
+        assert_eq!(ops[delete].args, vec![Arg::Text("s".into()), Arg::Int(7)], "the highest delivery only");
+    }
+
+    #[test]
+    fn a_message_from_a_journaled_frame_is_stored_with_its_frame_served_in_one_commit() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let message = InboxMessage {
+            from: "client".into(),
+            payload: crate::protocol::wire::SubagentMessagePayload { kind: "note".into(), content: Value::Null },
+        };
+        let batch = vec![
+            Change::Inbound { session: session.clone(), seq: 3, frame: "{}".into() },
+            Change::Mailbox { session: session.clone(), id, messages: vec![message], served: Some(3) },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert!(ops.iter().any(|op| op.sql.starts_with("INSERT INTO mailboxes")), "{ops:#?}");
+        assert!(!ops.iter().any(|op| op.sql.contains("inbound")), "handed over and served in one batch: {ops:#?}");
+        // Its frame committed earlier: the one change stores the message and
+        // marks the frame served, so a replay after a crash finds it done.
+        let ops = compile(&batch[1..], 1024, Dialect::Postgres);
+        let served = ops.iter().find(|op| op.sql.starts_with("DELETE FROM inbound")).expect("served");
+        assert_eq!(served.args, vec![Arg::Text("s".into()), Arg::Int(3)]);
+    }
+
+    #[test]
+    fn many_rows_share_one_statement_per_table() {
+        let session: Arc<str> = "s".into();
+        let batch: Vec<Change> = (1..=150)
+            .map(|seq| Change::Line {
+                session: session.clone(),
+                seq,
+                line: Some(format!("line {seq}")),
+                gate: None,
+                answers: None,
+            })
+            .collect();
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        // 150 = 128 + 16 + 4 + 2: four statement shapes, each cached.
+        let sizes: Vec<usize> =
+            ops.iter().filter(|op| op.sql.starts_with("INSERT")).map(|op| op.args.len() / 3).collect();
+        assert_eq!(sizes, [128, 16, 4, 2]);
+        assert_eq!(ops.len(), 5, "four inserts and one sessions update");
+    }
+}

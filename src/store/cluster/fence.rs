@@ -1,0 +1,113 @@
+//! Fencing: the [`Fence`] every commit of a cluster node carries (the epoch
+//! it holds for each session in the batch), built from what it owns, and
+//! what a committed fence changes in it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::ownership::{lock, Cluster};
+use crate::store::Change;
+
+/// What one commit must prove: for each session in the batch, the epoch this
+/// node holds (0: opened here, its lease is written by this commit), and
+/// whether the session ends with it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Fence {
+    /// This node.
+    pub node: String,
+    /// The sessions.
+    pub ids: Vec<String>,
+    /// Their epochs.
+    pub epochs: Vec<i64>,
+    /// Whether each ends in this batch (its lease goes with it).
+    pub ends: Vec<bool>,
+    /// The lease a new session starts with, in ms.
+    pub lease_ms: i64,
+}
+
+impl Cluster {
+    /// The fence for `batch`, after dropping the changes of every session
+    /// this node does not own (lost or handed off: nothing more of it may
+    /// be written). A session opened here is owned from its first change.
+    pub(in crate::store) fn fence(&self, batch: &mut Vec<Change>) -> Fence {
+        let mut owned = lock(&self.owned);
+        let mut index: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut fence = Fence { node: self.settings.node_id.clone(), lease_ms: self.lease_ms(), ..Fence::default() };
+        batch.retain(|change| {
+            let session = change.session();
+            if let Some(&at) = index.get(session) {
+                fence.ends[at] |= matches!(change, Change::SessionEnded { .. });
+                return true;
+            }
+            let epoch = match (owned.get(session), change) {
+                (Some(&epoch), _) => epoch,
+                (None, Change::SessionOpened(_)) => {
+                    owned.insert(session.clone(), 0);
+                    0
+                }
+                (None, _) => return false,
+            };
+            index.insert(session.clone(), fence.ids.len());
+            fence.ids.push(session.to_string());
+            fence.epochs.push(epoch);
+            fence.ends.push(matches!(change, Change::SessionEnded { .. }));
+            true
+        });
+        fence
+    }
+
+    /// `fence` was committed: sessions opened here hold epoch 1, ended ones
+    /// are no longer owned.
+    pub(in crate::store) fn committed(&self, fence: &Fence) {
+        let mut owned = lock(&self.owned);
+        for ((id, epoch), ends) in fence.ids.iter().zip(&fence.epochs).zip(&fence.ends) {
+            if *ends {
+                owned.remove(id.as_str());
+            } else if *epoch == 0 {
+                if let Some(held) = owned.get_mut(id.as_str()) {
+                    *held = (*held).max(1);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::cluster::ClusterSettings;
+    use crate::store::SessionRow;
+
+    fn opened(id: &str) -> Change {
+        Change::SessionOpened(SessionRow {
+            id: id.into(),
+            agent_id: "a".into(),
+            capabilities: Vec::new(),
+            principal: None,
+            transport: "tcp".into(),
+            handshaken: true,
+        })
+    }
+
+    #[test]
+    fn a_batch_keeps_only_owned_sessions_and_names_their_epochs() {
+        let cluster = Cluster::new(ClusterSettings { node_id: "n1".into(), ..ClusterSettings::fresh() });
+        cluster.owns("taken", 7);
+        let mut batch = vec![
+            opened("new"),
+            Change::Touched { session: "taken".into() },
+            Change::Touched { session: "lost".into() },
+            Change::SessionEnded { session: "taken".into() },
+            Change::Touched { session: "new".into() },
+        ];
+        let fence = cluster.fence(&mut batch);
+        assert_eq!(batch.len(), 4, "the change of a session not owned is dropped");
+        assert_eq!(fence.node, "n1");
+        assert_eq!(fence.ids, ["new", "taken"]);
+        assert_eq!(fence.epochs, [0, 7]);
+        assert_eq!(fence.ends, [false, true]);
+        cluster.committed(&fence);
+        assert_eq!(cluster.leased().get("new"), Some(&1), "a new session holds epoch 1 once committed");
+        assert!(!cluster.leased().contains_key("taken"), "an ended session is no longer owned");
+    }
+}

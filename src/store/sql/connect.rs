@@ -1,0 +1,69 @@
+//! Opening the SQL store: SQLite (a file, WAL mode) or a PostgreSQL pool,
+//! then its migrations.
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::sql_store::{Pool, SqlStore};
+use crate::store::{StoreUrl, WriterSettings};
+
+impl SqlStore {
+    /// Connects to the store `url` names and brings its schema up to date.
+    pub(in crate::store) async fn connect(url: &StoreUrl, settings: &WriterSettings) -> Result<Self, String> {
+        let pool = match url {
+            StoreUrl::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|err| format!("cannot create the data directory {}: {err}", dir.display()))?;
+                }
+                let options = SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    // By default every commit reaches the disk before its
+                    // lines are released.
+                    .synchronous(match settings.sqlite_full_sync {
+                        true => SqliteSynchronous::Full,
+                        false => SqliteSynchronous::Normal,
+                    })
+                    .busy_timeout(Duration::from_secs(5))
+                    // Batches are large: sqlx's per-statement log would format each one.
+                    .log_statements(log::LevelFilter::Off)
+                    .log_slow_statements(log::LevelFilter::Off, Duration::ZERO);
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options)
+                    .await
+                    .map_err(|err| format!("cannot open the SQLite store {}: {err}", path.display()))?;
+                Pool::Sqlite(pool)
+            }
+            StoreUrl::Postgres(text) => {
+                let options = PgConnectOptions::from_str(text)
+                    .map_err(|err| format!("bad PostgreSQL URL {}: {err}", url.describe()))?;
+                // One connection first, for the server's own error (a pool
+                // only says it timed out).
+                let unreachable = |err: sqlx::Error| {
+                    format!(
+                        "cannot reach the PostgreSQL store {}: {err} (is the server running and the database created?)",
+                        url.describe()
+                    )
+                };
+                sqlx::PgConnection::connect_with(&options).await.map_err(unreachable)?.close().await.ok();
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.pool_size.max(1))
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(options)
+                    .await
+                    .map_err(unreachable)?;
+                Pool::Postgres(pool)
+            }
+            StoreUrl::Memory => return Err("the memory store has no SQL".into()),
+        };
+        let store = Self { pool };
+        store.migrate().await.map_err(|err| format!("store {}: {err}", url.describe()))?;
+        Ok(store)
+    }
+}

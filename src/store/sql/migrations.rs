@@ -1,0 +1,93 @@
+//! The schema: the migrations this build knows (embedded from
+//! `migrations/`, one text per engine where they differ), and bringing a
+//! store up to date with them.
+
+use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
+use std::borrow::Cow;
+
+use super::sql_store::{Pool, SqlStore};
+use crate::store::batch;
+
+/// The migrations this build knows, oldest first, for either engine (the
+/// cluster's tables exist on both; its functions only on PostgreSQL).
+const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../../../migrations/0001_initial.sql"),
+        include_str!("../../../migrations/0001_initial.sql"),
+    ),
+    (
+        2,
+        "cluster",
+        include_str!("../../../migrations/0002_cluster.sqlite.sql"),
+        include_str!("../../../migrations/0002_cluster.postgres.sql"),
+    ),
+    (
+        3,
+        "usage",
+        include_str!("../../../migrations/0003_usage.sql"),
+        include_str!("../../../migrations/0003_usage.sql"),
+    ),
+    (
+        4,
+        "pending_sessions",
+        include_str!("../../../migrations/0004_pending_sessions.sql"),
+        include_str!("../../../migrations/0004_pending_sessions.sql"),
+    ),
+    (
+        5,
+        "presence_after_restart",
+        include_str!("../../../migrations/0005_presence_after_restart.sqlite.sql"),
+        include_str!("../../../migrations/0005_presence_after_restart.postgres.sql"),
+    ),
+];
+
+/// The embedded migrations of one engine, as sqlx's migrator takes them.
+#[derive(Debug)]
+struct Embedded(batch::Dialect);
+
+impl MigrationSource<'static> for Embedded {
+    fn resolve(self) -> futures_util::future::BoxFuture<'static, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
+        Box::pin(async move {
+            Ok(MIGRATIONS
+                .iter()
+                .map(|(version, description, sqlite, postgres)| {
+                    let sql = match self.0 {
+                        batch::Dialect::Sqlite => sqlite,
+                        batch::Dialect::Postgres => postgres,
+                    };
+                    (version, description, sql)
+                })
+                .map(|(version, description, sql)| {
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(description),
+                        MigrationType::Simple,
+                        Cow::Borrowed(sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+impl SqlStore {
+    pub(super) async fn migrate(&self) -> Result<(), String> {
+        let migrator = Migrator::new(Embedded(self.dialect())).await.map_err(|err| err.to_string())?;
+        let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+        let outcome = match &self.pool {
+            Pool::Sqlite(pool) => migrator.run(pool).await,
+            Pool::Postgres(pool) => migrator.run(pool).await,
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(MigrateError::VersionMissing(version)) => Err(format!(
+                "its schema is at version {version}, newer than this subagentd knows (up to {latest}); \
+                 run a newer subagentd, or point --store elsewhere"
+            )),
+            Err(err) => Err(format!("schema migration failed: {err}")),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The SQL store, on SQLite (the embedded default) or PostgreSQL, with
+//! sqlx. Both run the same migrations (`migrations/`, embedded in the
+//! binary) and the same statements: plain `TEXT`/`BIGINT` columns and `$n`
+//! placeholders, which both engines take. Each change becomes statements
+//! (`Op`s) once; a batch runs them in one transaction.
+//!
+//! - `sql_store`: [`SqlStore`] on its pool, and its `Store` implementation.
+//! - `connect`: opening SQLite or PostgreSQL.
+//! - `migrations`: the embedded migrations and running them.
+//! - `execute`: running a compiled batch in one transaction.
+//! - `load_session`: loading one stored session whole.
+//! - `cells`: reading stored columns back.
+
+mod cells;
+mod connect;
+mod execute;
+mod load_session;
+mod migrations;
+mod sql_store;
+
+pub(super) use sql_store::SqlStore;

@@ -1,0 +1,154 @@
+//! [`SqlStore`]: the SQL store on its pool, and its [`Store`] implementation.
+
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
+
+use super::cells::{read_row, Cell};
+use super::execute::{run_script, run_statements};
+use crate::store::batch::{self, Op};
+use crate::store::cluster::{self, Fence};
+use crate::store::{Change, CommitError, CommitFuture, Store, StoreError, StoreFuture, StoredSession};
+
+/// The pool of either engine.
+#[derive(Debug, Clone)]
+pub(super) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// The SQL store.
+#[derive(Debug, Clone)]
+pub(in crate::store) struct SqlStore {
+    pub(super) pool: Pool,
+}
+
+macro_rules! fetch_rows {
+    ($pool:expr, $sql:expr, $key:expr, $shape:expr) => {{
+        let rows = sqlx::query($sql).bind($key).fetch_all($pool).await?;
+        rows.iter().map(|row| read_row(row, $shape)).collect::<Result<Vec<_>, StoreError>>()?
+    }};
+}
+
+impl SqlStore {
+    pub(super) fn dialect(&self) -> batch::Dialect {
+        match self.pool {
+            Pool::Sqlite(_) => batch::Dialect::Sqlite,
+            Pool::Postgres(_) => batch::Dialect::Postgres,
+        }
+    }
+
+    pub(in crate::store) fn kind(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn run(&self, ops: &[Op], fence: Option<&Fence>) -> Result<(), CommitError> {
+        let outcome = match &self.pool {
+            Pool::Sqlite(pool) => run_script(pool, ops).await,
+            Pool::Postgres(pool) => run_statements(pool, ops, fence).await,
+        };
+        outcome.map_err(|err| match cluster::fenced_sessions(&err) {
+            Some(lost) => CommitError::Fenced(lost),
+            None => CommitError::Store(err.into()),
+        })
+    }
+
+    /// The PostgreSQL pool (the cluster's statements use it too).
+    pub(in crate::store) fn pg_pool(&self) -> Option<PgPool> {
+        match &self.pool {
+            Pool::Postgres(pool) => Some(pool.clone()),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    pub(super) async fn fetch(&self, sql: &'static str, key: &str, shape: &str) -> Result<Vec<Vec<Cell>>, StoreError> {
+        Ok(match &self.pool {
+            Pool::Sqlite(pool) => fetch_rows!(pool, sql, key, shape),
+            Pool::Postgres(pool) => fetch_rows!(pool, sql, key, shape),
+        })
+    }
+
+    /// Commits `batch` in one transaction, behind `fence` when given, and
+    /// trims each session's journal to its newest `retained` lines.
+    async fn commit_with_retention(
+        &self,
+        batch: &[Change],
+        retained: u64,
+        fence: Option<&Fence>,
+    ) -> Result<(), CommitError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.run(&batch::compile(batch, retained, self.dialect()), fence).await
+    }
+
+    async fn delete_expired(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let expired = self.fetch_before(before_ms).await?;
+        let mut ops = Vec::new();
+        for session in &expired {
+            batch::end_session(self.dialect(), session, &mut ops);
+            batch::drop_lease(self.dialect(), session, &mut ops);
+        }
+        self.run(&ops, None).await.map_err(|err| match err {
+            CommitError::Store(err) => err,
+            CommitError::Fenced(_) => StoreError("expiry was fenced".into()),
+        })?;
+        Ok(expired.len() as u64)
+    }
+
+    /// Stored sessions with a task running when they were last stored (at
+    /// most `limit`): after a restart they go on without their clients.
+    async fn resumable_sessions(&self, limit: i64) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT DISTINCT session_id FROM tasks LIMIT $1";
+        let rows = match &self.pool {
+            Pool::Sqlite(pool) => fetch_rows!(pool, SQL, limit, "t"),
+            Pool::Postgres(pool) => fetch_rows!(pool, SQL, limit, "t"),
+        };
+        Ok(rows.into_iter().filter_map(|mut row| row[0].text()).collect())
+    }
+
+    async fn fetch_before(&self, before_ms: i64) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT id FROM sessions WHERE touched_ms < $1";
+        let rows = match &self.pool {
+            Pool::Sqlite(pool) => fetch_rows!(pool, SQL, before_ms, "t"),
+            Pool::Postgres(pool) => fetch_rows!(pool, SQL, before_ms, "t"),
+        };
+        Ok(rows.into_iter().filter_map(|mut row| row[0].text()).collect())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+            Pool::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+        }
+        Ok(())
+    }
+}
+
+impl Store for SqlStore {
+    fn kind(&self) -> &'static str {
+        SqlStore::kind(self)
+    }
+
+    fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64, fence: Option<&'a Fence>) -> CommitFuture<'a> {
+        Box::pin(self.commit_with_retention(batch, journal_retained, fence))
+    }
+
+    fn load_session<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<StoredSession>> {
+        Box::pin(SqlStore::load_session(self, session_id))
+    }
+
+    fn delete_expired(&self, before_ms: i64) -> StoreFuture<'_, u64> {
+        Box::pin(SqlStore::delete_expired(self, before_ms))
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(SqlStore::ping(self))
+    }
+
+    fn resumable_sessions(&self, limit: i64) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(SqlStore::resumable_sessions(self, limit))
+    }
+}

@@ -1,0 +1,48 @@
+//! [`server`]: the HTTP server and its routing table.
+
+use actix_web::dev::Server;
+use actix_web::{web, App, HttpServer};
+use std::sync::Arc;
+
+use super::create_session::create;
+use super::health::{health, ready};
+use super::send_lines::send;
+use super::sse_stream::stream;
+use super::{admin_routes, metrics_endpoint, HttpSessions};
+
+/// Builds the HTTP server on an already bound listener; run the returned
+/// [`Server`] (a future) and stop it through its handle.
+pub fn server(
+    listener: std::net::TcpListener,
+    sessions: Arc<HttpSessions>,
+    admin: Arc<admin_routes::AdminApi>,
+    workers: usize,
+) -> std::io::Result<Server> {
+    listener.set_nonblocking(true)?;
+    let workers = workers.max(1);
+    // actix bounds connections per worker: split `max_connections` evenly.
+    let per_worker = sessions.service.limits().max_connections.div_ceil(workers).max(1);
+    let data = web::Data::from(sessions);
+    let admin = web::Data::from(admin);
+    let server = HttpServer::new(move || {
+        App::new()
+            .configure(|cfg| admin_routes::routes(cfg, admin.clone()))
+            .app_data(data.clone())
+            .route("/session", web::post().to(create))
+            .route("/send", web::post().to(send))
+            .route("/stream", web::get().to(stream))
+            .route("/health", web::get().to(health))
+            .route("/ready", web::get().to(ready))
+            .route("/metrics", web::get().to(metrics_endpoint::scrape))
+    })
+    .workers(workers)
+    .max_connections(per_worker)
+    .disable_signals()
+    // A client closing its side ends its stream at once, so the outbox is
+    // not drained into a dead connection.
+    .h1_allow_half_closed(false)
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run();
+    Ok(server)
+}
