@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 pub use crate::entries::{InboxMessage, MemoryEntry};
+use crate::ids::SubagentId;
+use crate::store::Held;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking adapter can poison the lock mid-push; the queue is still
@@ -216,6 +218,14 @@ impl Mailbox {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// What a subagent holds now, for the change that records a checkpoint or a
+/// task's end: the memory it uses (under its owner) and, when they changed,
+/// its undelivered messages. One change carries them, so they are committed
+/// together with the step they belong to.
+pub(crate) fn held_now(memory_owner: SubagentId, memory: &Memory, mailbox: &Mailbox) -> Held {
+    Held { memory: Some((memory_owner, memory.entries())), mailbox: mailbox.take_changed().then(|| mailbox.snapshot()) }
 }
 
 #[cfg(test)]

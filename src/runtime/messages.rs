@@ -7,7 +7,6 @@ use actix::WeakAddr;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-use super::supervisor::Supervisor;
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
@@ -198,7 +197,7 @@ pub(crate) struct Resume {
 /// Answer `reply` when the current task ends (at once when there is none).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct AwaitTask(pub AwaitReply);
+pub(crate) struct AwaitTask<S: AnswersFromRecord>(pub AwaitReply<S>);
 
 /// A delegate's reply channel, carried to the subagent actor. Dropped
 /// unanswered (the actor stopped before handling it), it answers "not
@@ -221,17 +220,24 @@ impl Drop for DelegateReply {
     }
 }
 
+/// The actor that answers an await from its record when the subagent's
+/// actor has gone: the supervisor. Named by a bound, not by its type, so that
+/// these messages stand apart from the actors that send them.
+pub(crate) trait AnswersFromRecord: Actor<Context = Context<Self>> + Handler<AnswerFromRecord> {}
+
+impl<S: Actor<Context = Context<S>> + Handler<AnswerFromRecord>> AnswersFromRecord for S {}
+
 /// An await's reply channel, carried to the subagent actor and kept there
 /// until the task ends. Dropped unanswered (the actor stopped before handling
 /// it), it asks the supervisor to answer from its record, which the actor's
 /// final report reached first.
-pub(crate) struct AwaitReply {
+pub(crate) struct AwaitReply<S: AnswersFromRecord> {
     pub tx: Option<tokio::sync::oneshot::Sender<Result<AwaitResponse, HostError>>>,
     pub id: SubagentId,
-    pub supervisor: WeakAddr<Supervisor>,
+    pub supervisor: WeakAddr<S>,
 }
 
-impl AwaitReply {
+impl<S: AnswersFromRecord> AwaitReply<S> {
     pub(crate) fn send(mut self, answer: Result<AwaitResponse, HostError>) {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(answer);
@@ -239,7 +245,7 @@ impl AwaitReply {
     }
 }
 
-impl Drop for AwaitReply {
+impl<S: AnswersFromRecord> Drop for AwaitReply<S> {
     fn drop(&mut self) {
         let Some(tx) = self.tx.take() else { return };
         match self.supervisor.upgrade() {

@@ -2,7 +2,8 @@
 
 use serde_json::json;
 
-use super::service::Service;
+use super::auth::Auth;
+use crate::config::Limits;
 use crate::protocol::encode;
 use crate::protocol::request::HandshakeRequest;
 use crate::protocol::wire::{JsonObject, SubagentConfig};
@@ -24,24 +25,25 @@ pub(crate) struct Grant {
 
 /// Answers a handshake; `None` grant when auth failed.
 pub(crate) fn answer(
-    service: &Service,
+    auth: &Auth,
+    limits: &Limits,
     session_id: &str,
     req_id: &str,
     req: &HandshakeRequest,
 ) -> (String, Option<Grant>) {
-    if !service.auth().check(req.auth_token.as_deref()) {
-        return (refuse(service, session_id, req_id, "auth_failed"), None);
+    if !auth.check(req.auth_token.as_deref()) {
+        return (refuse(limits, session_id, req_id, "auth_failed"), None);
     }
     let multi_agent = req.agent_caps.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
     let accepted: Vec<_> = if multi_agent {
-        vec![json!({ "capability": CAPABILITY, "enabled": true, "metadata": metadata(service) })]
+        vec![json!({ "capability": CAPABILITY, "enabled": true, "metadata": metadata(limits) })]
     } else {
         Vec::new()
     };
     let body = json!({
         "session_id": session_id,
         "accepted_caps": accepted,
-        "max_parallel": max_parallel(service),
+        "max_parallel": max_parallel(limits),
         "ok": true,
         // The SDK declares `reason: str`: `null` would get the reply dropped.
         "reason": "",
@@ -51,11 +53,11 @@ pub(crate) fn answer(
 
 /// A `handshake/resp` with `ok: false` and `reason` (`auth_failed`,
 /// `version_mismatch`).
-pub(crate) fn refuse(service: &Service, session_id: &str, req_id: &str, reason: &str) -> String {
+pub(crate) fn refuse(limits: &Limits, session_id: &str, req_id: &str, reason: &str) -> String {
     let body = json!({
         "session_id": session_id,
         "accepted_caps": [],
-        "max_parallel": max_parallel(service),
+        "max_parallel": max_parallel(limits),
         "ok": false,
         "reason": reason,
     });
@@ -63,16 +65,15 @@ pub(crate) fn refuse(service: &Service, session_id: &str, req_id: &str, reason: 
 }
 
 // What clients are told to size their request pools by.
-fn max_parallel(service: &Service) -> usize {
+fn max_parallel(limits: &Limits) -> usize {
     // With a session cap, the real figure.
-    match service.limits().max_running_per_session {
-        0 => service.limits().max_parallel,
+    match limits.max_running_per_session {
+        0 => limits.max_parallel,
         cap => cap,
     }
 }
 
-fn metadata(service: &Service) -> JsonObject {
-    let limits = service.limits();
+fn metadata(limits: &Limits) -> JsonObject {
     let defaults = SubagentConfig::new("", "");
     let value = json!({
         "max_depth": limits.max_depth,

@@ -460,7 +460,7 @@ impl Connection {
             state.resume = Some((id.to_owned(), req.clone()));
             return None;
         }
-        let (reply, grant) = handshake::answer(&self.service, &self.session_id, id, req);
+        let (reply, grant) = handshake::answer(self.service.auth(), self.service.limits(), &self.session_id, id, req);
         let Some(grant) = grant else {
             self.outbox.push(reply);
             return self.handshake_failed(state, "auth_failed");
@@ -534,7 +534,12 @@ impl Connection {
             Ok(None) => return None,
             Err(bad) if bad.error.code == ErrorCode::VersionMismatch && bad.kind.as_deref() == Some(HANDSHAKE) => {
                 // A handshake in another version is refused by its own reply type.
-                self.outbox.push(handshake::refuse(&self.service, &self.session_id, &bad.req_id, "version_mismatch"));
+                self.outbox.push(handshake::refuse(
+                    self.service.limits(),
+                    &self.session_id,
+                    &bad.req_id,
+                    "version_mismatch",
+                ));
                 return self.handshake_failed(state, "version_mismatch");
             }
             Err(bad) => {

@@ -90,10 +90,10 @@ impl Connection {
         let service = self.service.clone();
         let wanted = attachment.log.id().to_string();
         if attachment.principal != service.auth().principal(req.auth_token.as_deref()) {
-            self.outbox.push(handshake::refuse(&service, &self.session_id, req_id, "auth_failed"));
+            self.outbox.push(handshake::refuse(service.limits(), &self.session_id, req_id, "auth_failed"));
             return self.handshake_failed(state, "auth_failed (another principal's session)");
         }
-        let (reply, grant) = handshake::answer(&service, &wanted, req_id, req);
+        let (reply, grant) = handshake::answer(service.auth(), service.limits(), &wanted, req_id, req);
         state.grant = grant;
         state.handshaken = true;
         state.agent_id.clone_from(&req.agent_id);

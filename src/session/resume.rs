@@ -20,11 +20,11 @@ impl Connection {
         let wanted = req.resume_session_id.as_deref()?;
         let service = self.service.clone();
         if !service.auth().check(req.auth_token.as_deref()) {
-            self.outbox.push(handshake::refuse(&service, &self.session_id, req_id, "auth_failed"));
+            self.outbox.push(handshake::refuse(service.limits(), &self.session_id, req_id, "auth_failed"));
             return self.handshake_failed(state, "auth_failed");
         }
         let refuse = |this: &Self, reason: &str| {
-            this.outbox.push(handshake::refuse(&service, &this.session_id, req_id, reason));
+            this.outbox.push(handshake::refuse(service.limits(), &this.session_id, req_id, reason));
         };
         // This connection's own tree must be unused: it is replaced.
         match self.session.list().await {
@@ -130,7 +130,7 @@ impl Connection {
             transport: self.transport.to_owned(),
             handshaken: true,
         });
-        let (reply, grant) = handshake::answer(&service, &self.session_id, req_id, req);
+        let (reply, grant) = handshake::answer(service.auth(), service.limits(), &self.session_id, req_id, req);
         let grant: Option<Grant> = grant;
         state.grant = grant;
         state.handshaken = true;

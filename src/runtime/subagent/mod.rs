@@ -20,9 +20,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::budget::{self, WallBudget};
-use super::memory::{InboxMessage, Mailbox, Memory};
+use super::memory::{held_now, InboxMessage, Mailbox, Memory};
 use super::messages::*;
-use super::supervisor::Supervisor;
+use super::supervisor::{AwaitReply, Supervisor};
 use super::task::AgentAdapter;
 use super::usage::UsageMeter;
 use super::{HostContext, TreeStats};
@@ -32,14 +32,6 @@ use crate::ids::SubagentId;
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::store::{Change, Held, SessionLog};
-
-/// What a subagent holds now, for the change that records a checkpoint or a
-/// task's end: the memory it uses (under its owner) and, when they changed,
-/// its undelivered messages. One change carries them, so they are committed
-/// together with the step they belong to.
-pub(crate) fn held_now(memory_owner: SubagentId, memory: &Memory, mailbox: &Mailbox) -> Held {
-    Held { memory: Some((memory_owner, memory.entries())), mailbox: mailbox.take_changed().then(|| mailbox.snapshot()) }
-}
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
@@ -354,10 +346,10 @@ impl Handler<CurrentTask> for SubagentActor {
     }
 }
 
-impl Handler<AwaitTask> for SubagentActor {
+impl Handler<AwaitTask<Supervisor>> for SubagentActor {
     type Result = ();
 
-    fn handle(&mut self, msg: AwaitTask, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: AwaitTask<Supervisor>, _ctx: &mut Self::Context) {
         self.handled += 1;
         let reply = msg.0;
         if self.task.is_none() && !self.terminating {

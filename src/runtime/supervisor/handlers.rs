@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::forward::Forward;
 use super::queue::Queued;
 use super::record::{Entry, Slot};
-use super::Supervisor;
+use super::{AwaitReply, Supervisor};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};

@@ -47,6 +47,9 @@ pub(crate) use inspect::{CountStatuses, InspectOne, InspectTree};
 use record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
 
 /// Root actor of one session.
+/// An await's reply channel, falling back on this supervisor's records.
+pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
+
 pub(crate) struct Supervisor {
     host: Arc<HostContext>,
     sink: Arc<dyn EventSink>,

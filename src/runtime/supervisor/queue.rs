@@ -14,11 +14,12 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use tokio::time::Instant;
 
+use super::AwaitReply;
 use super::Supervisor;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::{SubagentStatus, TaskDefinition};
-use crate::runtime::messages::{AwaitReply, AwaitTask, CancelQueued, DelegateReply, RunTask, Ticket};
+use crate::runtime::messages::{AwaitTask, CancelQueued, DelegateReply, RunTask, Ticket};
 use crate::store::Change;
 
 /// Queued tasks taken out of the queue for a stop or a cancel, by subagent.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::memory::{Mailbox, Memory};
+use super::memory::{held_now, Mailbox, Memory};
 use super::messages::{self as msg, Report, Ticket};
 use super::supervisor::Supervisor;
 use super::usage::{Exceeded, UsageMeter};
@@ -25,7 +25,6 @@ use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
-use crate::runtime::subagent::held_now;
 use crate::store::{Change, Checkpoint, SessionLog};
 
 pub use router::AdapterRouter;
