@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+use super::connection::{finish, Connection};
 use super::reply::error_line;
-use super::{finish, Connection, Outbox};
+use super::Outbox;
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;

@@ -16,10 +16,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use super::connection::{Connection, Ending, State};
 use super::handshake;
 use super::input::InputSender;
 use super::outbox::{Outbox, OutboxReceiver};
-use super::{Connection, Ending, State};
 use crate::protocol::codec::Frame;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{Change, SessionLog};

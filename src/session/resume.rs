@@ -6,10 +6,10 @@
 use serde_json::json;
 use std::sync::Arc;
 
+use super::connection::{Connection, Ending, State};
 use super::handshake::{self, Grant};
 use super::outbox::OutboxSink;
 use super::reply::error_line;
-use super::{service, Connection, Ending, State};
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{Acquire, Change, SessionLog, SessionRow};
 
@@ -50,7 +50,7 @@ impl Connection {
                 refuse(self, "unknown_session");
                 return self.handshake_failed(state, "unknown_session");
             }
-            Err(err) if service::is_in_use(&err) => {
+            Err(err) if super::is_in_use(&err) => {
                 // Another live node serves it and did not hand it off.
                 service.release_session(wanted);
                 log::warn!("session {}: resuming {wanted}: {}", self.session_id, err.message);

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::HttpSessions;
-use crate::session::service::{is_in_use, Parked};
+use crate::session::{is_in_use, Parked};
 use crate::store::Acquire;
 
 /// Most sessions one scan of the store lists.
