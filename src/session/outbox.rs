@@ -38,36 +38,35 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::Tap;
-use crate::event::{Event, EventSink};
+use super::outbox_ends::OutboxReceiver;
 use crate::metrics::metrics;
 use crate::store::{Change, CommitGate, SessionLog};
 
 /// What the outbox and its receiver share.
 #[derive(Debug)]
-struct Shared {
+pub(super) struct Shared {
     // Bytes queued plus bytes reserved, not yet taken by the receiver.
-    used: AtomicUsize,
+    pub(super) used: AtomicUsize,
     // Wakes reservations waiting for room (a line was taken, a reservation
     // was given back, or the receiver went away).
-    room: Notify,
+    pub(super) room: Notify,
     // When the client last made progress (took a line, or the outbox was
     // empty), as milliseconds since `epoch()`.
-    progress_ms: AtomicU64,
+    pub(super) progress_ms: AtomicU64,
     // The receiver was dropped: nothing will ever be taken again.
-    receiver_gone: AtomicBool,
+    pub(super) receiver_gone: AtomicBool,
     // Reservations waiting for room now.
-    waiting: AtomicUsize,
+    pub(super) waiting: AtomicUsize,
     // Releases journaled lines once committed.
-    gate: Arc<CommitGate>,
+    pub(super) gate: Arc<CommitGate>,
 }
 
 impl Shared {
-    fn mark_progress(&self) {
+    pub(super) fn mark_progress(&self) {
         self.progress_ms.store(now_ms(), Ordering::Release);
     }
 
-    fn release(&self, bytes: usize) {
+    pub(super) fn release(&self, bytes: usize) {
         if bytes > 0 {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
             metrics().outbox_shrank(bytes);
@@ -90,17 +89,17 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One queued line: its sequence number, and whether it waits for its
 /// journal entry's commit.
 #[derive(Debug)]
-struct Queued {
-    seq: u64,
-    gated: bool,
-    line: String,
+pub(super) struct Queued {
+    pub(super) seq: u64,
+    pub(super) gated: bool,
+    pub(super) line: String,
 }
 
 /// What pushing takes the lock for: the channel, and the session log that
@@ -130,7 +129,7 @@ pub struct Outbox {
 #[derive(Debug)]
 pub struct Reservation {
     shared: Option<Arc<Shared>>,
-    bytes: usize,
+    pub(super) bytes: usize,
 }
 
 impl Drop for Reservation {
@@ -139,17 +138,6 @@ impl Drop for Reservation {
             shared.release(self.bytes);
         }
     }
-}
-
-/// The receiving side of a session's outbox: the transport's writer takes
-/// lines from it, which releases their bytes from the byte bound.
-#[derive(Debug)]
-pub struct OutboxReceiver {
-    // The lines, in order.
-    rx: mpsc::Receiver<Queued>,
-    shared: Arc<Shared>,
-    // A line taken from `rx` that waits for its commit.
-    pending: Option<Queued>,
 }
 
 impl Outbox {
@@ -172,7 +160,7 @@ impl Outbox {
             overflowed: CancellationToken::new(),
             ending: CancellationToken::new(),
         };
-        (Arc::new(outbox), OutboxReceiver { rx, shared, pending: None })
+        (Arc::new(outbox), OutboxReceiver::new(rx, shared))
     }
 
     /// Numbers the lines from now on with `log`'s sequence, and journals them
@@ -408,166 +396,5 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl OutboxReceiver {
-    fn taken(&self, line: String) -> String {
-        self.shared.mark_progress();
-        self.shared.release(line.len());
-        line
-    }
-
-    /// The next line; `None` once the session has ended and all was taken.
-    pub async fn recv(&mut self) -> Option<String> {
-        self.recv_numbered().await.map(|(_, line)| line)
-    }
-
-    /// The next line with its sequence number (SSE `id:`). Cancel-safe: a
-    /// line waiting for its commit stays first in line.
-    pub async fn recv_numbered(&mut self) -> Option<(u64, String)> {
-        if self.pending.is_none() {
-            self.pending = Some(self.rx.recv().await?);
-        }
-        if let Some(queued) = self.pending.as_ref().filter(|queued| queued.gated) {
-            self.shared.gate.wait(queued.seq).await;
-        }
-        let queued = self.pending.take()?;
-        Some((queued.seq, self.taken(queued.line)))
-    }
-
-    /// The next line if one is queued (and committed) now.
-    pub fn try_recv(&mut self) -> Result<String, mpsc::error::TryRecvError> {
-        self.try_recv_numbered().map(|(_, line)| line)
-    }
-
-    /// [`OutboxReceiver::try_recv`] with the sequence number.
-    pub fn try_recv_numbered(&mut self) -> Result<(u64, String), mpsc::error::TryRecvError> {
-        if self.pending.is_none() {
-            self.pending = Some(self.rx.try_recv()?);
-        }
-        match self.pending.take_if(|queued| !queued.gated || self.shared.gate.is_committed(queued.seq)) {
-            Some(queued) => Ok((queued.seq, self.taken(queued.line))),
-            None => Err(mpsc::error::TryRecvError::Empty),
-        }
-    }
-
-    /// [`OutboxReceiver::recv`] for a plain thread (stdio's writer).
-    pub fn blocking_recv(&mut self) -> Option<String> {
-        let queued = match self.pending.take() {
-            Some(queued) => queued,
-            None => self.rx.blocking_recv()?,
-        };
-        if queued.gated {
-            self.shared.gate.wait_blocking(queued.seq);
-        }
-        Some(self.taken(queued.line))
-    }
-}
-
-impl Drop for OutboxReceiver {
-    fn drop(&mut self) {
-        // Whoever waits for room would wait forever.
-        self.shared.receiver_gone.store(true, Ordering::Release);
-        self.shared.room.notify_waiters();
-    }
-}
-
-/// The session's [`EventSink`]: events become `SUBAGENT_EVENT` lines, for
-/// the client and, while an operator's stream watches the session, for the
-/// admin hub.
-#[derive(Debug, Clone)]
-pub struct OutboxSink {
-    outbox: Arc<Outbox>,
-    tap: Tap,
-}
-
-impl OutboxSink {
-    /// A sink into `outbox`, tapped by `tap`.
-    pub fn new(outbox: Arc<Outbox>, tap: Tap) -> Self {
-        Self { outbox, tap }
-    }
-}
-
-impl EventSink for OutboxSink {
-    fn emit(&self, event: Event) {
-        let line = crate::event::line(&event);
-        self.tap.event(&line);
-        self.outbox.push(line);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pushes_overflow_at_twice_the_byte_bound_and_taking_a_line_releases_its_bytes() {
-        let (outbox, mut rx) = Outbox::new(100, 5);
-        outbox.push("123456".into());
-        outbox.push("7890".into());
-        assert_eq!(outbox.queued_bytes(), 10);
-        assert_eq!(rx.try_recv().unwrap(), "123456");
-        assert_eq!(outbox.queued_bytes(), 4);
-        outbox.push("abcdef".into());
-        assert!(!outbox.overflowed().is_cancelled(), "taking released the bytes");
-        outbox.push("x".into());
-        assert!(outbox.overflowed().is_cancelled(), "11 bytes do not fit in twice 5");
-        assert_eq!(outbox.queued_bytes(), 10);
-    }
-
-    #[test]
-    fn a_dropped_receiver_is_a_client_gone_not_a_full_outbox() {
-        let (outbox, rx) = Outbox::new(100, 100);
-        outbox.push("a".into());
-        assert!(!outbox.client_gone());
-        drop(rx);
-        outbox.push("b".into());
-        assert!(outbox.overflowed().is_cancelled(), "the session ends");
-        assert!(outbox.client_gone(), "because the client is gone");
-
-        let (outbox, _rx) = Outbox::new(1, 100);
-        outbox.push("a".into());
-        outbox.push("b".into());
-        assert!(outbox.overflowed().is_cancelled());
-        assert!(!outbox.client_gone(), "a full outbox is a slow client");
-    }
-
-    #[test]
-    fn one_line_longer_than_the_bound_fits_an_empty_outbox() {
-        let (outbox, mut rx) = Outbox::new(100, 4);
-        outbox.push("a long line".into());
-        assert!(!outbox.overflowed().is_cancelled());
-        assert_eq!(rx.try_recv().unwrap(), "a long line");
-        assert_eq!(outbox.queued_bytes(), 0);
-    }
-
-    #[actix_rt::test]
-    async fn a_reservation_waits_for_room_and_taking_a_line_makes_it() {
-        let (outbox, mut rx) = Outbox::new(100, 10);
-        let first = outbox.reserve(8).await;
-        outbox.push_reserved("12345678".into(), first);
-        assert_eq!(outbox.queued_bytes(), 8);
-        let waiting = {
-            let outbox = outbox.clone();
-            actix_rt::spawn(async move { outbox.reserve(8).await.bytes })
-        };
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "8 + 8 bytes do not fit in 10");
-        assert_eq!(rx.recv().await.unwrap(), "12345678");
-        assert_eq!(waiting.await.unwrap(), 8, "taken: room for it");
-        assert_eq!(outbox.queued_bytes(), 0, "the reservation was dropped unused");
-    }
-
-    #[actix_rt::test]
-    async fn a_full_outbox_that_nobody_reads_stalls_and_one_that_is_read_does_not() {
-        let (outbox, mut rx) = Outbox::new(100, 4);
-        outbox.push("12345".into());
-        assert!(!outbox.stalled(Duration::from_secs(3600)));
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(outbox.stalled(Duration::from_millis(20)), "full, and nothing taken for 30 ms");
-        rx.try_recv().unwrap();
-        outbox.push("12345".into());
-        assert!(!outbox.stalled(Duration::from_millis(20)), "pushed into an empty outbox: progress");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::connection::{Connection, Ending, State};
 use super::handshake::{self, Grant};
-use super::outbox::OutboxSink;
+use super::outbox_ends::OutboxSink;
 use super::reply::error_line;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{Acquire, Change, SessionLog, SessionRow};

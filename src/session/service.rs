@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::Auth;
 use super::input::{self, InputSender};
-use super::outbox::{Outbox, OutboxReceiver, OutboxSink};
+use super::outbox::Outbox;
+use super::outbox_ends::{OutboxReceiver, OutboxSink};
 use super::relay::Attach;
 use super::Connection;
 use crate::admin::Admin;

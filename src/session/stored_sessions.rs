@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::{Grant, CAPABILITY, CAPABILITY_ALIAS};
 use super::input;
-use super::outbox::{Outbox, OutboxSink};
+use super::outbox::Outbox;
+use super::outbox_ends::OutboxSink;
 use super::service::{OpenedConnection, PoolSlot, Served, Service};
 use super::Connection;
 use crate::error::HostError;
