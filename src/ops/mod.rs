@@ -11,15 +11,15 @@
 //!
 //! | operation | file | reply | errors (besides `runtime_error`) |
 //! |---|---|---|---|
-//! | spawn | `spawn.rs` | `SpawnResponse` | `depth_exceeded`, `quota_exceeded`, `invalid_request` |
-//! | delegate | `delegate.rs` | `DelegateResponse` | `unknown_subagent`, `budget_exceeded` |
+//! | spawn | `spawn.rs` | `SpawnResponse` | `depth_exceeded`, `quota_exceeded`, `schema_violation` (its budget), `invalid_state` (closing session, terminated parent) |
+//! | delegate | `delegate.rs` | `DelegateResponse` (a refusal is `accepted: false`) | `unknown_subagent` |
 //! | await | `await_result.rs` | `AwaitResponse` | `unknown_subagent` |
-//! | message | `message.rs` | `MessageResponse` | `unknown_subagent`, `mailbox_full`, `invalid_state` |
+//! | message | `message.rs` | `MessageResponse` | `unknown_subagent`, `mailbox_full`, `quota_exceeded`, `invalid_state` (terminated) |
 //! | mailbox (a task's own) | `mailbox.rs` | `Vec<InboxMessage>` | none |
 //! | list | `list.rs` | `ListResponse` | none |
-//! | cancel | `cancel.rs` | the ids stopped | `unknown_subagent` |
-//! | terminate | `terminate.rs` | the ids stopped | `unknown_subagent` |
-//! | merge | `merge.rs` | `MergeResponse` | `unknown_subagent`, `unknown_strategy`, `invalid_request` |
+//! | cancel | `cancel.rs` | the ids stopped | `unknown_subagent`; for a task, `invalid_state` unless its child |
+//! | terminate | `terminate.rs` | the ids stopped | `unknown_subagent`; for a task, `invalid_state` unless its child |
+//! | merge | `merge.rs` | `MergeResponse` | `unknown_subagent`, `unknown_strategy` |
 //!
 //! `operation.rs`: the table itself, [`Operation`] and [`Outcome`], and who
 //! may ask for what ([`Caller`]).

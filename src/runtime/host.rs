@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::memory;
-use super::merge::StrategyRegistry;
+use super::merge_strategies::StrategyRegistry;
 use super::supervisor::Supervisor;
 use super::task::AdapterRouter;
 use super::tree::Tree;

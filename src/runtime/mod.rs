@@ -11,7 +11,7 @@
 //! - `subagent`: one subagent's actor; runs its task, keeps its mailbox.
 //! - `messages`: the actor messages between them (apart from both).
 //! - [`memory`]: memory and mailbox.
-//! - [`merge`]: merge strategies.
+//! - [`merge_strategies`]: merge strategies.
 //! - [`task`]: what runs a task: the adapter trait, the task's context, the
 //!   router.
 //! - [`inspect`]: the operator's view of a tree (the admin API).
@@ -23,7 +23,7 @@ pub(crate) mod budget;
 mod host;
 pub mod inspect;
 pub mod memory;
-pub mod merge;
+pub mod merge_strategies;
 pub(crate) mod messages;
 pub(crate) mod subagent;
 pub(crate) mod supervisor;

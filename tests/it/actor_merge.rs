@@ -6,7 +6,7 @@ use serde_json::json;
 use std::sync::Arc;
 use subagent_host::event::EventKind;
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::merge::{MergeInput, MergeStrategy, StrategyRegistry};
+use subagent_host::runtime::merge_strategies::{MergeInput, MergeStrategy, StrategyRegistry};
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
 
 async fn finished_with(session: &Tree, name: &str, result: serde_json::Value) -> SubagentId {

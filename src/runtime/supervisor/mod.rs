@@ -4,256 +4,35 @@
 //! It keeps the record of every subagent (`record`): where its actor is, its
 //! parent and children, and the status mirrored from its reports, so that
 //! routing a request costs one lookup and a list costs no message. It
-//! enforces depth and quota at spawn (`spawn`), stops subtrees with one
+//! enforces depth and quota at spawn (`placement`), stops subtrees with one
 //! routine (`stop`), and emits each event to the session's sink: one place
 //! for events.
 //!
 //! - `record`: the per-subagent record and the shared-string cache.
-//! - `spawn`: where a new subagent goes and what it gets.
+//! - `placement`: where a new subagent goes and what it gets.
 //! - `stop`: terminating and cancelling subtrees, retiring records.
 //! - `forward`: delegate and await replies that skip the supervisor.
 //! - `queue`: the concurrency caps, and the tasks waiting for a slot.
-//! - `handlers`: the message handlers.
-//! - `inspect`: the operator's view (admin API) read from the records.
+//! - `root`: the actor's state and the routines the others share.
+//! - `handlers`: the message handlers, each naming the method that does its
+//!   work; `requests`: the operations; `reports`: what actors report, and
+//!   the close.
+//! - `restore`: rebuilding a stored session's tree.
+//! - `inspection`: the operator's view (admin API) read from the records.
 //! - `sleep`: stopping the actors of subagents left with nothing to do.
 
 mod forward;
 mod handlers;
-mod inspect;
+mod inspection;
+mod placement;
 mod queue;
 mod record;
+mod reports;
+mod requests;
 mod restore;
+mod root;
 mod sleep;
-mod spawn;
 mod stop;
 
-use actix::prelude::*;
-use actix::WeakAddr;
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
-
-use super::memory::InboxMessage;
-use super::messages::*;
-use super::subagent::{SubagentActor, SubagentSeed};
-use super::{HostContext, TreeStats};
-use crate::error::HostError;
-use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
-use crate::ids::{IdHash, SubagentId};
-use crate::protocol::wire::*;
-use crate::runtime::usage::{self, UsageMeter};
-use crate::store::SessionLog;
-pub(crate) use inspect::{CountStatuses, InspectOne, InspectTree};
-use record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
-
-/// Root actor of one session.
-/// An await's reply channel, falling back on this supervisor's records.
-pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
-
-pub(crate) struct Supervisor {
-    host: Arc<HostContext>,
-    sink: Arc<dyn EventSink>,
-    stats: Arc<TreeStats>,
-    // Every subagent's record: the tree.
-    index: HashMap<SubagentId, Entry, IdHash>,
-    // Top-level subagents in spawn order (terminated in reverse on close);
-    // forgetting a record takes it out without a scan.
-    top_level: SpawnOrder,
-    // Subagents that are not TERMINATED: the quota counts these.
-    live: usize,
-    // TERMINATED records, oldest first, forgotten past `max_retained_records`.
-    retained: VecDeque<SubagentId>,
-    closing: bool,
-    // This supervisor's own address, weak (cloning it allocates nothing), for
-    // the reply channels handed to subagent actors.
-    weak_self: WeakAddr<Supervisor>,
-    // The address every subagent actor and task reports to, shared: cloning
-    // an actix `Addr` allocates twice, cloning this `Arc` does not.
-    strong_self: Arc<Addr<Supervisor>>,
-    // Agent ids (parent, root) shared between the records that name them.
-    interned: Interned,
-    // The last list, shared by every list request until something changes:
-    // a client asking for many lists holds one copy of the rows, not many.
-    listed: Option<Arc<[SubagentInfo]>>,
-    // Where this session's state changes are recorded (the store).
-    log: Arc<SessionLog>,
-    // The next spawn's place in spawn order (stored, so a restored tree
-    // lists children as before).
-    next_ord: u64,
-    // The session's token counts and budget: every top-level subagent's
-    // meter hangs under it.
-    usage_root: Arc<UsageMeter>,
-    // Tasks holding a running slot, and those waiting for one (`queue`).
-    running: usize,
-    queue: VecDeque<queue::Queued>,
-    // The next queued task's place (stored with it, so a restart queues it
-    // again in its place).
-    next_queued: u64,
-    // Actors told to sleep, until they are gone (`sleep`).
-    dozing: sleep::Dozing,
-}
-
-impl Supervisor {
-    pub(crate) fn new(
-        host: Arc<HostContext>,
-        sink: Arc<dyn EventSink>,
-        stats: Arc<TreeStats>,
-        own: Addr<Supervisor>,
-        log: Arc<SessionLog>,
-    ) -> Self {
-        let session_budget =
-            usage::Limits { tokens: Some(host.limits.max_tokens_per_session).filter(|max| *max > 0), steps: None };
-        Self {
-            host,
-            sink,
-            stats,
-            index: HashMap::default(),
-            top_level: SpawnOrder::default(),
-            live: 0,
-            retained: VecDeque::new(),
-            closing: false,
-            weak_self: own.downgrade(),
-            strong_self: Arc::new(own),
-            interned: Interned::default(),
-            listed: None,
-            next_ord: 0,
-            usage_root: UsageMeter::session(session_budget),
-            running: 0,
-            queue: VecDeque::new(),
-            next_queued: 0,
-            dozing: Default::default(),
-            log,
-        }
-    }
-
-    fn emit(&self, id: SubagentId, entry: &Entry, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
-        self.sink.emit(Event {
-            subagent_id: id,
-            kind,
-            status: entry.status,
-            parent_agent_id: entry.parent_agent_id.clone(),
-            root_agent_id: entry.root_agent_id.clone(),
-            depth: entry.depth,
-            error,
-            detail,
-            usage: kind.ends_task().then(|| TaskUsage { own: entry.usage.own(), subtree: entry.usage.subtree() }),
-        });
-    }
-
-    fn entry(&self, id: SubagentId) -> Result<&Entry, HostError> {
-        self.index.get(&id).ok_or_else(|| HostError::unknown_subagent(&id.to_string()))
-    }
-
-    /// Looks up a subagent for a request that needs its actor, starting a
-    /// dormant one: `Err` when the session has no such id, `Ok(None)` when it
-    /// is `TERMINATED` (or being terminated).
-    fn wake(&mut self, id: SubagentId) -> Result<Option<SharedAddr>, HostError> {
-        match &self.entry(id)?.slot {
-            Slot::Live { addr, .. } => Ok(Some(Arc::clone(addr))),
-            Slot::Gone => Ok(None),
-            Slot::Dormant => Ok(Some(self.start(id))),
-        }
-    }
-
-    /// Starts the actor of a dormant subagent.
-    fn start(&mut self, id: SubagentId) -> SharedAddr {
-        self.start_with_inbox(id, Vec::new())
-    }
-
-    /// Starts the actor of a dormant subagent with `inbox` in its mailbox
-    /// (the undelivered messages of a restored one).
-    fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
-        let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
-        let gone = CancellationToken::new();
-        let seed = SubagentSeed {
-            id,
-            parent_id: entry.parent,
-            host: self.host.clone(),
-            supervisor: self.strong_self.clone(),
-            stats: self.stats.clone(),
-            adapter: self.host.router.select(&entry.config.model),
-            config: entry.config.clone(),
-            memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
-            gone: gone.clone(),
-            log: self.log.clone(),
-            memory_owner: entry.memory_owner,
-            tasks_started: entry.tasks_started,
-            inbox,
-            status: entry.status,
-            result: entry.result.clone(),
-            error: entry.error.clone(),
-            usage: entry.usage.clone(),
-            wall: entry.wall.clone(),
-            last_task: entry.last_task.take(),
-            ticket: entry.ticket,
-        };
-        let actor = SubagentActor::new(seed);
-        // Requests are bounded per session before they reach actors. A
-        // bounded mailbox (actix's default is 16, until the actor first runs)
-        // would make `send` hold messages back while `do_send` goes ahead of
-        // them: a delegate overtaking the messages sent before it.
-        let addr = SubagentActor::create(|ctx| {
-            ctx.set_mailbox_capacity(usize::MAX);
-            actor
-        });
-        let addr = Arc::new(ActorLink::new(addr));
-        entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
-        addr
-    }
-
-    /// Records a new task of `id`, queued or starting now, and returns its
-    /// ticket (see [`Ticket`]).
-    fn new_ticket(&mut self, id: SubagentId) -> Ticket {
-        let Some(entry) = self.index.get_mut(&id) else { return 0 };
-        entry.ticket += 1;
-        entry.ticket
-    }
-
-    /// Records that a task of `id` starts (its actor is told next): status
-    /// `RUNNING`, the last result gone, the `delegated` event. Said here
-    /// rather than reported by the actor, so that the record is never behind
-    /// on which subagents are busy (a delegate is answered from it) and a
-    /// task's start costs no report.
-    fn task_starts(&mut self, id: SubagentId) {
-        let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.set_status(SubagentStatus::Running);
-        entry.task_starts();
-        self.listed = None;
-        let entry = &self.index[&id];
-        self.emit(id, entry, EventKind::Delegated, None, EventDetail::None);
-    }
-
-    /// An await routed to the actor, falling back to the record once it is
-    /// gone; on a subagent with a task queued, it waits for that task (as
-    /// the `Await` handler does), not for the one before it.
-    fn await_future(&mut self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
-        let unqueued = if self.has_queued_task(id) { self.await_queued(id, reply).err() } else { Some(reply) };
-        if let Some(reply) = unqueued {
-            self.route_await(id, reply);
-        }
-        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed"))) })
-    }
-
-    /// Hands `reply` to the subagent's actor, or answers it from the record.
-    fn route_await(&self, id: SubagentId, reply: AwaitReply) {
-        match self.entry(id) {
-            Err(err) => reply.send(Err(err)),
-            // A closed mailbox drops the message and `reply` falls back to the record.
-            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => addr.do_send(AwaitTask(reply)),
-            // Never delegated, or gone: the record is the answer.
-            Ok(entry) => reply.send(Ok(entry.record(id))),
-        }
-    }
-}
-
-impl Actor for Supervisor {
-    type Context = Context<Self>;
-
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        for id in self.index.keys() {
-            self.host.ids.release(*id);
-        }
-    }
-}
+pub(crate) use inspection::{CountStatuses, InspectOne, InspectTree};
+pub(crate) use root::{AwaitReply, Supervisor};

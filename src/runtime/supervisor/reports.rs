@@ -1,0 +1,102 @@
+//! What subagent actors report (a status change, a task's end, an actor
+//! stopped), folded into the records with its event; and the session's
+//! close.
+
+use actix::prelude::*;
+
+use super::record::Slot;
+use super::Supervisor;
+use crate::event::EventKind;
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+use crate::runtime::messages::*;
+
+impl Supervisor {
+    pub(super) fn on_report(&mut self, msg: Report, ctx: &mut Context<Self>) {
+        let idle = msg.idle;
+        let Some(entry) = self.index.get_mut(&msg.id) else { return };
+        // Sent before its actor saw the newest task recorded here (a message
+        // delivered just before a delegate, a queued task cancelled just
+        // before the next delegate): what it says happened, so its event
+        // goes out, but the record is the newer task's. Terminated is never
+        // stale.
+        if msg.ticket < entry.ticket && msg.kind != EventKind::Terminated {
+            let entry = &self.index[&msg.id];
+            return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        }
+        if msg.kind != EventKind::Progress {
+            entry.set_status(msg.status);
+            self.listed = None;
+        }
+        // A task that waits gives its running slot up; going on, it takes one back.
+        let (release, retake) = match (msg.kind, msg.status) {
+            (kind, _) if kind.ends_task() => (true, false),
+            (EventKind::StatusChanged, SubagentStatus::Waiting) => (true, false),
+            (EventKind::StatusChanged, SubagentStatus::Running) => (false, true),
+            _ => (false, false),
+        };
+        if msg.kind.ends_task() {
+            entry.result = msg.result;
+            entry.error = msg.error.clone();
+            entry.task_time.end();
+            // What it did not use of its budget flows back to its ancestors.
+            entry.usage.release();
+        } else if msg.kind == EventKind::Resumed {
+            entry.task_starts();
+        }
+        // A task stopped by a budget takes its running descendants with it.
+        let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.to_vec() } else { Vec::new() };
+        let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
+        // An actor that stopped without being asked to (a handler panicked)
+        // leaves its descendants to be stopped here.
+        let unexpected = terminated && !entry.stopping;
+        let children = if unexpected { entry.children.to_vec() } else { Vec::new() };
+        if terminated {
+            self.record_terminated(msg.id);
+        }
+        let entry = &self.index[&msg.id];
+        self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        if release {
+            self.release_slot(msg.id);
+        } else if retake {
+            self.take_slot(msg.id);
+        }
+        if terminated {
+            self.forget_oldest_terminated();
+        }
+        if !children.is_empty() {
+            ctx.spawn(actix::fut::wrap_future(self.terminate_subtrees(&children)).map(|_, _, _| ()));
+        }
+        for child in overspent {
+            ctx.spawn(actix::fut::wrap_future(self.cancel_subtree(child)).map(|_, _, _| ()));
+        }
+        if let Some(idle) = idle {
+            self.put_to_sleep(msg.id, idle);
+        }
+    }
+
+    pub(super) fn close(&mut self) -> ResponseActFuture<Self, Vec<SubagentId>> {
+        self.closing = true;
+        // Newest first, as OTP stops children in reverse start order.
+        let roots: Vec<_> = self.top_level.iter().rev().collect();
+        let stopping = self.terminate_subtrees(&roots);
+        // Actors falling asleep are gone before the reply too.
+        let dozing = self.dozing.all_gone();
+        let stopping = async move {
+            let stopped = stopping.await;
+            dozing.await;
+            stopped
+        };
+        Box::pin(actix::fut::wrap_future(stopping).map(move |stopped, act: &mut Self, ctx| {
+            // Ids go back to the host before the reply, so a closed session
+            // holds none.
+            for id in act.index.keys() {
+                act.host.ids.release(*id);
+            }
+            act.index.clear();
+            act.listed = None;
+            ctx.stop();
+            stopped
+        }))
+    }
+}

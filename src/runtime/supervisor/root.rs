@@ -1,0 +1,241 @@
+//! The supervisor actor itself: its state (the records, the running-slot
+//! caps, the event sink) and the routines the other files share: looking a
+//! subagent up, waking its actor, emitting an event.
+
+use actix::prelude::*;
+use actix::WeakAddr;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
+use super::{queue, sleep};
+use crate::error::HostError;
+use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
+use crate::ids::{IdHash, SubagentId};
+use crate::protocol::wire::*;
+use crate::runtime::memory::InboxMessage;
+use crate::runtime::messages::*;
+use crate::runtime::subagent::{SubagentActor, SubagentSeed};
+use crate::runtime::usage::{self, UsageMeter};
+use crate::runtime::{HostContext, TreeStats};
+use crate::store::SessionLog;
+
+/// An await's reply channel, falling back on this supervisor's records.
+pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
+
+/// Root actor of one session.
+pub(crate) struct Supervisor {
+    pub(super) host: Arc<HostContext>,
+    pub(super) sink: Arc<dyn EventSink>,
+    pub(super) stats: Arc<TreeStats>,
+    // Every subagent's record: the tree.
+    pub(super) index: HashMap<SubagentId, Entry, IdHash>,
+    // Top-level subagents in spawn order (terminated in reverse on close);
+    // forgetting a record takes it out without a scan.
+    pub(super) top_level: SpawnOrder,
+    // Subagents that are not TERMINATED: the quota counts these.
+    pub(super) live: usize,
+    // TERMINATED records, oldest first, forgotten past `max_retained_records`.
+    pub(super) retained: VecDeque<SubagentId>,
+    pub(super) closing: bool,
+    // This supervisor's own address, weak (cloning it allocates nothing), for
+    // the reply channels handed to subagent actors.
+    pub(super) weak_self: WeakAddr<Supervisor>,
+    // The address every subagent actor and task reports to, shared: cloning
+    // an actix `Addr` allocates twice, cloning this `Arc` does not.
+    pub(super) strong_self: Arc<Addr<Supervisor>>,
+    // Agent ids (parent, root) shared between the records that name them.
+    pub(super) interned: Interned,
+    // The last list, shared by every list request until something changes:
+    // a client asking for many lists holds one copy of the rows, not many.
+    pub(super) listed: Option<Arc<[SubagentInfo]>>,
+    // Where this session's state changes are recorded (the store).
+    pub(super) log: Arc<SessionLog>,
+    // The next spawn's place in spawn order (stored, so a restored tree
+    // lists children as before).
+    pub(super) next_ord: u64,
+    // The session's token counts and budget: every top-level subagent's
+    // meter hangs under it.
+    pub(super) usage_root: Arc<UsageMeter>,
+    // Tasks holding a running slot, and those waiting for one (`queue`).
+    pub(super) running: usize,
+    pub(super) queue: VecDeque<queue::Queued>,
+    // The next queued task's place (stored with it, so a restart queues it
+    // again in its place).
+    pub(super) next_queued: u64,
+    // Actors told to sleep, until they are gone (`sleep`).
+    pub(super) dozing: sleep::Dozing,
+}
+
+impl Supervisor {
+    pub(crate) fn new(
+        host: Arc<HostContext>,
+        sink: Arc<dyn EventSink>,
+        stats: Arc<TreeStats>,
+        own: Addr<Supervisor>,
+        log: Arc<SessionLog>,
+    ) -> Self {
+        let session_budget =
+            usage::Limits { tokens: Some(host.limits.max_tokens_per_session).filter(|max| *max > 0), steps: None };
+        Self {
+            host,
+            sink,
+            stats,
+            index: HashMap::default(),
+            top_level: SpawnOrder::default(),
+            live: 0,
+            retained: VecDeque::new(),
+            closing: false,
+            weak_self: own.downgrade(),
+            strong_self: Arc::new(own),
+            interned: Interned::default(),
+            listed: None,
+            next_ord: 0,
+            usage_root: UsageMeter::session(session_budget),
+            running: 0,
+            queue: VecDeque::new(),
+            next_queued: 0,
+            dozing: Default::default(),
+            log,
+        }
+    }
+
+    pub(super) fn emit(
+        &self,
+        id: SubagentId,
+        entry: &Entry,
+        kind: EventKind,
+        error: Option<Arc<str>>,
+        detail: EventDetail,
+    ) {
+        self.sink.emit(Event {
+            subagent_id: id,
+            kind,
+            status: entry.status,
+            parent_agent_id: entry.parent_agent_id.clone(),
+            root_agent_id: entry.root_agent_id.clone(),
+            depth: entry.depth,
+            error,
+            detail,
+            usage: kind.ends_task().then(|| TaskUsage { own: entry.usage.own(), subtree: entry.usage.subtree() }),
+        });
+    }
+
+    pub(super) fn entry(&self, id: SubagentId) -> Result<&Entry, HostError> {
+        self.index.get(&id).ok_or_else(|| HostError::unknown_subagent(&id.to_string()))
+    }
+
+    /// Looks up a subagent for a request that needs its actor, starting a
+    /// dormant one: `Err` when the session has no such id, `Ok(None)` when it
+    /// is `TERMINATED` (or being terminated).
+    pub(super) fn wake(&mut self, id: SubagentId) -> Result<Option<SharedAddr>, HostError> {
+        match &self.entry(id)?.slot {
+            Slot::Live { addr, .. } => Ok(Some(Arc::clone(addr))),
+            Slot::Gone => Ok(None),
+            Slot::Dormant => Ok(Some(self.start(id))),
+        }
+    }
+
+    /// Starts the actor of a dormant subagent.
+    pub(super) fn start(&mut self, id: SubagentId) -> SharedAddr {
+        self.start_with_inbox(id, Vec::new())
+    }
+
+    /// Starts the actor of a dormant subagent with `inbox` in its mailbox
+    /// (the undelivered messages of a restored one).
+    pub(super) fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
+        let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
+        let gone = CancellationToken::new();
+        let seed = SubagentSeed {
+            id,
+            parent_id: entry.parent,
+            host: self.host.clone(),
+            supervisor: self.strong_self.clone(),
+            stats: self.stats.clone(),
+            adapter: self.host.router.select(&entry.config.model),
+            config: entry.config.clone(),
+            memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
+            gone: gone.clone(),
+            log: self.log.clone(),
+            memory_owner: entry.memory_owner,
+            tasks_started: entry.tasks_started,
+            inbox,
+            status: entry.status,
+            result: entry.result.clone(),
+            error: entry.error.clone(),
+            usage: entry.usage.clone(),
+            wall: entry.wall.clone(),
+            last_task: entry.last_task.take(),
+            ticket: entry.ticket,
+        };
+        let actor = SubagentActor::new(seed);
+        // Requests are bounded per session before they reach actors. A
+        // bounded mailbox (actix's default is 16, until the actor first runs)
+        // would make `send` hold messages back while `do_send` goes ahead of
+        // them: a delegate overtaking the messages sent before it.
+        let addr = SubagentActor::create(|ctx| {
+            ctx.set_mailbox_capacity(usize::MAX);
+            actor
+        });
+        let addr = Arc::new(ActorLink::new(addr));
+        entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
+        addr
+    }
+
+    /// Records a new task of `id`, queued or starting now, and returns its
+    /// ticket (see [`Ticket`]).
+    pub(super) fn new_ticket(&mut self, id: SubagentId) -> Ticket {
+        let Some(entry) = self.index.get_mut(&id) else { return 0 };
+        entry.ticket += 1;
+        entry.ticket
+    }
+
+    /// Records that a task of `id` starts (its actor is told next): status
+    /// `RUNNING`, the last result gone, the `delegated` event. Said here
+    /// rather than reported by the actor, so that the record is never behind
+    /// on which subagents are busy (a delegate is answered from it) and a
+    /// task's start costs no report.
+    pub(super) fn task_starts(&mut self, id: SubagentId) {
+        let Some(entry) = self.index.get_mut(&id) else { return };
+        entry.set_status(SubagentStatus::Running);
+        entry.task_starts();
+        self.listed = None;
+        let entry = &self.index[&id];
+        self.emit(id, entry, EventKind::Delegated, None, EventDetail::None);
+    }
+
+    /// An await routed to the actor, falling back to the record once it is
+    /// gone; on a subagent with a task queued, it waits for that task (as
+    /// the `Await` handler does), not for the one before it.
+    pub(super) fn await_future(&mut self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
+        let unqueued = if self.has_queued_task(id) { self.await_queued(id, reply).err() } else { Some(reply) };
+        if let Some(reply) = unqueued {
+            self.route_await(id, reply);
+        }
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(HostError::runtime("the session is closed"))) })
+    }
+
+    /// Hands `reply` to the subagent's actor, or answers it from the record.
+    pub(super) fn route_await(&self, id: SubagentId, reply: AwaitReply) {
+        match self.entry(id) {
+            Err(err) => reply.send(Err(err)),
+            // A closed mailbox drops the message and `reply` falls back to the record.
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => addr.do_send(AwaitTask(reply)),
+            // Never delegated, or gone: the record is the answer.
+            Ok(entry) => reply.send(Ok(entry.record(id))),
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        for id in self.index.keys() {
+            self.host.ids.release(*id);
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! [`TaskContext`]: everything a running task may use (its config, task,
+//! memory, mailbox, cancellation, steps, checkpoints, usage, progress). The
+//! operations it may ask of its tree (spawn, delegate, await …) are its
+//! methods in `ops/`, one file each.
+
+use actix::Addr;
+use serde_json::Value;
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{EventDetail, EventKind};
+use crate::ids::SubagentId;
+use crate::protocol::wire::*;
+use crate::runtime::memory::{held_now, Mailbox, Memory};
+use crate::runtime::messages::{self as msg, Report, Ticket};
+use crate::runtime::supervisor::Supervisor;
+use crate::runtime::usage::{Exceeded, UsageMeter};
+use crate::store::{Change, Checkpoint, SessionLog};
+
+use super::adapter::TaskError;
+
+/// What a running task and its subagent's actor share.
+#[derive(Debug, Default)]
+pub(crate) struct TaskShared {
+    /// Set while the task waits (`WAITING`).
+    pub waiting: Cell<bool>,
+    /// Set when the task spent past a budget: the error it ends with.
+    pub overspent: RefCell<Option<String>>,
+}
+
+/// Everything a running task may use: its config and task, memory, mailbox,
+/// cancellation signal, step counter, progress events, and a handle to spawn,
+/// delegate to and await its own children.
+pub struct TaskContext {
+    /// The subagent running the task.
+    pub subagent_id: SubagentId,
+    /// Its parent subagent, when it is nested.
+    pub parent_id: Option<SubagentId>,
+    /// Its configuration.
+    pub config: Arc<SubagentConfig>,
+    /// The task.
+    pub task: Arc<TaskDefinition>,
+    /// Its memory (shared with its parent for the `shared` scope).
+    pub memory: Memory,
+    /// Its mailbox.
+    pub mailbox: Arc<Mailbox>,
+    /// Fires on cancel (graceful: wind up within the grace period) and terminate.
+    pub cancel: CancellationToken,
+    /// When the task's time is up (its own timeout, capped by its parent's).
+    pub deadline: Instant,
+    // Shared with the subagent actor: whether the task waits, and why it
+    // overspent (one allocation for both).
+    pub(crate) shared: Rc<TaskShared>,
+    pub(crate) steps: Cell<u32>,
+    pub(crate) supervisor: Arc<Addr<Supervisor>>,
+    // Where checkpoints are recorded.
+    pub(crate) log: Arc<SessionLog>,
+    // Whose memory `memory` is (for its stored copy).
+    pub(crate) memory_owner: SubagentId,
+    // This task's number on its subagent (from 1), and its run number.
+    pub(crate) task_no: u64,
+    pub(crate) attempt: u32,
+    // The checkpoint a resumed task picks up from.
+    pub(crate) resume_from: Option<Checkpoint>,
+    // Its subagent's token counts.
+    pub(crate) usage: Arc<UsageMeter>,
+    // Its `invoke_agent` span.
+    // (`None` while no span exporter is installed.)
+    pub(crate) span: Option<tracing::Span>,
+    // Its number in its subagent's record: its reports carry it.
+    pub(crate) ticket: Ticket,
+}
+
+impl fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("subagent_id", &self.subagent_id)
+            .field("task", &self.task.name)
+            .field("steps", &self.steps.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskContext {
+    /// The run number of this task: 1, or more when it was running when the
+    /// host stopped and now runs again.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The last checkpoint of a resumed task (see [`TaskContext::checkpoint`]);
+    /// `None` on a first run, or when it stopped before its first checkpoint.
+    pub fn resume_point(&self) -> Option<&Checkpoint> {
+        self.resume_from.as_ref()
+    }
+
+    /// Whether checkpoints are kept (the session is in a durable store): an
+    /// adapter can skip building checkpoint state when they are not.
+    pub fn is_durable(&self) -> bool {
+        self.log.is_recording()
+    }
+
+    /// Records that the task has completed `step` steps and, to resume
+    /// after them, needs `state`. Memory and undelivered messages are
+    /// recorded with it. It never waits: the checkpoint is committed before
+    /// any later reply or event of this session reaches the client.
+    pub fn checkpoint(&self, step: u32, state: Value) {
+        if !self.log.is_recording() {
+            return;
+        }
+        let checkpoint = Checkpoint { step, state };
+        let held = held_now(self.memory_owner, &self.memory, &self.mailbox);
+        self.log.record(|session| Change::Checkpoint { session, id: self.subagent_id, checkpoint, held });
+    }
+
+    /// A key naming one side effect of this task (`local`: a step number, a
+    /// tool call id) that stays the same when the task resumes, so that the
+    /// effect is not done twice.
+    pub fn idempotency_key(&self, local: &str) -> Arc<str> {
+        format!("{}:{local}", self.task_no).into()
+    }
+
+    /// Steps taken so far (a resumed task counts those before its checkpoint).
+    pub fn steps_taken(&self) -> u32 {
+        self.steps.get()
+    }
+
+    /// Counts one step toward `max_steps` and toward every
+    /// `max_steps_total` budget above it; fails once either is spent (a
+    /// budget's error starts `budget_exceeded`, and the task ends with it
+    /// whatever the adapter returns).
+    pub fn step(&self) -> Result<u32, TaskError> {
+        let taken = self.steps.get() + 1;
+        if taken > self.config.max_steps {
+            return Err(TaskError(format!(
+                "max_steps exceeded: the task needed more than {} steps",
+                self.config.max_steps
+            )));
+        }
+        self.usage.step().map_err(|exceeded| self.overspent(&exceeded))?;
+        self.steps.set(taken);
+        Ok(taken)
+    }
+
+    // Ends this task `budget_exceeded`: its error is recorded where the
+    // actor finds it, and its cancel signal fires so the adapter stops.
+    fn overspent(&self, exceeded: &Exceeded) -> TaskError {
+        let text = exceeded.text();
+        self.shared.overspent.borrow_mut().get_or_insert_with(|| text.clone());
+        self.cancel.cancel();
+        TaskError(text)
+    }
+
+    /// Records tokens a model call of this task used: they count toward its
+    /// subagent's `usage` and the `subtree_usage` of it and every ancestor.
+    /// `Err` when they pass a budget (its own, an ancestor's, the
+    /// session's): the task then ends `FAILED` with that error, which starts
+    /// `budget_exceeded` and names the budget, whatever the adapter returns.
+    pub fn record_usage(&self, usage: Usage) -> Result<(), TaskError> {
+        if usage == Usage::default() {
+            return Ok(());
+        }
+        let counted = self.usage.add(usage);
+        // Lists show usage: the supervisor's cached rows are stale now.
+        self.supervisor.do_send(msg::UsageChanged);
+        counted.map_err(|exceeded| self.overspent(&exceeded))
+    }
+
+    /// This task's `invoke_agent` span: the parent of the spans an adapter
+    /// makes for its model and tool calls (see [`crate::runtime::trace`]).
+    pub fn span(&self) -> &tracing::Span {
+        static NONE: tracing::Span = tracing::Span::none();
+        self.span.as_ref().unwrap_or(&NONE)
+    }
+
+    /// Tokens this task's subagent has used so far (all its tasks).
+    pub fn usage(&self) -> Usage {
+        self.usage.own()
+    }
+
+    /// Emits a `progress` event.
+    pub fn progress(&self, text: impl Into<String>) {
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::Progress,
+            // The supervisor keeps its mirrored status for progress reports.
+            status: SubagentStatus::Running,
+            result: None,
+            error: None,
+            detail: EventDetail::Progress(text.into()),
+            idle: None,
+            ticket: self.ticket,
+        });
+    }
+
+    /// Marks the task `WAITING` (on a child or the mailbox) or `RUNNING` again.
+    pub fn set_waiting(&self, waiting: bool) {
+        // The task runs on its actor's thread: the flag is the actor's view at
+        // once, and this report goes out before the task's end is reported.
+        if self.shared.waiting.replace(waiting) == waiting {
+            return;
+        }
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::StatusChanged,
+            status: if waiting { SubagentStatus::Waiting } else { SubagentStatus::Running },
+            result: None,
+            error: None,
+            detail: EventDetail::None,
+            idle: None,
+            ticket: self.ticket,
+        });
+    }
+}
