@@ -30,6 +30,7 @@
 //! - `drain`: the end of a `shutdown` (or stdio EOF): tasks may finish while
 //!   later requests are refused with `invalid_state`.
 
+mod attach;
 pub mod auth;
 mod bounds;
 mod connection;
@@ -51,6 +52,7 @@ mod resume;
 pub mod service;
 mod stored_sessions;
 
+pub use attach::{Attach, Attachment};
 pub use auth::Auth;
 pub use connection::{Connection, ConnectionEnd};
 pub use drain::SHUTTING_DOWN;
@@ -58,7 +60,6 @@ pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, Reservation};
 pub use outbox_ends::{OutboxReceiver, OutboxSink};
-pub use relay::{Attach, Attachment};
 pub(crate) use reply::error_line;
 pub use service::{OpenedConnection, Parked, PoolSlot, Service};
 pub use stored_sessions::{is_in_use, NEW_SESSION_DEADLINE};

@@ -6,7 +6,7 @@ use std::sync::Weak;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-use super::relay::{Attach, Attachment};
+use super::attach::{Attach, Attachment};
 use super::service::{Parked, Service};
 use crate::store::SessionLog;
 

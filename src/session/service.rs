@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::attach::Attach;
 use super::auth::Auth;
 use super::input::{self, InputSender};
 use super::outbox::Outbox;
 use super::outbox_ends::{OutboxReceiver, OutboxSink};
-use super::relay::Attach;
 use super::Connection;
 use crate::admin::Admin;
 use crate::config::Limits;
