@@ -98,7 +98,7 @@ pub trait IdSource: Send + Sync + 'static {
 
 /// Random 32-bit candidates (the `hex[:8]` of a fresh random value).
 #[derive(Debug, Default)]
-pub struct RandomIds;
+pub(crate) struct RandomIds;
 
 impl IdSource for RandomIds {
     fn next_candidate(&self) -> u32 {
@@ -110,7 +110,7 @@ impl IdSource for RandomIds {
 /// SipHash: ids are drawn by the host, not chosen by clients, so there is no
 /// flooding to defend against.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -134,7 +134,7 @@ impl std::hash::Hasher for IdHasher {
 }
 
 /// The `BuildHasher` of maps and sets keyed by subagent id.
-pub type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
 
 const SHARDS: usize = 64;
 

@@ -46,26 +46,34 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]
 
 pub mod adapter;
-pub mod admin;
+mod admin;
 pub mod config;
-pub mod entries;
-pub mod error;
+mod entries;
+mod error;
 pub mod event;
-pub mod ids;
+mod ids;
 #[cfg(feature = "cli")]
 pub mod logging;
-pub mod metrics;
+mod metrics;
 pub mod ops;
 pub mod protocol;
-pub mod runtime;
+mod runtime;
 pub mod server;
 pub mod session;
 pub mod store;
 #[cfg(feature = "otlp")]
 pub mod telemetry;
-pub mod transport;
+mod transport;
 
+// The facade: what an embedder names. Everything else is reached through
+// the public modules above (the adapters, the config, events, the operations
+// table, the wire, the server, the session service, the store choice).
+pub use entries::{InboxMessage, MemoryEntry};
 pub use error::{ErrorCode, HostError};
-pub use ids::SubagentId;
-pub use runtime::task::{AgentAdapter, TaskContext, TaskError};
+pub use ids::{IdRegistry, IdSource, SubagentId};
+pub use protocol::wire;
+pub use runtime::inspect::{StatusCounts, SubagentDetail, SubagentView};
+pub use runtime::memory::{Mailbox, Memory};
+pub use runtime::merge_strategies::{MergeInput, MergeStrategy, StrategyRegistry};
+pub use runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 pub use runtime::{Host, HostConfig, Tree, TreeStats};

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::store::{SessionLog, StoreHandle};
+use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::Mutex;
 

@@ -14,7 +14,7 @@ const BACKLOG: usize = 4096;
 
 /// Streams attached at once, at most (each is an operator's page or a
 /// `curl`; past this the next one is refused).
-pub const MAX_WATCHES: usize = 32;
+pub(crate) const MAX_WATCHES: usize = 32;
 
 /// One thing a stream sends: an SSE event named `kind` with `data` (JSON).
 #[derive(Debug)]

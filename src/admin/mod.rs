@@ -10,10 +10,10 @@
 //! - `session_list`: [`Admin`] and [`Listed`], the list of open sessions.
 //! - [`hub`]: the fan-out of events to the operator's streams.
 
-pub mod hub;
+pub(crate) mod hub;
 mod live_session;
 mod session_list;
 
-pub use hub::{Hub, Next, Notice, Tap, Watch};
-pub use live_session::LiveSession;
-pub use session_list::{Admin, Listed};
+pub(crate) use hub::{Hub, Next, Notice, Tap, Watch};
+pub(crate) use live_session::LiveSession;
+pub(crate) use session_list::{Admin, Listed};

@@ -24,7 +24,7 @@ mod task_outcome;
 mod text_format;
 mod updates;
 
-pub use registry::{metrics, Metrics};
-pub use task_outcome::TaskOutcome;
-pub use text_format::content_type;
+pub(crate) use registry::metrics;
+pub(crate) use task_outcome::TaskOutcome;
+pub(crate) use text_format::content_type;
 pub(crate) use updates::OpenSession;

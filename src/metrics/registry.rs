@@ -42,7 +42,7 @@ pub(super) const ERROR_CODES: [ErrorCode; 15] = [
 ];
 
 /// The process-wide metrics.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     pub(super) sessions_open: Family<Labels<1>, Gauge>,
     pub(super) subagents: [ShardedGauge; 7],
@@ -175,7 +175,7 @@ impl Metrics {
     /// Renders every metric. `openmetrics`: the OpenMetrics text format
     /// (what Prometheus asks for); otherwise the classic Prometheus text
     /// format 0.0.4.
-    pub fn render(&self, openmetrics: bool) -> String {
+    pub(crate) fn render(&self, openmetrics: bool) -> String {
         let mut text = String::with_capacity(16 * 1024);
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
@@ -188,7 +188,7 @@ impl Metrics {
 }
 
 /// The process-wide metrics.
-pub fn metrics() -> &'static Metrics {
+pub(crate) fn metrics() -> &'static Metrics {
     static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
     &METRICS
 }

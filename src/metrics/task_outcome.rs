@@ -2,7 +2,7 @@
 
 /// How a task ended, as the `outcome` label of the task metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskOutcome {
+pub(crate) enum TaskOutcome {
     /// It returned a result.
     Completed,
     /// It failed (an error, a panic, a result over its bound).

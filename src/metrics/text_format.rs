@@ -2,7 +2,7 @@
 //! classic Prometheus text format 0.0.4 rewritten from it.
 
 /// The content type of [`Metrics::render`](super::Metrics::render)'s output.
-pub fn content_type(openmetrics: bool) -> &'static str {
+pub(crate) fn content_type(openmetrics: bool) -> &'static str {
     if openmetrics {
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     } else {

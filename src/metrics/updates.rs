@@ -51,14 +51,14 @@ impl Metrics {
     }
 
     /// One model call of `adapter` ended (`ok` or not) after `took`.
-    pub fn model_call(&self, adapter: &'static str, ok: bool, took: Duration) {
+    pub(crate) fn model_call(&self, adapter: &'static str, ok: bool, took: Duration) {
         let outcome = if ok { "ok" } else { "error" };
         self.model_calls.get_or_create(&[("adapter", adapter), ("outcome", outcome)]).inc();
         self.model_call_duration.get_or_create(&[("adapter", adapter)]).observe(took.as_secs_f64());
     }
 
     /// Tokens a model call of the route for `model` used.
-    pub fn tokens(&self, model: &str, input: u64, output: u64) {
+    pub(crate) fn tokens(&self, model: &str, input: u64, output: u64) {
         for (kind, count) in [("input", input), ("output", output)] {
             if count > 0 {
                 self.tokens.get_or_create(&[("model", model.to_owned()), ("type", kind.to_owned())]).inc_by(count);

@@ -47,6 +47,9 @@ pub enum Caller<'a> {
 }
 
 /// One operation of the host, as every face decodes it.
+// Made once per request and moved straight into `run`: boxing the large
+// spawn would cost an allocation per spawn for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Operation {
     /// Spawn a subagent; with `task`, delegate it at once (a task caller's

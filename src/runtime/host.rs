@@ -122,7 +122,7 @@ impl Host {
         let supervisor_stats = stats.clone();
         let make = move |ctx: &mut Context<Supervisor>| {
             // Unbounded from the first message (see `SubagentActor`'s start).
-            ctx.set_mailbox_capacity(usize::MAX);
+            ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
             Supervisor::new(shared, sink, supervisor_stats, ctx.address(), log)
         };
         let addr = if self.workers.is_empty() {

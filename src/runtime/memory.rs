@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-pub use crate::entries::{InboxMessage, MemoryEntry};
+pub(crate) use crate::entries::{InboxMessage, MemoryEntry};
 use crate::ids::SubagentId;
 use crate::store::Held;
 

@@ -107,7 +107,7 @@ pub(crate) fn run(strategy: &dyn MergeStrategy, name: &str, inputs: &[MergeInput
 /// Each source's summary (its `summary` field, else its whole result as
 /// JSON), combined into one text plus a structured list of sources.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct HierarchicalSummary;
+pub(crate) struct HierarchicalSummary;
 
 impl MergeStrategy for HierarchicalSummary {
     fn merge(&self, completed: &[&MergeInput]) -> Result<JsonObject, String> {
@@ -146,7 +146,7 @@ impl MergeStrategy for HierarchicalSummary {
 /// vote comes earliest in the request's `subagent_ids` order wins; `tie`
 /// says whether there was a tie to break.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Voting;
+pub(crate) struct Voting;
 
 impl MergeStrategy for Voting {
     fn merge(&self, completed: &[&MergeInput]) -> Result<JsonObject, String> {

@@ -12,6 +12,11 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 
+/// The mailbox capacity that never makes a sender wait: actix's largest
+/// (`usize::MAX >> 2`; a larger one overflows its sender count, which a debug
+/// build catches as a panic).
+pub(crate) const UNBOUNDED_MAILBOX: usize = usize::MAX >> 2;
+
 // ---- client requests, handled by the supervisor -------------------------------
 
 /// Spawn a subagent.

@@ -21,14 +21,14 @@
 
 pub(crate) mod budget;
 mod host;
-pub mod inspect;
-pub mod memory;
-pub mod merge_strategies;
+pub(crate) mod inspect;
+pub(crate) mod memory;
+pub(crate) mod merge_strategies;
 pub(crate) mod messages;
 pub(crate) mod subagent;
 pub(crate) mod supervisor;
-pub mod task;
-pub mod trace;
+pub(crate) mod task;
+pub(crate) mod trace;
 mod tree;
 pub(crate) mod usage;
 

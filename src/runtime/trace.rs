@@ -79,7 +79,7 @@ fn error_type(error: &str) -> &str {
 /// The span of one model call of the task whose span is `task`, to a
 /// `provider` (e.g. `openai`) for `model`. Record its usage with
 /// [`chat_usage`] once the reply is in.
-pub fn chat(task: &Span, provider: &str, model: &str) -> Span {
+pub(crate) fn chat(task: &Span, provider: &str, model: &str) -> Span {
     if !tracing_on() {
         return Span::none();
     }
@@ -101,7 +101,7 @@ pub fn chat(task: &Span, provider: &str, model: &str) -> Span {
 }
 
 /// Records a model call's tokens, or its error, on its [`chat`] span.
-pub fn chat_usage(span: &Span, outcome: Result<Usage, &str>) {
+pub(crate) fn chat_usage(span: &Span, outcome: Result<Usage, &str>) {
     if span.is_disabled() {
         return;
     }
@@ -118,7 +118,7 @@ pub fn chat_usage(span: &Span, outcome: Result<Usage, &str>) {
 }
 
 /// The span of one tool call (`call_id`) of the task whose span is `task`.
-pub fn execute_tool(task: &Span, tool: &str, call_id: &str) -> Span {
+pub(crate) fn execute_tool(task: &Span, tool: &str, call_id: &str) -> Span {
     if !tracing_on() {
         return Span::none();
     }

@@ -38,7 +38,7 @@ pub struct InputReceiver {
 }
 
 /// An input queue of `frames` frames and `max_bytes` bytes.
-pub fn channel(frames: usize, max_bytes: usize) -> (InputSender, InputReceiver) {
+pub(super) fn channel(frames: usize, max_bytes: usize) -> (InputSender, InputReceiver) {
     let (tx, rx) = mpsc::channel(frames.clamp(1, u32::MAX as usize >> 3));
     let queued = Arc::new(AtomicUsize::new(0));
     (InputSender { tx, queued: queued.clone(), max_bytes }, InputReceiver { rx, queued })

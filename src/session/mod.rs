@@ -31,7 +31,7 @@
 //!   later requests are refused with `invalid_state`.
 
 mod attach;
-pub mod auth;
+mod auth;
 mod bounds;
 mod connection;
 mod dispatch;
@@ -40,8 +40,8 @@ mod face_multi_agent;
 mod face_subagent;
 mod frames;
 mod handshake;
-pub mod input;
-pub mod outbox;
+mod input;
+mod outbox;
 mod outbox_ends;
 #[cfg(test)]
 mod outbox_tests;
@@ -49,7 +49,7 @@ mod parking;
 mod relay;
 mod reply;
 mod resume;
-pub mod service;
+mod service;
 mod stored_sessions;
 
 pub use attach::{Attach, Attachment};
@@ -61,5 +61,5 @@ pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, Reservation};
 pub use outbox_ends::{OutboxReceiver, OutboxSink};
 pub(crate) use reply::error_line;
-pub use service::{OpenedConnection, Parked, PoolSlot, Service};
+pub use service::{OpenedConnection, Parked, PoolSlot, Service, INPUT_QUEUE};
 pub use stored_sessions::{is_in_use, NEW_SESSION_DEADLINE};

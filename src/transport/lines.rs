@@ -14,12 +14,12 @@ const CHUNK: usize = 64 * 1024;
 /// Bytes of queued lines gathered into one write. Lines taken from the
 /// outbox no longer count toward its byte bound, so this also bounds what the
 /// writer holds beyond it (plus one line).
-pub const WRITE_BATCH: usize = 64 * 1024;
+pub(crate) const WRITE_BATCH: usize = 64 * 1024;
 
 /// Reads `reader` to its end, pushing frames into `input` (waiting while the
 /// session is at its in-flight bound). Returns when the stream ends, fails,
 /// or the session stops taking input.
-pub async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, input: InputSender) {
+pub(crate) async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, input: InputSender) {
     let mut decoder = LineDecoder::new(limit);
     let mut chunk = vec![0u8; CHUNK];
     let mut frames = Vec::new();
@@ -44,7 +44,10 @@ pub async fn read_frames<R: AsyncRead + Unpin>(mut reader: R, limit: usize, inpu
 /// outbox is closed and drained, or the stream fails. The lines queued when
 /// the writer wakes (up to [`WRITE_BATCH`] bytes) go out in one write: one
 /// system call, and with `TCP_NODELAY` one segment train, per batch.
-pub async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut output: OutboxReceiver) -> std::io::Result<()> {
+pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut output: OutboxReceiver,
+) -> std::io::Result<()> {
     let mut batch = Vec::new();
     while let Some(line) = output.recv().await {
         gather(&mut batch, line, &mut output);
@@ -57,7 +60,7 @@ pub async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut output: Outbo
 
 /// Appends `line` and then every line queued now, each with its `\n`, to
 /// `batch` until it holds [`WRITE_BATCH`] bytes.
-pub fn gather(batch: &mut Vec<u8>, line: String, output: &mut OutboxReceiver) {
+pub(crate) fn gather(batch: &mut Vec<u8>, line: String, output: &mut OutboxReceiver) {
     batch.extend_from_slice(line.as_bytes());
     batch.push(b'\n');
     while batch.len() < WRITE_BATCH {
@@ -68,7 +71,7 @@ pub fn gather(batch: &mut Vec<u8>, line: String, output: &mut OutboxReceiver) {
 }
 
 /// Empties a written batch; a buffer grown by a huge line is given back.
-pub fn recycle(batch: &mut Vec<u8>) {
+pub(crate) fn recycle(batch: &mut Vec<u8>) {
     batch.clear();
     if batch.capacity() > 2 * WRITE_BATCH {
         batch.shrink_to(WRITE_BATCH);
@@ -78,7 +81,10 @@ pub fn recycle(batch: &mut Vec<u8>) {
 /// Lets a writer task flush what is left for up to `grace` (none: abort it
 /// at once), then aborts it so a client that does not read cannot hold the
 /// connection open.
-pub async fn finish_writer(writer: tokio::task::JoinHandle<std::io::Result<()>>, grace: Option<std::time::Duration>) {
+pub(crate) async fn finish_writer(
+    writer: tokio::task::JoinHandle<std::io::Result<()>>,
+    grace: Option<std::time::Duration>,
+) {
     let abort = writer.abort_handle();
     match grace {
         Some(grace) => {

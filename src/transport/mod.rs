@@ -6,7 +6,7 @@
 //! - [`http`]: HTTP + SSE (actix-web).
 //! - [`lines`]: reading frames from and writing lines to byte streams.
 
-pub mod http;
-pub mod lines;
-pub mod stdio;
-pub mod tcp;
+pub(crate) mod http;
+pub(crate) mod lines;
+pub(crate) mod stdio;
+pub(crate) mod tcp;

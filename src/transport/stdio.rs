@@ -17,10 +17,10 @@ use crate::session::InputSender;
 use crate::session::{ConnectionEnd, OutboxReceiver, Service};
 
 /// How long running tasks may finish after EOF on stdin (as `shutdown`'s default).
-pub const EOF_DRAIN: Duration = Duration::from_secs(10);
+pub(crate) const EOF_DRAIN: Duration = Duration::from_secs(10);
 
 /// Serves one session over stdin/stdout until it ends.
-pub async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Result<ConnectionEnd> {
+pub(crate) async fn serve(service: Arc<Service>, final_flush: Duration) -> std::io::Result<ConnectionEnd> {
     let opened = service.open().map_err(|err| std::io::Error::other(err.to_string()))?;
     let limit = service.limits().max_line_bytes;
     let input = opened.input;

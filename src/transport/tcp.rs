@@ -21,11 +21,11 @@ use crate::session::{ConnectionEnd, Service};
 
 /// First pause after a failed accept (out of file descriptors and the
 /// like); it doubles on each failure in a row up to [`ACCEPT_BACKOFF_MAX`].
-pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(crate) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Longest pause between two accepts that fail.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one accept-failure warning is logged per this period.
-pub const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Accepts connections until the service shuts down. When accepting fails
 /// (e.g. `EMFILE`), waits before retrying (backing off from
@@ -33,7 +33,7 @@ pub const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 /// per [`ACCEPT_WARN_EVERY`], so the failure neither spins a core nor floods
 /// stderr; the connections already open are served meanwhile. Accepts only
 /// while fewer than `limits.max_connections` connections are open.
-pub async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Duration) {
+pub(crate) async fn serve(listener: TcpListener, service: Arc<Service>, final_flush: Duration) {
     let shutdown = service.shutdown_token().clone();
     let connections = Arc::new(Semaphore::new(service.limits().max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let mut backoff = ACCEPT_BACKOFF_MIN;

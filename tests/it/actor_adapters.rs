@@ -7,7 +7,7 @@ use std::sync::Arc;
 use subagent_host::adapter::ScriptedAdapter;
 use subagent_host::event::{EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
+use subagent_host::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 /// Answers with its own name, to see which adapter the router picked.

@@ -3,9 +3,9 @@
 use crate::common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use subagent_host::config::Limits;
-use subagent_host::ids::{IdRegistry, IdSource};
 use subagent_host::protocol::wire::*;
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId};
+use subagent_host::{IdRegistry, IdSource};
 
 #[actix_rt::test]
 async fn spawn_past_max_depth_is_depth_exceeded() {

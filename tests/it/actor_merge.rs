@@ -6,8 +6,8 @@ use serde_json::json;
 use std::sync::Arc;
 use subagent_host::event::EventKind;
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::merge_strategies::{MergeInput, MergeStrategy, StrategyRegistry};
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
+use subagent_host::{MergeInput, MergeStrategy, StrategyRegistry};
 
 async fn finished_with(session: &Tree, name: &str, result: serde_json::Value) -> SubagentId {
     let id = spawn(session, name, None).await;

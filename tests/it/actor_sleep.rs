@@ -7,7 +7,7 @@ use crate::common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
+use subagent_host::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::watch;
 

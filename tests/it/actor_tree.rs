@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
+use subagent_host::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 /// Builds a chain root → … four levels deep, each running a long task.
@@ -289,7 +289,7 @@ impl AgentAdapter for SlowWindUp {
         Box::pin(async move {
             ctx.cancel.cancelled().await;
             if ctx.task.name != "slow" {
-                return Err(subagent_host::runtime::task::TaskError::new("cancelled"));
+                return Err(subagent_host::TaskError::new("cancelled"));
             }
             tokio::time::sleep(Duration::from_millis(700)).await;
             let mut result = JsonObject::new();

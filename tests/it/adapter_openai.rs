@@ -13,7 +13,7 @@ use subagent_host::config::Limits;
 use subagent_host::config::{FileConfig, RouteConfig};
 use subagent_host::event::{Event, NullSink};
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::AdapterRouter;
+use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

@@ -14,7 +14,7 @@ use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::config::Limits;
 use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::AdapterRouter;
+use subagent_host::AdapterRouter;
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

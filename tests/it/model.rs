@@ -25,9 +25,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 use subagent_host::config::Limits;
-use subagent_host::ids::{IdRegistry, IdSource};
 use subagent_host::protocol::wire::*;
 use subagent_host::{ErrorCode, Host, HostConfig, HostError, SubagentId, Tree};
+use subagent_host::{IdRegistry, IdSource};
 use tokio::task::JoinHandle;
 
 const MAX_DEPTH: u32 = 3;

@@ -13,10 +13,10 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use subagent_host::config::Limits;
-use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::server::{self, Listeners, Settings, Workers};
 use subagent_host::session::Auth;
 use subagent_host::store::{self, ClusterSettings, StoreUrl, WriterSettings};
+use subagent_host::AdapterRouter;
 
 use crate::e2e_support::*;
 use crate::test_database::TestDatabase;

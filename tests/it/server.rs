@@ -7,9 +7,9 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 use subagent_host::config::Limits;
-use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::server::{self, Listeners, Settings, Workers};
 use subagent_host::session::Auth;
+use subagent_host::AdapterRouter;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;

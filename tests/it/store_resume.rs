@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::store::{
     self, Checkpoint, SessionLog, SessionRow, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask,
     SubagentRow, WriterSettings,
 };
+use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::event::{Event, EventKind};
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::AdapterRouter;
+use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig};
 use tokio::sync::mpsc;
 

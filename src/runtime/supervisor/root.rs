@@ -175,7 +175,7 @@ impl Supervisor {
         // would make `send` hold messages back while `do_send` goes ahead of
         // them: a delegate overtaking the messages sent before it.
         let addr = SubagentActor::create(|ctx| {
-            ctx.set_mailbox_capacity(usize::MAX);
+            ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
             actor
         });
         let addr = Arc::new(ActorLink::new(addr));

@@ -67,24 +67,24 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 const COALESCE: Duration = Duration::from_millis(100);
 
 /// The header a cancel or terminate must carry (see the module docs).
-pub const CONFIRM_HEADER: &str = "X-Subagentd-Confirm";
+pub(crate) const CONFIRM_HEADER: &str = "X-Subagentd-Confirm";
 
 /// What the admin routes run with.
 #[derive(Debug)]
-pub struct AdminApi {
+pub(crate) struct AdminApi {
     service: Arc<Service>,
     tokens: Auth,
 }
 
 impl AdminApi {
     /// The API over `service`'s sessions, open to holders of `tokens`.
-    pub fn new(service: Arc<Service>, tokens: Auth) -> Arc<Self> {
+    pub(crate) fn new(service: Arc<Service>, tokens: Auth) -> Arc<Self> {
         Arc::new(Self { service, tokens })
     }
 }
 
 /// Adds the page and the API to an actix-web app.
-pub fn routes(cfg: &mut web::ServiceConfig, api: web::Data<AdminApi>) {
+pub(crate) fn routes(cfg: &mut web::ServiceConfig, api: web::Data<AdminApi>) {
     cfg.app_data(api)
         .route("/ui", web::get().to(super::ui::page))
         .route("/ui/", web::get().to(super::ui::page))

@@ -32,7 +32,7 @@ const SCAN_LIMIT: usize = 10_000;
 
 /// Adopts orphaned sessions until the service shuts down (see the module
 /// docs); `parked` brings the TCP sessions whose connection dropped.
-pub async fn adopt_orphans(
+pub(crate) async fn adopt_orphans(
     sessions: Arc<HttpSessions>,
     concurrency: usize,
     mut parked: mpsc::UnboundedReceiver<Parked>,

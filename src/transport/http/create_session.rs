@@ -10,7 +10,7 @@ use serde_json::json;
 use super::request_info::{bearer, peer};
 use super::responses::{body_timeout, closing, error, ok_for};
 use super::HttpSessions;
-use crate::session::service::INPUT_QUEUE;
+use crate::session::INPUT_QUEUE;
 
 pub(super) async fn create(
     req: HttpRequest,

@@ -12,7 +12,7 @@ use super::{admin_routes, metrics_endpoint, HttpSessions};
 
 /// Builds the HTTP server on an already bound listener; run the returned
 /// [`Server`] (a future) and stop it through its handle.
-pub fn server(
+pub(crate) fn server(
     listener: std::net::TcpListener,
     sessions: Arc<HttpSessions>,
     admin: Arc<admin_routes::AdminApi>,

@@ -23,7 +23,7 @@ pub(crate) async fn scrape(req: HttpRequest) -> HttpResponse {
 /// A server answering `GET /metrics` only, on an already bound listener:
 /// one worker (a scrape every few seconds needs no more). With `admin` (when
 /// there is no HTTP listener), it serves the operator's page and API too.
-pub fn server(listener: std::net::TcpListener, admin: Option<Arc<AdminApi>>) -> std::io::Result<Server> {
+pub(crate) fn server(listener: std::net::TcpListener, admin: Option<Arc<AdminApi>>) -> std::io::Result<Server> {
     listener.set_nonblocking(true)?;
     let admin = admin.map(web::Data::from);
     Ok(HttpServer::new(move || {

@@ -73,12 +73,12 @@
 //! - [`admin_routes`], `ui`: the operator's API and page.
 //! - [`metrics_endpoint`]: `GET /metrics`, and its own listener.
 
-pub mod admin_routes;
+pub(crate) mod admin_routes;
 mod adopt;
 mod create_session;
 mod health;
 mod http_server;
-pub mod metrics_endpoint;
+pub(crate) mod metrics_endpoint;
 mod request_info;
 mod responses;
 mod send_lines;
@@ -86,7 +86,6 @@ mod sessions;
 mod sse_stream;
 mod ui;
 
-pub use adopt::adopt_orphans;
-pub use http_server::server;
-pub use responses::{NODE_HEADER, SESSION_HEADER};
-pub use sessions::HttpSessions;
+pub(crate) use adopt::adopt_orphans;
+pub(crate) use http_server::server;
+pub(crate) use sessions::HttpSessions;

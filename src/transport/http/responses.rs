@@ -14,11 +14,11 @@ use super::request_info::peer;
 use super::HttpSessions;
 
 /// The header naming the session of `/send` and `/stream`.
-pub const SESSION_HEADER: &str = "X-Session-Id";
+pub(crate) const SESSION_HEADER: &str = "X-Session-Id";
 
 /// The header naming the node that answered, on a cluster node (for
 /// operators, and for tests that check where sessions went).
-pub const NODE_HEADER: &str = "X-Subagentd-Node";
+pub(crate) const NODE_HEADER: &str = "X-Subagentd-Node";
 
 // A 200 naming the session (a router learns where it is served) and, on a
 // cluster node, the node.

@@ -26,7 +26,7 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::HostError;
-use crate::session::service::INPUT_QUEUE;
+use crate::session::INPUT_QUEUE;
 use crate::session::{Attach, Attachment, InputSender};
 use crate::session::{Connection, ConnectionEnd, OpenedConnection, OutboxReceiver, PoolSlot, Service};
 use crate::store::{Acquire, SessionLog};
@@ -37,7 +37,7 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The HTTP sessions of a service.
 #[derive(Debug)]
-pub struct HttpSessions {
+pub(crate) struct HttpSessions {
     // Opens sessions and enforces `max_sessions`.
     pub(super) service: Arc<Service>,
     // How long an ended session waits for a stream to take its last lines.
@@ -144,14 +144,9 @@ impl HttpEntry {
 
 impl HttpSessions {
     /// The HTTP front of `service`; an ended session with no stream attached
-    /// is kept `final_flush` for one to take its last lines.
-    pub fn new(service: Arc<Service>, final_flush: Duration) -> Arc<Self> {
-        Self::with_replay(service, final_flush, 1024)
-    }
-
-    /// [`HttpSessions::new`] keeping `journal_retained` lines per session
-    /// for `Last-Event-ID` replay.
-    pub fn with_replay(service: Arc<Service>, final_flush: Duration, journal_retained: usize) -> Arc<Self> {
+    /// is kept `final_flush` for one to take its last lines, and
+    /// `journal_retained` lines per session for `Last-Event-ID` replay.
+    pub(crate) fn with_replay(service: Arc<Service>, final_flush: Duration, journal_retained: usize) -> Arc<Self> {
         Arc::new(Self {
             service,
             final_flush,
@@ -182,7 +177,7 @@ impl HttpSessions {
     }
 
     /// SSE streams attached now, over all sessions.
-    pub fn streams(&self) -> usize {
+    pub(crate) fn streams(&self) -> usize {
         lock(&self.map).values().map(|session| session.streams()).sum()
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::event::Event;
 use subagent_host::protocol::wire::*;
-use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
+use subagent_host::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::watch;
