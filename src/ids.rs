@@ -89,7 +89,7 @@ impl<'de> Deserialize<'de> for SubagentId {
     }
 }
 
-/// Where candidate ids come from. The host draws from [`RandomIds`]; tests
+/// Where candidate ids come from. The host draws from `RandomIds`; tests
 /// inject a fixed sequence to force a collision.
 pub trait IdSource: Send + Sync + 'static {
     /// The next candidate; the registry draws again when it is taken.

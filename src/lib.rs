@@ -10,35 +10,44 @@
 //!
 //! # Layout
 //!
-//! Layers, top to bottom; each uses only those below it.
+//! Layers, top to bottom; each uses only those below it (the arrows as the
+//! code has them; `tests/it/layers.rs` fails when an import breaks them).
 //!
 //! - `main.rs` (the `subagentd` binary, feature `cli`): argument parsing,
 //!   binding, signals. [`logging`]: its non-blocking stderr logger.
 //! - [`server`]: `server::run(settings, listeners, shutdown)`, the service as
-//!   a library call.
-//! - [`transport`]: stdio, TCP and HTTP + SSE (actix-web): bytes and
-//!   connections in, frames to a session, lines back out.
+//!   a library call. Uses everything below.
+//! - `transport`: stdio, TCP and HTTP + SSE (actix-web): bytes and
+//!   connections in, frames to a session, lines back out. → session, admin,
+//!   store.
 //! - [`session`]: one protocol connection ([`session::Connection`]):
-//!   handshake and auth, the session pools, byte bounds on requests, the
-//!   dispatch of both namespaces, the bounded input and outbox.
-//! - [`admin`]: the operator's side: the open sessions and the hub that
-//!   streams their events to `/admin/stream` and the `/ui` page.
-//! - [`runtime`]: the actors. The supervisor (`runtime/supervisor/`: its
-//!   records are the tree; spawn rules; the one stop routine), the subagent
-//!   actor (`runtime/subagent/`), memory and mailboxes, merge strategies,
-//!   and [`runtime::task`]: the [`AgentAdapter`] trait, the [`TaskContext`] a
-//!   running task gets, the model router.
-//! - [`store`]: durable state: the [`store::Store`] trait (memory, SQLite,
-//!   PostgreSQL), the group-committing writer thread, each session's log.
+//!   handshake and auth, the session pools, byte bounds on requests, the two
+//!   A2E namespaces as faces over the operations table, the bounded input
+//!   and outbox. → ops, admin, runtime, store.
 //! - [`adapter`]: implementations of [`AgentAdapter`] (scripted, openai,
-//!   command) and the routing table built from the config.
-//! - [`protocol`]: wire types of both namespaces, the one decode table, the
-//!   encoder (every outgoing line), NDJSON framing.
-//! - [`config`]: plain data: [`config::Limits`] and the TOML file.
-//! - Shared by all: [`error`] (the error codes, [`HostError`]), [`event`]
-//!   (lifecycle events and their sink), [`ids`] (subagent ids), [`metrics`]
-//!   (the Prometheus metrics); `telemetry` (feature `otlp`): the OTLP span
-//!   exporter.
+//!   command; the model's tool calls are a face over [`ops`]) and the
+//!   routing table built from the config. → ops, runtime, store. `admin`:
+//!   the operator's side (open sessions, the event hub). → runtime.
+//! - [`ops`]: the table of operations (spawn, delegate, await, message,
+//!   mailbox, list, cancel, terminate, merge), one file per verb, with the
+//!   [`Tree`] and [`TaskContext`] methods that carry each out. → runtime.
+//! - `runtime`: the actors. The supervisor (its records are the tree; spawn
+//!   rules; the one stop routine), the subagent actor, memory and
+//!   mailboxes, merge strategies, and the task: the [`AgentAdapter`] trait,
+//!   the [`TaskContext`] a running task gets, the model router. Their actor
+//!   messages stand apart from them (`runtime/messages.rs`). → store,
+//!   config, event, metrics.
+//! - [`store`]: durable state, as rows: the [`store::Store`] trait (memory,
+//!   SQLite, PostgreSQL), the group-committing writer thread, each session's
+//!   log. Knows no actors. → entries, metrics, protocol. [`config`]: plain
+//!   data: [`config::Limits`] and the TOML file.
+//! - [`event`] (lifecycle events, their sink and their lines), `metrics`
+//!   (the Prometheus metrics), `entries` (what a memory and a mailbox hold:
+//!   [`MemoryEntry`], [`InboxMessage`]). → protocol.
+//! - [`protocol`]: wire types of both namespaces ([`wire`]), the one decode
+//!   table, the envelope encoder, NDJSON framing. → error, ids.
+//! - `error` ([`ErrorCode`], [`HostError`]) and `ids` ([`SubagentId`]).
+//!   `telemetry` (feature `otlp`): the OTLP span exporter.
 
 // One exception, allowed where it is: the command adapter's pre-exec hook
 // (`adapter::command::die_with_host`).

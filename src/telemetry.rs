@@ -1,4 +1,4 @@
-//! Exporting the spans of [`crate::runtime::trace`] to an OpenTelemetry
+//! Exporting the spans of `runtime::trace` to an OpenTelemetry
 //! collector (feature `otlp`, on in the binary).
 //!
 //! Nothing is installed unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or

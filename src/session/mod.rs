@@ -1,7 +1,7 @@
 //! One protocol session per connection (or HTTP session): handshake and
 //! auth, dispatch of decoded requests, and the bounded outbox.
 //!
-//! A [`Connection`] reads [`Frame`]s from its input channel and answers
+//! A [`Connection`] reads `Frame`s from its input channel and answers
 //! every request with exactly one final reply on its outbox. Requests run
 //! concurrently (a pending await never holds up later requests), at most
 //! `limits.max_inflight_requests` at once: at the bound the session stops
@@ -17,14 +17,14 @@
 //!   per request out, its end.
 //! - `frames`: serving one frame: the handshake, the session requests, and
 //!   the subagent requests handed to `dispatch`.
-//! - [`service`]: the process-wide [`Service`] that opens sessions and
+//! - `service`: the process-wide [`Service`] that opens sessions and
 //!   counts them in their pools; `stored_sessions`: claiming, restoring and
 //!   keeping stored sessions; `parking`: sessions served without a client.
 //! - `dispatch`: a subagent request through its face (`face_subagent`,
 //!   `face_multi_agent`) and the operations table; `reply`: its reply line
 //!   and the outbox room it takes.
-//! - [`auth`]: token checking.
-//! - [`outbox`]: the bounded outbox and the slow-client rule.
+//! - `auth`: token checking.
+//! - `outbox`: the bounded outbox and the slow-client rule.
 //! - `handshake`: the handshake's answer; `resume`, `relay`: resuming a
 //!   stored session.
 //! - `drain`: the end of a `shutdown` (or stdio EOF): tasks may finish while

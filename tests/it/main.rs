@@ -56,6 +56,7 @@ mod e2e_tcp;
 mod e2e_traces;
 mod e2e_ui;
 mod golden;
+mod layers;
 mod model;
 pub(crate) mod protocol;
 mod recovery;

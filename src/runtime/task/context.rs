@@ -171,7 +171,7 @@ impl TaskContext {
     }
 
     /// This task's `invoke_agent` span: the parent of the spans an adapter
-    /// makes for its model and tool calls (see [`crate::runtime::trace`]).
+    /// makes for its model and tool calls (see `runtime::trace`).
     pub fn span(&self) -> &tracing::Span {
         static NONE: tracing::Span = tracing::Span::none();
         self.span.as_ref().unwrap_or(&NONE)
