@@ -108,6 +108,8 @@ impl AgentAdapter for Stubborn {
 
 #[actix_rt::test]
 async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
     let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
     let (session, _events) = open(&host);
@@ -127,6 +129,8 @@ async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes(
 
 #[actix_rt::test]
 async fn the_grace_period_stops_only_tasks_still_cancelled_not_one_started_since() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
     let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
     let (session, _events) = open(&host);
@@ -301,6 +305,9 @@ impl AgentAdapter for SlowWindUp {
 
 #[actix_rt::test]
 async fn the_end_of_one_cancels_grace_does_not_cut_short_a_later_cancels_grace() {
+    // On the paused clock (the tree lives on this thread) the graces, the
+    // wind-up and the moment of the second cancel are exact: no timing luck.
+    tokio::time::pause();
     let router = AdapterRouter::default()
         .route("stubborn", Arc::new(Stubborn))
         .unwrap()
@@ -321,11 +328,12 @@ async fn the_end_of_one_cancels_grace_does_not_cut_short_a_later_cancels_grace()
     // The first cancel's grace runs 1 s, held by the stubborn parent; the
     // child's task ends at once.
     let first = sent(session.cancel(mule)).await;
+    let first_cancelled_at = tokio::time::Instant::now();
     wait_for_status(&session, child, SubagentStatus::Cancelled).await;
     // A new task on the child, cancelled half-way through the first grace:
     // it winds up 700 ms later, after the first grace ends, inside its own.
     delegate(&session, child, TaskDefinition::new("slow", "winds up slowly")).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep_until(first_cancelled_at + Duration::from_millis(500)).await;
     let second = session.cancel(child).await.unwrap();
     assert_eq!(second, vec![child]);
     let answer = session.await_result(child).await.unwrap();

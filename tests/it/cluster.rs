@@ -25,6 +25,7 @@
 //!
 //! HAProxy must be installed (`.ci/run` installs Debian's `haproxy`).
 
+use crate::common::{eventually_blocking, poll_until_blocking};
 use crate::e2e_support::*;
 use crate::test_database::TestDatabase;
 use serde_json::{json, Value};
@@ -191,13 +192,12 @@ impl Haproxy {
     }
 
     fn wait_listening(&self) {
-        let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(&self.stats).is_err() || TcpStream::connect(&self.http).is_err() {
-            if Instant::now() > deadline {
-                let said: Vec<String> = self.stderr.try_iter().collect();
-                panic!("HAProxy never listened; it said: {said:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let listening = poll_until_blocking(PATIENCE, || {
+            (TcpStream::connect(&self.stats).is_ok() && TcpStream::connect(&self.http).is_ok()).then_some(())
+        });
+        if listening.is_err() {
+            let said: Vec<String> = self.stderr.try_iter().collect();
+            panic!("HAProxy never listened; it said: {said:#?}");
         }
     }
 
@@ -222,15 +222,10 @@ impl Haproxy {
     }
 
     fn wait_status(&self, server: &str, wanted: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        eventually_blocking(&format!("HAProxy sees {server} {wanted}"), PATIENCE, || {
             let status = self.status(server);
-            if status.starts_with(wanted) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "HAProxy never saw {server} {wanted} (it says {status:?})");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            status.starts_with(wanted).then_some(()).ok_or(status)
+        })
     }
 }
 
@@ -261,17 +256,15 @@ struct HttpSession {
 
 impl HttpSession {
     fn open(front: &str) -> Self {
-        let deadline = Instant::now() + PATIENCE;
-        let (id, node) = loop {
+        let (id, node) = eventually_blocking("POST /session succeeds", PATIENCE, || {
             let (status, headers, body) = http_with_headers(front, "POST", "/session", &[], "");
-            if status == 200 {
-                let id = body["session_id"].as_str().expect("session_id").to_owned();
-                assert_eq!(headers.get("x-session-id"), Some(&id), "POST /session names the id in a header");
-                break (id, headers.get("x-subagentd-node").cloned().unwrap_or_default());
+            if status != 200 {
+                return Err(format!("{status} {body}"));
             }
-            assert!(Instant::now() < deadline, "POST /session kept failing: {status} {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        };
+            let id = body["session_id"].as_str().expect("session_id").to_owned();
+            assert_eq!(headers.get("x-session-id"), Some(&id), "POST /session names the id in a header");
+            Ok((id, headers.get("x-subagentd-node").cloned().unwrap_or_default()))
+        });
         let mut session =
             Self { front: front.to_owned(), id, stream: None, last_id: 0, seen: Vec::new(), node, reconnects: 0, n: 0 };
         let reply =
@@ -284,18 +277,16 @@ impl HttpSession {
     /// Posts one line, retrying while no node can take it yet (a node
     /// died and HAProxy or the cluster has not caught up).
     fn post(&mut self, line: &Value) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        let node = eventually_blocking("POST /send succeeds", PATIENCE, || {
             let headers = [("X-Session-Id", self.id.as_str()), ("Content-Type", "application/x-ndjson")];
             let (status, got, body) = http_with_headers(&self.front, "POST", "/send", &headers, &line.to_string());
-            if status == 200 {
-                assert_eq!(got.get("x-session-id"), Some(&self.id), "the same session id, wherever it is served");
-                self.node = got.get("x-subagentd-node").cloned().unwrap_or_default();
-                return;
+            if status != 200 {
+                return Err(format!("{status} {body}"));
             }
-            assert!(Instant::now() < deadline, "POST /send kept failing: {status} {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            assert_eq!(got.get("x-session-id"), Some(&self.id), "the same session id, wherever it is served");
+            Ok(got.get("x-subagentd-node").cloned().unwrap_or_default())
+        });
+        self.node = node;
     }
 
     fn request(&mut self, mut message: Value) -> Value {
@@ -309,17 +300,18 @@ impl HttpSession {
     }
 
     fn ensure_stream(&mut self) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.stream.is_none() {
-            let after = (self.last_id > 0).then_some(self.last_id);
-            let stream = SseStream::open_after(&self.front, &self.id, after);
-            if stream.status == 200 {
-                self.stream = Some(stream);
-                return;
-            }
-            assert!(Instant::now() < deadline, "GET /stream kept failing: {}", stream.status);
-            std::thread::sleep(Duration::from_millis(50));
+        if self.stream.is_some() {
+            return;
         }
+        let after = (self.last_id > 0).then_some(self.last_id);
+        let stream = eventually_blocking("GET /stream succeeds", PATIENCE, || {
+            let stream = SseStream::open_after(&self.front, &self.id, after);
+            match stream.status {
+                200 => Ok(stream),
+                status => Err(status),
+            }
+        });
+        self.stream = Some(stream);
     }
 
     /// Drops the stream (as a client whose connection went quiet does).
@@ -445,16 +437,7 @@ impl TcpSession {
 
     /// Resumes `id` through HAProxy, retrying until a node takes it.
     fn resume(front: &str, id: &str) -> Self {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match Self::connect(front, Some(id)) {
-                Ok(session) => return session,
-                Err(reply) => {
-                    assert!(Instant::now() < deadline, "resuming {id} kept failing: {reply}");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        }
+        eventually_blocking(&format!("a node resumes {id}"), PATIENCE, || Self::connect(front, Some(id)))
     }
 
     fn request(&mut self, req_id: &str, mut message: Value) -> Value {
@@ -550,6 +533,17 @@ fn served_by(cluster: &Cluster, node: &str) -> Vec<String> {
     rows.iter().filter_map(|row| row["session_id"].as_str().map(str::to_owned)).collect()
 }
 
+/// Whether a running node serves session `id` and its operator's list
+/// counts one COMPLETED subagent in it (the session's runner).
+fn completed_where_served(cluster: &Cluster, id: &str) -> bool {
+    cluster.running().iter().any(|node| {
+        let slot = &cluster.slots[cluster.index_of(node)];
+        let (_, body) = http(&format!("127.0.0.1:{}", slot.http), "GET", "/admin/sessions", &[], "");
+        let rows = body["sessions"].as_array().cloned().unwrap_or_default();
+        rows.iter().any(|row| row["session_id"] == id && row["subagents"]["COMPLETED"] == 1)
+    })
+}
+
 /// Twelve sessions with a stream attached and a task running each; the
 /// busiest node is SIGKILLed. Half its clients retry `/send` and reconnect
 /// `/stream` at once, and each is answered within the lease and 2 s of the
@@ -598,9 +592,9 @@ fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
             }));
         }
         // The others' sessions are adopted with no client asking.
-        let mut holders: HashMap<String, usize> = HashMap::new();
-        loop {
-            holders.clear();
+        let what = format!("a dead node's sessions are adopted within {bound:?}");
+        let holders = eventually_blocking(&what, bound.saturating_sub(killed.elapsed()), || {
+            let mut holders: HashMap<String, usize> = HashMap::new();
             let mut adopted = 0;
             for node in cluster.running() {
                 let served = served_by(cluster, &node);
@@ -608,12 +602,8 @@ fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
                 adopted += held;
                 *holders.entry(node).or_default() += held;
             }
-            if adopted == waiting_ids.len() {
-                break;
-            }
-            assert!(killed.elapsed() < bound, "a dead node's sessions are adopted within {bound:?}: {holders:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            (adopted == waiting_ids.len()).then_some(holders.clone()).ok_or(format!("{holders:?}"))
+        });
         let adopted = (killed.elapsed(), holders);
         let took: Vec<Duration> = handles.into_iter().map(|handle| handle.join().expect("a client")).collect();
         (took, adopted)
@@ -629,8 +619,12 @@ fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
         adopted.1
     );
     assert!(worst < bound, "every client answered within {bound:?} of the kill: {took:?}");
-    // The adopted sessions' tasks finished before their clients came back.
-    std::thread::sleep(Duration::from_millis(3500));
+    // The adopted sessions' tasks finish before their clients come back:
+    // the operator's list of the node serving each counts its runner done.
+    eventually_blocking("the adopted sessions' tasks complete", PATIENCE, || {
+        let done = waiting_ids.iter().filter(|id| completed_where_served(cluster, id)).count();
+        (done == waiting_ids.len()).then_some(()).ok_or(format!("{done} of {} completed", waiting_ids.len()))
+    });
     let back = now_seconds();
     for &index in waiting {
         let runner = runners[index].clone();
@@ -897,15 +891,10 @@ fn a_node_cut_off_from_its_store_takes_no_new_sessions() {
     let addr = server.http.clone().expect("http");
     let ready = || http(&addr, "GET", "/ready", &[], "");
     let wait_ready = |want: u16| {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let (status, body) = ready();
-            if status == want {
-                return body;
-            }
-            assert!(Instant::now() < deadline, "/ready never answered {want} (last: {status} {body})");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        eventually_blocking(&format!("/ready answers {want}"), PATIENCE, || match ready() {
+            (status, body) if status == want => Ok(body),
+            (status, body) => Err(format!("{status} {body}")),
+        })
     };
     wait_ready(200);
     link.cut();

@@ -1,11 +1,12 @@
-//! The admin API (`/admin/*`) of the real binary: sessions, trees, one
+//! The admin API (`/admin/*`) of the server, run in process
+//! ([`InProcess`]): sessions, trees, one
 //! subagent, the event stream, cancel and terminate, and who may use it
 //! (loopback without tokens; `[admin] tokens` apart from `[auth]` ones).
 
+use crate::common::eventually_blocking;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
-use crate::e2e_support::{http, LineClient, Server, SseStream, PATIENCE};
+use crate::e2e_support::{http, InProcess, LineClient, SseStream, PATIENCE};
 
 /// A three-level scripted tree, as its client sees it.
 pub(crate) struct Tree {
@@ -58,38 +59,33 @@ pub(crate) fn three_levels(client: &mut LineClient) -> Tree {
     let task = json!({ "name": "plan", "instruction": "plan the report", "metadata": { "script": [researcher, writer, { "sleep_ms": 600_000 }] } });
     client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": planner, "task": task }));
     assert_eq!(client.reply("d")["accepted"], true);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    let subagents = eventually_blocking("the tree forms", PATIENCE, || {
         let subagents = list(client);
         let ready = status_of(&subagents, "reader").as_deref() == Some("RUNNING")
             && status_of(&subagents, "writer").as_deref() == Some("FAILED");
         if ready {
-            return Tree {
-                planner,
-                researcher: id_of(&subagents, "researcher"),
-                reader: id_of(&subagents, "reader"),
-                writer: id_of(&subagents, "writer"),
-            };
+            Ok(subagents)
+        } else {
+            Err(format!("{subagents:#?}"))
         }
-        assert!(Instant::now() < deadline, "the tree did not form: {subagents:#?}");
-        std::thread::sleep(Duration::from_millis(20));
+    });
+    Tree {
+        planner,
+        researcher: id_of(&subagents, "researcher"),
+        reader: id_of(&subagents, "reader"),
+        writer: id_of(&subagents, "writer"),
     }
 }
 
 /// The id of the open session whose client handshook as `agent`, as the
 /// admin API lists it (sent with `headers`).
 pub(crate) fn session_of(addr: &str, agent: &str, headers: &[(&str, &str)]) -> String {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    eventually_blocking(&format!("the session of {agent} is listed"), PATIENCE, || {
         let (status, body) = http(addr, "GET", "/admin/sessions", headers, "");
         assert_eq!(status, 200, "{body}");
         let found = body["sessions"].as_array().unwrap().iter().find(|s| s["agent_id"] == agent).cloned();
-        if let Some(session) = found {
-            return session["session_id"].as_str().unwrap().to_owned();
-        }
-        assert!(Instant::now() < deadline, "session of {agent} not listed: {body}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        found.map(|session| session["session_id"].as_str().unwrap().to_owned()).ok_or(body)
+    })
 }
 
 fn get(addr: &str, path: &str) -> (u16, Value) {
@@ -102,7 +98,7 @@ fn confirm_post(addr: &str, path: &str) -> (u16, Value) {
 
 #[test]
 fn the_admin_api_shows_sessions_trees_and_details_and_stops_subtrees() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
     let addr = server.http.clone().unwrap();
     let mut client = LineClient::connect(server.tcp.as_ref().unwrap());
     handshake(&mut client, "ops-a", "");
@@ -176,16 +172,15 @@ fn the_admin_api_shows_sessions_trees_and_details_and_stops_subtrees() {
 
     // A session that ends leaves the list.
     drop(client);
-    let deadline = Instant::now() + PATIENCE;
-    while !get(&addr, "/admin/sessions").1["sessions"].as_array().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the ended session is still listed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the ended session leaves the list", PATIENCE, || {
+        let (_, body) = get(&addr, "/admin/sessions");
+        body["sessions"].as_array().unwrap().is_empty().then_some(()).ok_or(body)
+    });
 }
 
 #[test]
 fn the_admin_stream_follows_a_session_and_announces_every_session() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
     let addr = server.http.clone().unwrap();
     let mut watched = LineClient::connect(server.tcp.as_ref().unwrap());
     handshake(&mut watched, "watched", "");
@@ -236,7 +231,7 @@ tokens = ["admin-token"]
 
 #[test]
 fn admin_tokens_and_protocol_tokens_grant_nothing_on_each_others_side() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(AUTH_CONFIG));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(AUTH_CONFIG));
     let addr = server.http.clone().unwrap();
     let admin = [("Authorization", "Bearer admin-token")];
     let a2e = [("Authorization", "Bearer a2e-token")];
@@ -272,14 +267,14 @@ fn admin_tokens_and_protocol_tokens_grant_nothing_on_each_others_side() {
 
 #[test]
 fn without_admin_tokens_the_admin_api_is_off_when_auth_is_on_and_local_only_otherwise() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[auth]\ntokens = [\"a2e-token\"]\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[auth]\ntokens = [\"a2e-token\"]\n"));
     let addr = server.http.clone().unwrap();
     assert_eq!(get(&addr, "/admin/sessions").0, 403);
     assert_eq!(http(&addr, "GET", "/admin/sessions", &[("Authorization", "Bearer a2e-token")], "").0, 403);
     assert_eq!(get(&addr, "/ui").0, 403);
     drop(server);
 
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let addr = server.http.clone().unwrap();
     assert_eq!(get(&addr, "/admin/sessions").0, 200);
     // A page of another site whose name resolves to 127.0.0.1 names its own host.
@@ -289,7 +284,7 @@ fn without_admin_tokens_the_admin_api_is_off_when_auth_is_on_and_local_only_othe
 
 #[test]
 fn the_page_is_served_on_the_metrics_listener_when_there_is_no_http_listener() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
     let metrics = server.metrics.clone().unwrap();
     let (status, page) = get(&metrics, "/ui");
     assert_eq!(status, 200);
@@ -299,7 +294,7 @@ fn the_page_is_served_on_the_metrics_listener_when_there_is_no_http_listener() {
     assert_eq!(get(&metrics, "/ui/nothing.js").0, 404);
     assert_eq!(get(&metrics, "/admin/sessions").0, 200);
 
-    let server = Server::start(&["--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
     assert_eq!(get(server.metrics.as_ref().unwrap(), "/ui").0, 404, "with an HTTP listener the page is there");
     assert_eq!(get(server.http.as_ref().unwrap(), "/ui").0, 200);
 }

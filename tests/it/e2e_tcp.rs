@@ -1,10 +1,13 @@
-//! The real binary over TCP: closing a connection ends its session and
+//! The server over TCP: closing a connection ends its session and
 //! kills its task processes, a client that never reads is disconnected (line
 //! and byte bounds), accept failures back off, `max_sessions` holds, SIGTERM
 //! exits 0, and start-up refuses unsafe binds and bad config. Clients
 //! without a token: the handshake deadline, the failed-handshake cap, their
-//! own session cap, and `max_connections`.
+//! own session cap, and `max_connections`. What the process does (its
+//! memory, stderr, signals, file descriptors, start-up) is tested on the
+//! real binary; the rest runs in process ([`InProcess`]).
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::*;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -35,11 +38,7 @@ fn running(pid: u32) -> bool {
 
 /// Waits (bounded) until `check` holds.
 fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking(what, PATIENCE, || check().then_some(()));
 }
 
 #[test]
@@ -52,7 +51,7 @@ fn closing_the_connection_closes_the_session_and_terminates_its_tree() {
         "[[routes]]\nmodel = \"sleeper\"\nadapter = \"command\"\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}]\n",
         json!(script)
     );
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(&config));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(&config));
     let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
     handshake(&mut client);
     client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "sleeper" } }));
@@ -76,7 +75,9 @@ fn closing_the_connection_closes_the_session_and_terminates_its_tree() {
 
 #[test]
 fn a_client_that_never_reads_is_disconnected() {
-    let config = "[limits]\noutbox_capacity = 8\n";
+    // The outbox fills and nothing is taken from it: the client is cut off
+    // after client_stall_ms (half a second here, not the default 30 s).
+    let config = "[limits]\noutbox_capacity = 8\nclient_stall_ms = 500\n";
     let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
     let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
     handshake(&mut client);
@@ -146,12 +147,10 @@ fn a_client_flooding_large_list_requests_without_reading_keeps_host_memory_bound
         }
     });
     let mut peak = before;
-    let deadline = Instant::now() + PATIENCE;
-    while server.sessions() != 0 {
+    eventually_blocking("the stalled client is closed", PATIENCE, || {
         peak = peak.max(rss(pid));
-        assert!(Instant::now() < deadline, "the stalled client was never closed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        (server.sessions() == 0).then_some(())
+    });
     let _ = flood.join();
     eprintln!("flood without reading: host RSS {} MiB before, peak +{} MiB", before >> 20, (peak - before) >> 20);
     assert!(
@@ -193,14 +192,7 @@ fn accept_failures_back_off_and_warn_rarely_then_serving_resumes() {
     let mut server = Server::start_with(Some("ulimit -n 40"), &["--tcp", "127.0.0.1:0"], None);
     let addr = server.tcp.clone().unwrap();
     let held: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(&addr).expect("connect")).collect();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = server.stderr.recv_timeout(left).expect("an accept failure is reported");
-        if line.contains("accept failed") {
-            break;
-        }
-    }
+    server.wait_stderr("reporting an accept failure", |line| line.contains("accept failed"));
     // While accepting keeps failing, stderr stays quiet (a spinning accept
     // loop would log thousands of lines in this window).
     let window = Instant::now() + Duration::from_secs(2);
@@ -221,7 +213,7 @@ fn accept_failures_back_off_and_warn_rarely_then_serving_resumes() {
 
 #[test]
 fn max_sessions_refuses_the_next_connection_with_an_error() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
     let addr = server.tcp.as_deref().unwrap();
     let mut first = LineClient::connect(addr);
     handshake(&mut first);
@@ -347,7 +339,7 @@ fn session_id_in(line: &str) -> String {
 #[test]
 fn unauthenticated_connections_have_their_own_cap_and_never_take_a_max_sessions_slot() {
     let config = "[limits]\nmax_sessions = 2\nmax_unauthenticated_sessions = 3\n[auth]\ntokens = [\"s3cret\"]\n";
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
     let addr = server.tcp.as_deref().unwrap();
     let mut silent: Vec<LineClient> = (0..3).map(|_| LineClient::connect(addr)).collect();
     server.wait_sessions(3);
@@ -376,7 +368,7 @@ fn unauthenticated_connections_have_their_own_cap_and_never_take_a_max_sessions_
 
 #[test]
 fn the_tcp_listener_stops_accepting_at_max_connections() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_connections = 2\n"));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_connections = 2\n"));
     let addr = server.tcp.as_deref().unwrap();
     let mut first = LineClient::connect(addr);
     handshake(&mut first);

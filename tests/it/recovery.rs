@@ -11,13 +11,14 @@
 
 use serde_json::{json, Value};
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::server::{self, Listeners, Settings, Workers};
 use subagent_host::session::Auth;
 use subagent_host::store::{self, ClusterSettings, StoreUrl, WriterSettings};
 use subagent_host::AdapterRouter;
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::*;
 use crate::test_database::TestDatabase;
 
@@ -95,17 +96,15 @@ fn handshake() -> Value {
 /// Sends `line` over HTTP until it is taken (200), failing after `within`;
 /// returns how many times it was refused first.
 fn send_until_taken(addr: &str, session: &str, line: &Value, within: Duration) -> u32 {
-    let started = Instant::now();
     let mut refused = 0;
-    loop {
-        let (status, body) = send(addr, session, line);
-        if status == 200 {
-            return refused;
+    eventually_blocking(&format!("{addr} takes the session"), within, || match send(addr, session, line) {
+        (200, _) => Ok(()),
+        (status, body) => {
+            refused += 1;
+            Err(format!("{status} {body}"))
         }
-        refused += 1;
-        assert!(started.elapsed() < within, "{addr} kept refusing the session for {within:?}: {status} {body}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    refused
 }
 
 /// A `/send` whose client gives up `after` it sent it, before any answer.
@@ -217,6 +216,17 @@ fn now_seconds() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64()
 }
 
+/// Waits until the host's operator's list counts the one subagent of
+/// `session` COMPLETED: its task ended with no client attached.
+fn wait_completed(addr: &str, session: &str) {
+    eventually_blocking("the task completes with no client", PATIENCE, || {
+        let (_, body) = http(addr, "GET", "/admin/sessions", &[], "");
+        let rows = body["sessions"].as_array().cloned().unwrap_or_default();
+        let done = rows.iter().any(|row| row["session_id"] == session && row["subagents"]["COMPLETED"] == 1);
+        done.then_some(()).ok_or(body)
+    });
+}
+
 /// A task of `steps` progress steps 300 ms apart.
 fn stepping_task(steps: usize) -> Value {
     let mut script: Vec<Value> =
@@ -254,7 +264,7 @@ fn a_restarted_host_finishes_an_http_sessions_task_before_its_client_returns() {
     let addr = host.http.clone().expect("http");
     // No client: the session is served again at once, on its own.
     host.wait_sessions(1);
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_completed(&addr, &session);
     let returned = now_seconds();
     let mut stream = SseStream::open_after(&addr, &session, Some(last_seen));
     assert_eq!(stream.status, 200);
@@ -297,7 +307,7 @@ fn a_restarted_host_finishes_a_tcp_sessions_task_and_replays_its_events_on_resum
 
     let mut host = sqlite_host(&dir.0, "");
     host.wait_sessions(1);
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_completed(host.http.as_deref().expect("http"), &session);
     let returned = now_seconds();
     let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
     let mut resume = handshake();
@@ -327,14 +337,14 @@ fn a_restarted_host_finishes_a_tcp_sessions_task_and_replays_its_events_on_resum
     drop(client);
     let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
     client.send(&resume);
-    let reply = loop {
+    let reply = eventually_blocking("the session is no longer in use", PATIENCE, || {
         let reply = client.reply("h");
         if reply["reason"] != "session_in_use" {
-            break reply;
+            return Ok(reply);
         }
-        std::thread::sleep(Duration::from_millis(20));
         client.send(&resume);
-    };
+        Err(reply)
+    });
     assert_eq!(reply["ok"], true, "{reply}");
     client.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
     loop {

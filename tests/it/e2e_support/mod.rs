@@ -1,5 +1,5 @@
-//! Helpers for the end-to-end tests: start the real `subagentd`, find the
-//! addresses it bound, talk NDJSON over TCP and HTTP/SSE with tiny clients,
+//! Helpers for the end-to-end tests: start the real `subagentd` (or the
+//! server in process, [`InProcess`]), find the addresses it bound, talk NDJSON over TCP and HTTP/SSE with tiny clients,
 //! and stop it with a signal.
 #![allow(dead_code)]
 
@@ -9,6 +9,11 @@ use std::net::TcpStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use crate::common::eventually_blocking;
+
+mod in_process;
+pub use in_process::InProcess;
 
 /// Generous bound on any single wait, so a bug fails instead of hanging.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -165,22 +170,12 @@ impl Server {
 
     /// `GET /health`'s session count.
     pub fn sessions(&self) -> u64 {
-        let (status, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
-        assert_eq!(status, 200);
-        body["sessions"].as_u64().expect("sessions count")
+        health_sessions(self.http.as_deref().expect("http"))
     }
 
     /// Waits until `/health` reports `n` attached streams.
     pub fn wait_streams(&self, n: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let (_, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
-            if body["streams"].as_u64() == Some(n) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "streams never reached {n}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_health_streams(self.http.as_deref().expect("http"), n)
     }
 
     /// Waits for a stderr line for which `wanted` holds, and returns it with
@@ -207,12 +202,31 @@ impl Server {
 
     /// Waits until `/health` reports `n` sessions.
     pub fn wait_sessions(&self, n: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.sessions() != n {
-            assert!(Instant::now() < deadline, "sessions never reached {n}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_health_sessions(self.http.as_deref().expect("http"), n)
     }
+}
+
+/// `GET /health`'s session count at `addr`.
+pub fn health_sessions(addr: &str) -> u64 {
+    let (status, body) = http(addr, "GET", "/health", &[], "");
+    assert_eq!(status, 200);
+    body["sessions"].as_u64().expect("sessions count")
+}
+
+/// Waits until `/health` at `addr` reports `n` sessions.
+pub fn wait_health_sessions(addr: &str, n: u64) {
+    eventually_blocking(&format!("/health reports {n} sessions"), PATIENCE, || match health_sessions(addr) {
+        now if now == n => Ok(()),
+        now => Err(now),
+    })
+}
+
+/// Waits until `/health` at `addr` reports `n` attached streams.
+pub fn wait_health_streams(addr: &str, n: u64) {
+    eventually_blocking(&format!("/health reports {n} streams"), PATIENCE, || {
+        let (_, body) = http(addr, "GET", "/health", &[], "");
+        (body["streams"].as_u64() == Some(n)).then_some(()).ok_or(body)
+    })
 }
 
 impl Drop for Server {
@@ -230,14 +244,7 @@ pub fn signal(child: &Child, name: &str) {
 
 /// Waits for a child, failing the test if it does not exit in time.
 pub fn wait(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "subagentd did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    eventually_blocking("subagentd exits", PATIENCE, || child.try_wait().expect("wait"))
 }
 
 /// An NDJSON client over TCP.
