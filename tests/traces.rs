@@ -8,7 +8,6 @@
 //! Its own test binary: the exporter is the process-wide subscriber.
 
 #[path = "it/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 #[path = "it/fake_openai/mod.rs"]
 mod fake_openai;
