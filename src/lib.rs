@@ -82,6 +82,7 @@ pub use error::{ErrorCode, HostError};
 pub use ids::{IdRegistry, IdSource, SubagentId};
 pub use protocol::wire;
 pub use runtime::inspect::{StatusCounts, SubagentDetail, SubagentView};
+pub use runtime::lifecycle;
 pub use runtime::memory::{Mailbox, Memory};
 pub use runtime::merge_strategies::{MergeInput, MergeStrategy, StrategyRegistry};
 pub use runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};

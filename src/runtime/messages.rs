@@ -150,8 +150,6 @@ pub(crate) struct Idle {
     // Messages from the supervisor it has handled: the supervisor puts it
     // to sleep only if it sent no more than these.
     pub handled: u64,
-    // Tasks it has started (the next one's number follows).
-    pub tasks_started: u64,
     // The task it last ran (the operator's view).
     pub last_task: Option<Arc<TaskDefinition>>,
 }
@@ -194,7 +192,6 @@ pub(crate) struct Restore(pub Vec<crate::store::StoredSubagent>);
 /// Where a task that was running before a restart picks up.
 #[derive(Debug, Clone)]
 pub(crate) struct Resume {
-    pub task_no: u64,
     pub attempt: u32,
     pub checkpoint: Option<crate::store::Checkpoint>,
 }

@@ -10,6 +10,8 @@
 //!   rules, the one stop routine, the event emitter.
 //! - `subagent`: one subagent's actor; runs its task, keeps its mailbox.
 //! - `messages`: the actor messages between them (apart from both).
+//! - [`lifecycle`]: the lifecycle table, the one check of every status
+//!   change.
 //! - [`memory`]: memory and mailbox.
 //! - [`merge_strategies`]: merge strategies.
 //! - [`task`]: what runs a task: the adapter trait, the task's context, the
@@ -22,6 +24,7 @@
 pub(crate) mod budget;
 mod host;
 pub(crate) mod inspect;
+pub mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod merge_strategies;
 pub(crate) mod messages;

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 use subagent_host::config::Limits;
+use subagent_host::event::EventKind;
 use subagent_host::protocol::wire::*;
+use subagent_host::{lifecycle, IdRegistry, IdSource};
 use subagent_host::{ErrorCode, Host, HostConfig, HostError, SubagentId, Tree};
-use subagent_host::{IdRegistry, IdSource};
 use tokio::task::JoinHandle;
 
 const MAX_DEPTH: u32 = 3;
@@ -526,6 +527,62 @@ fn random_lifecycle_sequences_match_the_reference_model_and_leave_nothing_behind
         runner.run(&proptest::collection::vec(op(), 1..=40), |ops| actix_rt::System::new().block_on(run_case(ops)));
     if let Err(failure) = outcome {
         panic!("{failure}");
+    }
+    // Every status change of every case went through the one transition
+    // function, and it refused none (a refusal is a report it does not know).
+    assert_eq!(lifecycle::refusals(), 0, "status changes the lifecycle table refused (see the error log)");
+}
+
+/// The lifecycle table of `DESIGN.md`, written out here independently, for
+/// every status, event and asked-for status, against the one function the
+/// runtime moves statuses through.
+#[test]
+fn the_transition_function_is_the_lifecycle_table() {
+    use SubagentStatus::*;
+    let idle = |s: SubagentStatus| matches!(s, Ready | Completed | Failed | Cancelled);
+    let busy = |s: SubagentStatus| matches!(s, Running | Waiting);
+    let expected = |from: SubagentStatus, on: EventKind, to: SubagentStatus| -> Option<SubagentStatus> {
+        let moved = match on {
+            EventKind::Spawned => from == Ready && to == Ready,
+            // delegate: accepted on READY and finished subagents, RUNNING.
+            EventKind::Delegated => idle(from) && to == Running,
+            // past the running caps it waits, READY, for a slot.
+            EventKind::Queued => idle(from) && to == Ready,
+            // WAITING while it waits on a child or its mailbox; RUNNING after.
+            EventKind::StatusChanged => (from == Running && to == Waiting) || (from == Waiting && to == Running),
+            EventKind::Resumed => busy(from) && to == Running,
+            EventKind::Completed => busy(from) && to == Completed,
+            // a timeout and a spent budget end the task FAILED.
+            EventKind::Failed | EventKind::Timeout | EventKind::BudgetExceeded => busy(from) && to == Failed,
+            // a running task, or one queued (READY), is cancelled.
+            EventKind::Cancelled => (busy(from) || from == Ready) && to == Cancelled,
+            // terminate: any, TERMINATED.
+            EventKind::Terminated => to == Terminated,
+            // not a move: nothing changes, and nothing leaves TERMINATED.
+            EventKind::Progress | EventKind::MessageReceived | EventKind::Merged => {
+                return (from != Terminated || to == Terminated).then_some(from);
+            }
+        };
+        moved.then_some(to)
+    };
+    let mut checked = 0;
+    for from in SubagentStatus::ALL {
+        for on in EventKind::ALL {
+            for to in SubagentStatus::ALL {
+                let got = lifecycle::next(from, on, to).ok();
+                assert_eq!(got, expected(from, on, to), "{from:?} on {on:?} asking {to:?}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 7 * 14 * 7);
+    // Nothing leaves TERMINATED but to TERMINATED.
+    for on in EventKind::ALL {
+        for to in SubagentStatus::ALL {
+            if let Ok(next) = lifecycle::next(Terminated, on, to) {
+                assert_eq!(next, Terminated, "left TERMINATED on {on:?}");
+            }
+        }
     }
 }
 

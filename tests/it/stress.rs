@@ -152,4 +152,9 @@ async fn random_operations_across_sessions_leave_no_task_actor_or_await_behind()
     }
     println!("operations: {counts:?}, awaits: {pending}");
     assert!(counts["spawn"] > 100 && counts["delegate"] > 100);
+    assert_eq!(
+        subagent_host::lifecycle::refusals(),
+        0,
+        "status changes the lifecycle table refused (see the error log)"
+    );
 }

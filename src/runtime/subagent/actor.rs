@@ -12,6 +12,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
+use crate::runtime::lifecycle;
 use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
 use crate::runtime::supervisor::{AwaitReply, Supervisor};
@@ -48,8 +49,6 @@ pub(crate) struct SubagentSeed {
     pub log: Arc<SessionLog>,
     // Whose memory `memory` is (itself, or a `shared` ancestor).
     pub memory_owner: SubagentId,
-    // Tasks it ran before (a restored subagent): task numbers go on from here.
-    pub tasks_started: u64,
     // Messages already in its mailbox (a restored subagent's undelivered ones).
     pub inbox: Vec<InboxMessage>,
     // Its status, last result and error so far (a restored subagent has had
@@ -86,7 +85,6 @@ pub(crate) struct SubagentActor {
     pub(super) task: Option<RunningTask>,
     // The task it runs or last ran (the operator's view shows it).
     pub(super) last_task: Option<Arc<TaskDefinition>>,
-    pub(super) generation: u64,
     pub(super) awaiters: Vec<AwaitReply>,
     // Set when terminate starts; the actor takes no new work after it.
     pub(super) terminating: bool,
@@ -129,7 +127,6 @@ impl SubagentActor {
             error: seed.error,
             task: None,
             last_task: seed.last_task,
-            generation: seed.tasks_started,
             awaiters: Vec::new(),
             terminating: false,
             handled: 0,
@@ -162,6 +159,16 @@ impl SubagentActor {
             held: held_now(self.memory_owner, &self.memory, &self.mailbox),
             usage: self.usage.own(),
         });
+    }
+
+    /// Moves its status on event `on` as the lifecycle table allows (the
+    /// one check the supervisor's record makes too); a move it refuses
+    /// leaves the status as it is, and is logged.
+    pub(super) fn apply(&mut self, on: EventKind, to: SubagentStatus) {
+        match lifecycle::next(self.status, on, to) {
+            Ok(status) => self.status = status,
+            Err(refused) => lifecycle::refused(&self.id, refused),
+        }
     }
 
     /// The status as it is now: a running task may be waiting (its flag is
@@ -218,11 +225,8 @@ impl SubagentActor {
     pub(super) fn report_task_end(&mut self, kind: EventKind, may_sleep: bool) {
         let awaiters = std::mem::take(&mut self.awaiters);
         // Idle once these are answered, just below.
-        let idle = (may_sleep && self.is_idle()).then(|| Idle {
-            handled: self.handled,
-            tasks_started: self.generation,
-            last_task: self.last_task.clone(),
-        });
+        let idle =
+            (may_sleep && self.is_idle()).then(|| Idle { handled: self.handled, last_task: self.last_task.clone() });
         self.report_with(kind, EventDetail::None, idle);
         self.answer(awaiters);
     }
@@ -243,7 +247,7 @@ impl SubagentActor {
     }
 
     pub(super) fn finish_terminated(&mut self) {
-        self.status = SubagentStatus::Terminated;
+        self.apply(EventKind::Terminated, SubagentStatus::Terminated);
         self.error = Some("terminated".into());
         self.log.record(|session| Change::TaskEnded {
             session,

@@ -52,7 +52,7 @@ impl Handler<RunTask> for SubagentActor {
         }
         if msg.resume.is_some() && !self.adapter.resumes() {
             // Its adapter cannot pick up where it was: fail it, retryably.
-            self.status = SubagentStatus::Failed;
+            self.apply(EventKind::Failed, SubagentStatus::Failed);
             self.result = None;
             self.error = Some("host_restarted".into());
             self.record_task_end();
@@ -151,7 +151,9 @@ impl Handler<CancelQueued> for SubagentActor {
         }
         // Its report is about that task.
         self.ticket = msg.0;
-        self.status = SubagentStatus::Cancelled;
+        // It was queued (`READY` on its record), then cancelled.
+        self.apply(EventKind::Queued, SubagentStatus::Ready);
+        self.apply(EventKind::Cancelled, SubagentStatus::Cancelled);
         self.result = None;
         self.error = Some("cancelled".into());
         self.record_task_end();

@@ -40,9 +40,8 @@ pub(super) enum Outcome {
 
 /// The task currently running on a subagent.
 pub(super) struct RunningTask {
-    // Tells stale completions (of an earlier task) from the current one.
-    pub(super) generation: u64,
-    // Its number in its subagent's record (`AbortCancelled` names it).
+    // Its number among its subagent's tasks: tells a stale completion (of an
+    // earlier task) from the current one; `AbortCancelled` names it.
     pub(super) ticket: Ticket,
     // The graceful signal the adapter sees.
     pub(super) cancel: CancellationToken,
@@ -124,20 +123,18 @@ impl SubagentActor {
         resume: Option<Resume>,
         ctx: &mut Context<Self>,
     ) {
-        // A resumed task keeps its number (its children's spawn keys use it).
-        self.generation = match &resume {
-            Some(resume) => resume.task_no,
-            None => self.generation + 1,
-        };
-        let generation = self.generation;
+        // The task's number is its ticket: the supervisor's one count of its
+        // subagent's tasks (a resumed task keeps its own).
+        let ticket = self.ticket;
         let attempt = resume.as_ref().map_or(1, |resume| resume.attempt);
+        let started_on = if resume.is_some() { EventKind::Resumed } else { EventKind::Delegated };
         let task = Arc::new(task);
         self.last_task = Some(task.clone());
         self.log.record(|session| Change::TaskStarted {
             session,
             id: self.id,
             task: task.clone(),
-            task_no: generation,
+            task_no: ticket,
             attempt,
         });
         let timeout_seconds = self.config.timeout_seconds;
@@ -167,7 +164,6 @@ impl SubagentActor {
             supervisor: self.supervisor.clone(),
             log: self.log.clone(),
             memory_owner: self.memory_owner,
-            task_no: generation,
             attempt,
             resume_from: resume.and_then(|r| r.checkpoint),
             usage: self.usage.clone(),
@@ -194,8 +190,7 @@ impl SubagentActor {
             }
         };
         self.task = Some(RunningTask {
-            generation,
-            ticket: self.ticket,
+            ticket,
             cancel,
             abort,
             shared,
@@ -210,9 +205,9 @@ impl SubagentActor {
         });
         metrics().task_started();
         ctx.spawn(actix::fut::wrap_future(run).map(move |ended, act: &mut Self, _ctx| {
-            act.settle(generation, ended);
+            act.settle(ticket, ended);
         }));
-        self.status = SubagentStatus::Running;
+        self.apply(started_on, SubagentStatus::Running);
         self.result = None;
         self.error = None;
         // A new task's start was recorded by the supervisor that sent it
@@ -222,9 +217,9 @@ impl SubagentActor {
         }
     }
 
-    /// Records how task `generation` ended; ignores a stale one.
-    fn settle(&mut self, generation: u64, ended: Outcome) {
-        let Some(mut task) = self.task.take_if(|task| task.generation == generation) else {
+    /// Records how task `ticket` ended; ignores a stale one.
+    fn settle(&mut self, ticket: Ticket, ended: Outcome) {
+        let Some(mut task) = self.task.take_if(|task| task.ticket == ticket) else {
             return;
         };
         if self.terminating {
@@ -282,7 +277,7 @@ impl SubagentActor {
         };
         metrics().task_ended(outcome, task.started.elapsed());
         task.trace_end(self.usage.own(), error.as_deref());
-        self.status = status;
+        self.apply(kind, status);
         self.result = result;
         self.error = error;
         self.record_task_end();

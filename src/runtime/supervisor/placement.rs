@@ -141,7 +141,6 @@ impl Supervisor {
             stopping: false,
             ord: self.next_ord,
             spawn_key,
-            tasks_started: 0,
             usage,
             wall,
             caps: Caps::default(),

@@ -112,7 +112,7 @@ impl Supervisor {
         self.queue.push_back(queued);
         if let Some(entry) = self.index.get_mut(&id) {
             entry.caps.queued = true;
-            entry.set_status(SubagentStatus::Ready);
+            entry.apply(EventKind::Queued, SubagentStatus::Ready);
             self.listed = None;
             let entry = &self.index[&id];
             self.emit(id, entry, EventKind::Queued, None, EventDetail::None);

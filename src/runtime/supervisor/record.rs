@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use crate::event::EventKind;
 use crate::ids::SubagentId;
 use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
+use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::Ticket;
 use crate::runtime::subagent::SubagentActor;
@@ -170,8 +172,6 @@ pub(super) struct Entry {
     pub(super) ord: u64,
     // The idempotency key it was spawned under by its parent's task, if any.
     pub(super) spawn_key: Option<Arc<str>>,
-    // Tasks delegated to it before its actor started (a restored subagent).
-    pub(super) tasks_started: u64,
     // Its token counts and budget, linked to its parent's.
     pub(super) usage: Arc<UsageMeter>,
     // The wall-clock budget its tasks are held to (its own or an ancestor's).
@@ -245,10 +245,17 @@ impl Entry {
         }
     }
 
-    /// Sets its status (the `subagentd_subagents` gauges follow).
-    pub(super) fn set_status(&mut self, status: SubagentStatus) {
-        metrics().subagent_moved(self.status, status);
-        self.status = status;
+    /// Moves its status on event `on`, which asks for `to`, as the
+    /// lifecycle table allows (the `subagentd_subagents` gauges follow); a
+    /// move the table refuses leaves the record as it is, and is logged.
+    pub(super) fn apply(&mut self, on: EventKind, to: SubagentStatus) {
+        match lifecycle::next(self.status, on, to) {
+            Ok(status) => {
+                metrics().subagent_moved(self.status, status);
+                self.status = status;
+            }
+            Err(refused) => lifecycle::refused(&self.config.name, refused),
+        }
     }
 
     /// A task starts: its last result and error are gone, its clock runs.
@@ -280,7 +287,7 @@ impl Entry {
             root_agent_id: self.root_agent_id.clone(),
             depth: self.depth,
             spawn_key: self.spawn_key.clone(),
-            tasks_started: self.tasks_started,
+            tasks_started: self.ticket,
             config: self.config.clone(),
             status: self.status,
             result: self.result.clone(),

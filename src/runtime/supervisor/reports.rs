@@ -25,7 +25,7 @@ impl Supervisor {
             return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
         }
         if msg.kind != EventKind::Progress {
-            entry.set_status(msg.status);
+            entry.apply(msg.kind, msg.status);
             self.listed = None;
         }
         // A task that waits gives its running slot up; going on, it takes one back.

@@ -84,13 +84,13 @@ impl Supervisor {
                 stopping: false,
                 ord: row.ord,
                 spawn_key: row.spawn_key,
-                tasks_started: row.tasks_started,
                 usage,
                 wall,
                 caps: Caps::default(),
                 task_time: Default::default(),
                 last_task: None,
-                ticket: 0,
+                // Task numbers go on from the last one started.
+                ticket: row.tasks_started,
             };
             crate::metrics::metrics().subagent_added(entry.status);
             match parent {
@@ -126,19 +126,16 @@ impl Supervisor {
             // task going on after a wait does (past the cap if it must: it was
             // running when the host stopped).
             self.take_slot(id);
-            let resume = Resume {
-                task_no: stored.task_no,
-                attempt: stored.attempt.saturating_add(1),
-                checkpoint: stored.checkpoint,
-            };
+            let resume = Resume { attempt: stored.attempt.saturating_add(1), checkpoint: stored.checkpoint };
             addr.do_send(RunTask {
                 task: stored.task,
                 deadline_cap: None,
                 parent_span: None,
                 reply: DelegateReply(None),
                 resume: Some(resume),
-                // A restored record's ticket: its resumed task is not a new one.
-                ticket: 0,
+                // A resumed task keeps its number (its children's spawn keys
+                // use it), which its record's ticket already is.
+                ticket: stored.task_no,
             });
         }
         for (id, stored) in queued {

@@ -159,7 +159,6 @@ impl Supervisor {
             gone: gone.clone(),
             log: self.log.clone(),
             memory_owner: entry.memory_owner,
-            tasks_started: entry.tasks_started,
             inbox,
             status: entry.status,
             result: entry.result.clone(),
@@ -198,7 +197,7 @@ impl Supervisor {
     /// task's start costs no report.
     pub(super) fn task_starts(&mut self, id: SubagentId) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.set_status(SubagentStatus::Running);
+        entry.apply(EventKind::Delegated, SubagentStatus::Running);
         entry.task_starts();
         self.listed = None;
         let entry = &self.index[&id];

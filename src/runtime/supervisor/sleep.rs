@@ -97,7 +97,6 @@ impl Supervisor {
             return;
         }
         let Slot::Live { addr, gone } = std::mem::replace(&mut entry.slot, Slot::Dormant) else { return };
-        entry.tasks_started = idle.tasks_started;
         // The operator's view shows the task a subagent failed (or stopped)
         // at; a completed one shows its result, and keeping every completed
         // task's definition too would cost a tenth of its record.

@@ -150,7 +150,7 @@ impl Supervisor {
     /// nothing else to stop.
     fn retire(&mut self, id: SubagentId, stopped: &mut Vec<SubagentId>) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.set_status(SubagentStatus::Terminated);
+        entry.apply(EventKind::Terminated, SubagentStatus::Terminated);
         entry.error = Some(Arc::from("terminated"));
         entry.usage.release();
         let (result, error, usage) = (entry.result.clone(), entry.error.clone(), entry.usage.own());

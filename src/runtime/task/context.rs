@@ -61,8 +61,7 @@ pub struct TaskContext {
     pub(crate) log: Arc<SessionLog>,
     // Whose memory `memory` is (for its stored copy).
     pub(crate) memory_owner: SubagentId,
-    // This task's number on its subagent (from 1), and its run number.
-    pub(crate) task_no: u64,
+    // Its run number (1, or more when it resumed after a restart).
     pub(crate) attempt: u32,
     // The checkpoint a resumed task picks up from.
     pub(crate) resume_from: Option<Checkpoint>,
@@ -71,7 +70,10 @@ pub struct TaskContext {
     // Its `invoke_agent` span.
     // (`None` while no span exporter is installed.)
     pub(crate) span: Option<tracing::Span>,
-    // Its number in its subagent's record: its reports carry it.
+    // Its number among its subagent's tasks (from 1; a resumed task keeps
+    // its own): its reports carry it, its idempotency keys and its stored
+    // rows are keyed by it. The supervisor draws it; nothing else numbers a
+    // task.
     pub(crate) ticket: Ticket,
 }
 
@@ -121,7 +123,7 @@ impl TaskContext {
     /// tool call id) that stays the same when the task resumes, so that the
     /// effect is not done twice.
     pub fn idempotency_key(&self, local: &str) -> Arc<str> {
-        format!("{}:{local}", self.task_no).into()
+        format!("{}:{local}", self.ticket).into()
     }
 
     /// Steps taken so far (a resumed task counts those before its checkpoint).
