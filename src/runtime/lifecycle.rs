@@ -43,29 +43,77 @@ impl fmt::Display for Refused {
 
 /// The status a record at `from` takes on event `on`, which reports `to`;
 /// `Err` when the lifecycle table has no such move.
+#[inline]
 pub fn next(from: SubagentStatus, on: EventKind, to: SubagentStatus) -> Result<SubagentStatus, Refused> {
-    let refused = Refused { from, on, to };
-    let idle = matches!(from, Ready | Completed | Failed | Cancelled);
-    let busy = from.is_busy();
-    let allowed = match on {
-        EventKind::Spawned => to == Ready && from == Ready,
-        EventKind::Delegated => idle && to == Running,
-        EventKind::Queued => idle && to == Ready,
-        EventKind::StatusChanged => matches!((from, to), (Running, Waiting) | (Waiting, Running)),
-        EventKind::Resumed => busy && to == Running,
-        EventKind::Completed => busy && to == Completed,
-        EventKind::Failed | EventKind::Timeout | EventKind::BudgetExceeded => busy && to == Failed,
-        EventKind::Cancelled => (busy || from == Ready) && to == Cancelled,
-        EventKind::Terminated => to == Terminated,
-        // Not a move: the record keeps its status.
-        EventKind::Progress | EventKind::MessageReceived | EventKind::Merged => {
-            return if from == Terminated && to != Terminated { Err(refused) } else { Ok(from) };
-        }
-    };
-    if allowed {
-        Ok(to)
+    // One lookup: the statuses `on` may move `from` to, as a bit set.
+    let moves = MOVES[on as usize][from as usize];
+    if moves & bit(to) != 0 {
+        return Ok(if moves & STAYS != 0 { from } else { to });
+    }
+    Err(Refused { from, on, to })
+}
+
+/// Set in a [`MOVES`] cell of an event that is not a move: the record keeps
+/// its status, whatever the event reports.
+const STAYS: u8 = 1 << 7;
+
+const fn bit(status: SubagentStatus) -> u8 {
+    1 << status as u8
+}
+
+/// `to` when `yes`, else nothing.
+const fn when(yes: bool, to: u8) -> u8 {
+    if yes {
+        to
     } else {
-        Err(refused)
+        0
+    }
+}
+
+/// Every status but `TERMINATED`.
+const ANY_LIVE: u8 = bit(Ready) | bit(Running) | bit(Waiting) | bit(Completed) | bit(Failed) | bit(Cancelled);
+
+/// The table above, as `MOVES[event][from]`: the bit set of the statuses
+/// asked for (`to`) that the event allows.
+static MOVES: [[u8; 7]; 14] = {
+    let mut table = [[0u8; 7]; 14];
+    let mut kind = 0;
+    while kind < 14 {
+        let on = EventKind::ALL[kind];
+        let mut from = 0;
+        while from < 7 {
+            let status = SubagentStatus::ALL[from];
+            table[on as usize][status as usize] = allowed(on, status);
+            from += 1;
+        }
+        kind += 1;
+    }
+    table
+};
+
+/// The statuses event `on` may move `from` to (the table, rule by rule).
+const fn allowed(on: EventKind, from: SubagentStatus) -> u8 {
+    let idle = matches!(from, Ready | Completed | Failed | Cancelled);
+    let busy = matches!(from, Running | Waiting);
+    match on {
+        EventKind::Spawned => when(matches!(from, Ready), bit(Ready)),
+        EventKind::Delegated => when(idle, bit(Running)),
+        EventKind::Queued => when(idle, bit(Ready)),
+        EventKind::StatusChanged => match from {
+            Running => bit(Waiting),
+            Waiting => bit(Running),
+            _ => 0,
+        },
+        EventKind::Resumed => when(busy, bit(Running)),
+        EventKind::Completed => when(busy, bit(Completed)),
+        EventKind::Failed | EventKind::Timeout | EventKind::BudgetExceeded => when(busy, bit(Failed)),
+        EventKind::Cancelled => when(busy || matches!(from, Ready), bit(Cancelled)),
+        EventKind::Terminated => bit(Terminated),
+        // Not a move: the record keeps its status; nothing leaves TERMINATED.
+        EventKind::Progress | EventKind::MessageReceived | EventKind::Merged => match from {
+            Terminated => STAYS | bit(Terminated),
+            _ => STAYS | ANY_LIVE | bit(Terminated),
+        },
     }
 }
 
@@ -79,6 +127,7 @@ pub fn refusals() -> u64 {
 }
 
 /// Counts and logs a refused move of `whose` status; the status stays.
+#[cold]
 pub(crate) fn refused(whose: &dyn fmt::Display, refused: Refused) {
     REFUSED.fetch_add(1, Ordering::Relaxed);
     log::error!("{whose}: {refused}; the status stays {}", refused.from.as_str());

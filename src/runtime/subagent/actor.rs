@@ -164,6 +164,7 @@ impl SubagentActor {
     /// Moves its status on event `on` as the lifecycle table allows (the
     /// one check the supervisor's record makes too); a move it refuses
     /// leaves the status as it is, and is logged.
+    #[inline]
     pub(super) fn apply(&mut self, on: EventKind, to: SubagentStatus) {
         match lifecycle::next(self.status, on, to) {
             Ok(status) => self.status = status,

@@ -248,6 +248,7 @@ impl Entry {
     /// Moves its status on event `on`, which asks for `to`, as the
     /// lifecycle table allows (the `subagentd_subagents` gauges follow); a
     /// move the table refuses leaves the record as it is, and is logged.
+    #[inline]
     pub(super) fn apply(&mut self, on: EventKind, to: SubagentStatus) {
         match lifecycle::next(self.status, on, to) {
             Ok(status) => {
