@@ -80,7 +80,7 @@ pub struct Connection {
     // The process-wide service (auth, limits, uptime).
     pub(super) service: Arc<Service>,
     // The actor tree of this session.
-    pub(super) session: Tree,
+    pub(super) tree: Tree,
     // Reported in `handshake/resp`.
     pub(super) session_id: String,
     // Where every reply and event goes.
@@ -154,7 +154,7 @@ impl Connection {
     // The session's id is its log's.
     pub(super) fn new(
         service: Arc<Service>,
-        session: Tree,
+        tree: Tree,
         log: Arc<SessionLog>,
         outbox: Arc<Outbox>,
         stop: CancellationToken,
@@ -163,7 +163,7 @@ impl Connection {
     ) -> Self {
         Self {
             service,
-            session,
+            tree,
             session_id: log.id().to_string(),
             outbox,
             stop,
@@ -221,9 +221,9 @@ impl Connection {
         &self.session_id
     }
 
-    /// A handle on the session's actor tree (for stats in tests).
-    pub fn handle(&self) -> Tree {
-        self.session.clone()
+    /// The session's tree (for stats in tests).
+    pub fn tree(&self) -> Tree {
+        self.tree.clone()
     }
 
     /// Serves the session until its input ends, it is shut down or stopped,
@@ -326,7 +326,7 @@ impl Connection {
                     // is not told they ended. Nothing more goes out.
                     self.outbox.close();
                 }
-                self.session.close().await;
+                self.tree.close().await;
                 finish(&permits, bound).await;
                 end
             }

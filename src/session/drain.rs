@@ -51,7 +51,7 @@ impl Connection {
     /// refusing whatever the input brings meanwhile; a signal or a client
     /// that stops reading cuts it short. Returns what was stopped.
     pub(super) async fn drain(&mut self, grace: Duration, permits: &Arc<Semaphore>, bound: usize) -> Vec<SubagentId> {
-        let session = &self.session;
+        let tree = &self.tree;
         let input = &mut self.input;
         let outbox = &self.outbox;
         let overflowed = outbox.overflowed().clone();
@@ -60,15 +60,15 @@ impl Connection {
             // Requests already taken may start tasks: let them land first.
             let _ = tokio::time::timeout_at(deadline, finish(permits, bound)).await;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            session.drain(left).await
+            tree.drain(left).await
         };
         tokio::pin!(drained);
         let mut reading = true;
         let stopped = loop {
             tokio::select! {
                 stopped = &mut drained => break stopped,
-                _ = self.stop.cancelled() => break session.close().await,
-                _ = overflowed.cancelled() => break session.close().await,
+                _ = self.stop.cancelled() => break tree.close().await,
+                _ = overflowed.cancelled() => break tree.close().await,
                 frame = input.recv(), if reading => match frame {
                     Some(frame) => refuse(outbox, frame),
                     None => reading = false,

@@ -91,8 +91,7 @@ impl Connection {
     // (again after a second handshake or a resume: the new listing replaces
     // the old).
     pub(super) fn list_for_admin(&self, state: &mut State) {
-        let live =
-            LiveSession::new(&self.session_id, self.transport, &self.peer, &state.agent_id, self.session.clone());
+        let live = LiveSession::new(&self.session_id, self.transport, &self.peer, &state.agent_id, self.tree.clone());
         state.listed = Some(self.service.admin().list(live));
     }
 
@@ -191,12 +190,12 @@ impl Connection {
                     self.outbox.push(error_line(&err, &id));
                     return None;
                 }
-                let session = self.session.clone();
+                let tree = self.tree.clone();
                 let outbox = self.outbox.clone();
                 let lists = self.lists.clone();
                 let frame = served.seq().map(|seq| crate::ops::FrameKey { seq, replayed: seq <= self.replayed_up_to });
                 actix_rt::spawn(async move {
-                    let reply = dispatch::serve(session, &outbox, &lists, id, request, frame).await;
+                    let reply = dispatch::serve(tree, &outbox, &lists, id, request, frame).await;
                     // The frame is served in the commit that journals its reply.
                     outbox.push_reply(reply.line, reply.reservation, served.take());
                     drop(permit);

@@ -27,7 +27,7 @@ impl Connection {
             this.outbox.push(handshake::refuse(service.limits(), &this.session_id, req_id, reason));
         };
         // This connection's own tree must be unused: it is replaced.
-        match self.session.list().await {
+        match self.tree.list().await {
             Ok(list) if list.subagents.is_empty() => {}
             _ => {
                 refuse(self, "session_in_use");
@@ -116,7 +116,7 @@ impl Connection {
             self.peer
         );
         // The fresh session gives way: its (empty) tree closes, its id is free.
-        let fresh = std::mem::replace(&mut self.session, tree);
+        let fresh = std::mem::replace(&mut self.tree, tree);
         fresh.close().await;
         service.release_session(&self.session_id);
         self.session_id = wanted.to_owned();

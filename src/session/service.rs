@@ -90,7 +90,7 @@ pub struct OpenedConnection {
     /// The session's id (`handshake/resp.session_id`, HTTP `session_id`).
     pub session_id: String,
     /// Run it to serve the session (see [`Connection::run`]).
-    pub session: Connection,
+    pub connection: Connection,
     /// Where the transport pushes decoded frames.
     pub input: InputSender,
     /// Every line for the client, in order; ends when the session ends.
@@ -226,13 +226,13 @@ impl Service {
         let session_id = uuid::Uuid::new_v4().simple().to_string();
         let log = SessionLog::new(session_id.as_str(), self.store.clone());
         outbox.attach_log(log.clone());
-        let session = self
+        let tree = self
             .host
             .open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(&session_id))), log.clone());
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
-        let session = Connection::new(self.clone(), session, log.clone(), outbox, stop.clone(), input_rx, slot);
-        Ok(OpenedConnection { session_id, session, input, output, stop, log, journal: Vec::new(), principal: None })
+        let connection = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot);
+        Ok(OpenedConnection { session_id, connection, input, output, stop, log, journal: Vec::new(), principal: None })
     }
 
     // Takes one place in `pool` (bounded by `max`, the limit named `name`)

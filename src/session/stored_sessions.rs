@@ -173,13 +173,13 @@ impl Service {
         self.serve_session(id, &log, &stop);
         let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
         let grant = handshaken.then_some((Grant { multi_agent }, stored.row.agent_id));
-        let session = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
+        let connection = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
             .restored(grant, stored.last_inbound);
         log::info!("session {id} restored from the store ({resumed} tasks resumed)");
         Ok(Some(OpenedConnection {
             session_id: id.to_owned(),
-            session,
+            connection,
             input,
             output,
             stop,

@@ -31,7 +31,7 @@ pub(crate) async fn serve(service: Arc<Service>, final_flush: Duration) -> std::
         let _ = write_stdout(&mut output);
         let _ = done_tx.send(());
     })?;
-    let end = opened.session.with_peer("stdio").with_transport("stdio").drain_on_eof(EOF_DRAIN).run().await;
+    let end = opened.connection.with_peer("stdio").with_transport("stdio").drain_on_eof(EOF_DRAIN).run().await;
     if end != ConnectionEnd::SlowClient {
         let _ = tokio::time::timeout(final_flush, done_rx).await;
     }

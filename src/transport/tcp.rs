@@ -97,7 +97,7 @@ async fn connection(
     let limit = service.limits().max_line_bytes;
     let reader = actix_rt::spawn(read_frames(read_half, limit, opened.input));
     let writer = actix_rt::spawn(write_lines(write_half, opened.output));
-    let end = opened.session.with_peer(peer.to_string()).run().await;
+    let end = opened.connection.with_peer(peer.to_string()).run().await;
     reader.abort();
     // Do not wait for a client that does not read: drop the socket at once.
     let grace = (end != ConnectionEnd::SlowClient).then_some(final_flush);

@@ -37,8 +37,8 @@ pub(crate) struct Client {
 impl Client {
     pub(crate) fn open(service: &Arc<Service>) -> Self {
         let opened = service.open().expect("session opens");
-        let handle = opened.session.handle();
-        let run = actix_rt::spawn(opened.session.run());
+        let handle = opened.connection.tree();
+        let run = actix_rt::spawn(opened.connection.run());
         Self {
             input: Some(opened.input),
             output: opened.output,
@@ -748,7 +748,7 @@ async fn a_client_gone_away_is_an_input_close_not_a_slow_client() {
     let service = service(limits(), Auth::open());
     let opened = service.open().expect("opens");
     drop(opened.output);
-    let run = actix_rt::spawn(opened.session.run());
+    let run = actix_rt::spawn(opened.connection.run());
     let handshake = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"] });
     opened.input.send(Frame::Line(handshake.to_string().into_bytes())).await.expect("read");
     let end = tokio::time::timeout(PATIENCE, run).await.expect("ends").expect("session task");

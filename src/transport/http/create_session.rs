@@ -55,7 +55,7 @@ pub(super) async fn create(
     };
     match stored {
         Ok(mut opened) => {
-            opened.session = opened.session.with_peer(peer(&req)).with_transport("http");
+            opened.connection = opened.connection.with_peer(peer(&req)).with_transport("http");
             let id = sessions.clone().into_inner().insert(opened);
             // The id in a header too, for routers that hash on it (HAProxy).
             ok_for(&sessions, &id).json(json!({ "session_id": id }))

@@ -268,7 +268,7 @@ impl HttpSessions {
         let limits = self.service.limits();
         let idle = idle.unwrap_or(Duration::from_secs(limits.session_idle_seconds));
         let recent = Recent::new(self.journal_retained, limits.outbox_max_bytes, opened.journal);
-        let session = opened.session;
+        let connection = opened.connection;
         let entry = Arc::new(HttpEntry {
             input: opened.input,
             output: Arc::new(tokio::sync::Mutex::new(opened.output)),
@@ -277,7 +277,7 @@ impl HttpSessions {
             detached: Notify::new(),
             last_active: Mutex::new(Instant::now()),
             stop: opened.stop,
-            slot: Mutex::new(Some(session.slot())),
+            slot: Mutex::new(Some(connection.slot())),
             log: opened.log,
             recent: Mutex::new(recent),
             idle_ms: AtomicU64::new(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)),
@@ -285,14 +285,14 @@ impl HttpSessions {
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
-        actix_rt::spawn(self.clone().watch(id.clone(), entry, session));
+        actix_rt::spawn(self.clone().watch(id.clone(), entry, connection));
         id
     }
 
     /// Runs the session, closes it when idle, and removes it once it has
     /// ended and its last lines are delivered (or could not be).
-    async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpEntry>, session: Connection) {
-        let run = session.run();
+    async fn watch(self: Arc<Self>, id: String, entry: Arc<HttpEntry>, connection: Connection) {
+        let run = connection.run();
         tokio::pin!(run);
         let mut expired = false;
         let end = loop {
