@@ -15,6 +15,8 @@ use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
+use crate::common::{eventually, poll_until};
+
 /// Failure guard for anything that should finish promptly.
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -60,16 +62,13 @@ fn progress(events: &mut mpsc::UnboundedReceiver<Event>, seen: &mut Vec<(Subagen
 /// Waits for the `pids A B` line `id` prints; returns both pids.
 async fn pids_of(id: SubagentId, events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<u32> {
     let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + GUARD;
-    loop {
+    eventually(&format!("a pids line from {id}"), GUARD, || {
         progress(events, &mut seen);
         let line = seen.iter().find(|(from, text)| *from == id && text.starts_with("pids "));
-        if let Some((_, line)) = line {
-            return line.split_whitespace().skip(1).filter_map(|pid| pid.parse().ok()).collect();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no pids line from {id}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        let pids = line.map(|(_, line)| line.split_whitespace().skip(1).filter_map(|pid| pid.parse().ok()).collect());
+        std::future::ready(pids)
+    })
+    .await
 }
 
 /// Whether `pid` is a live process (a zombie awaiting its reaper counts as gone).
@@ -80,14 +79,7 @@ fn alive(pid: u32) -> bool {
 }
 
 async fn all_gone(pids: &[u32]) -> bool {
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while tokio::time::Instant::now() < deadline {
-        if pids.iter().all(|pid| !alive(*pid)) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    poll_until(GUARD, || std::future::ready(pids.iter().all(|pid| !alive(*pid)).then_some(()))).await.is_ok()
 }
 
 #[actix_rt::test]
@@ -321,9 +313,9 @@ fn marked_processes(marker: &str) -> Vec<u32> {
 /// on in test builds) is armed by `SUBAGENTD_FAULT=command_spawned`.
 #[test]
 fn a_command_program_dies_with_a_host_killed_between_its_start_and_its_checkpoint() {
+    use crate::common::poll_until_blocking;
     use crate::e2e_support::{wait, LineClient, Server};
     use std::os::unix::process::ExitStatusExt;
-    use std::time::Instant;
 
     let dir = std::env::temp_dir().join(format!("subagentd-pdeathsig-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -355,16 +347,17 @@ fn a_command_program_dies_with_a_host_killed_between_its_start_and_its_checkpoin
     let status = wait(&mut server.child);
     assert_eq!(status.signal(), Some(6), "the host aborts at the fault point: {status:?}");
 
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let left = loop {
+    let left = || {
         let written = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<u32>().ok());
         let mut left = marked_processes(&marker);
         left.extend(written.filter(|pid| alive(*pid) && !left.contains(pid)));
-        if left.is_empty() || Instant::now() >= deadline {
-            break left;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+        left
     };
+    let left = poll_until_blocking(Duration::from_secs(2), || match left() {
+        left if left.is_empty() => Ok(left),
+        left => Err(format!("{left:?}")),
+    })
+    .unwrap_or_else(|_| left());
     for pid in &left {
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     }

@@ -3,6 +3,7 @@
 //! terminate aborting the in-flight request, memory and tool scopes, the
 //! mailbox, and the API key staying out of events and errors.
 
+use crate::common::eventually;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -382,11 +383,10 @@ async fn run_boss(server: &FakeServer, session: &Tree, boss: SubagentConfig, chi
     assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
     let outputs = tool_outputs(&requests_of(server, "AGENT:boss")[1]);
     assert!(outputs.iter().all(|out| out.get("subagent_id").is_some()), "{outputs:?}");
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while !children.iter().all(|child| !requests_of(server, child).is_empty()) {
-        assert!(tokio::time::Instant::now() < deadline, "every child called the model");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("every child called the model", GUARD, || {
+        std::future::ready(children.iter().all(|child| !requests_of(server, child).is_empty()).then_some(()))
+    })
+    .await;
 }
 
 /// Regression: an `isolated` parent allowed only `spawn_subagent` could give
@@ -629,13 +629,15 @@ async fn cancel_aborts_a_stream_at_once() {
     let id = spawn(&session, agent("AGENT:slow")).await;
     assert!(session.delegate(id, TaskDefinition::new("t", "think")).await.unwrap().accepted);
     // The first text arrives, then the stream stalls.
-    let deadline = std::time::Instant::now() + GUARD;
-    loop {
-        match tokio::time::timeout(GUARD, events.recv()).await.expect("an event").expect("open") {
-            Event { detail: subagent_host::event::EventDetail::Progress(text), .. } if text == "thinking" => break,
-            _ => assert!(std::time::Instant::now() < deadline),
+    let first_text = async {
+        loop {
+            match events.recv().await.expect("open") {
+                Event { detail: subagent_host::event::EventDetail::Progress(text), .. } if text == "thinking" => break,
+                _ => continue,
+            }
         }
-    }
+    };
+    tokio::time::timeout(GUARD, first_text).await.expect("the first text in time");
     let cancelled_at = std::time::Instant::now();
     session.cancel(id).await.unwrap();
     assert!(server.hang_closed(Duration::from_secs(2)).await, "the stream's connection is closed");

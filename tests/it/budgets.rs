@@ -6,6 +6,7 @@
 //! running descendants. Exact token arithmetic with the scripted adapter's
 //! `use_tokens` and with the fake model.
 
+use crate::common::eventually;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -109,11 +110,7 @@ async fn the_worked_example_of_the_readme() {
     assert_eq!(left(tree.clone(), parent).await, Some(5_000));
     // A spends 2 500 and waits (its task has not ended).
     assert!(tree.delegate(a, task(json!([spend(2_500, 0), { "wait_message": {} }]))).await.unwrap().accepted);
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while row(&tree, a).await.usage.input_tokens < 2_500 {
-        assert!(tokio::time::Instant::now() < deadline, "a spends");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("a spends", GUARD, || async { (row(&tree, a).await.usage.input_tokens >= 2_500).then_some(()) }).await;
     assert_eq!((left(tree.clone(), parent).await, left(tree.clone(), a).await), (Some(5_000), Some(1_500)));
     assert_eq!(run(&tree, b, json!([spend(3_000, 0)])).await.status, SubagentStatus::Completed);
     assert_eq!(left(tree.clone(), parent).await, Some(2_000));

@@ -25,6 +25,7 @@
 //!
 //! HAProxy must be installed (`.ci/run` installs Debian's `haproxy`).
 
+use crate::common::{eventually_blocking, poll_until_blocking};
 use crate::e2e_support::*;
 use crate::test_database::TestDatabase;
 use serde_json::{json, Value};
@@ -191,13 +192,12 @@ impl Haproxy {
     }
 
     fn wait_listening(&self) {
-        let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(&self.stats).is_err() || TcpStream::connect(&self.http).is_err() {
-            if Instant::now() > deadline {
-                let said: Vec<String> = self.stderr.try_iter().collect();
-                panic!("HAProxy never listened; it said: {said:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let listening = poll_until_blocking(PATIENCE, || {
+            (TcpStream::connect(&self.stats).is_ok() && TcpStream::connect(&self.http).is_ok()).then_some(())
+        });
+        if listening.is_err() {
+            let said: Vec<String> = self.stderr.try_iter().collect();
+            panic!("HAProxy never listened; it said: {said:#?}");
         }
     }
 
@@ -222,15 +222,10 @@ impl Haproxy {
     }
 
     fn wait_status(&self, server: &str, wanted: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        eventually_blocking(&format!("HAProxy sees {server} {wanted}"), PATIENCE, || {
             let status = self.status(server);
-            if status.starts_with(wanted) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "HAProxy never saw {server} {wanted} (it says {status:?})");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            status.starts_with(wanted).then_some(()).ok_or(status)
+        })
     }
 }
 
@@ -261,17 +256,15 @@ struct HttpSession {
 
 impl HttpSession {
     fn open(front: &str) -> Self {
-        let deadline = Instant::now() + PATIENCE;
-        let (id, node) = loop {
+        let (id, node) = eventually_blocking("POST /session succeeds", PATIENCE, || {
             let (status, headers, body) = http_with_headers(front, "POST", "/session", &[], "");
-            if status == 200 {
-                let id = body["session_id"].as_str().expect("session_id").to_owned();
-                assert_eq!(headers.get("x-session-id"), Some(&id), "POST /session names the id in a header");
-                break (id, headers.get("x-subagentd-node").cloned().unwrap_or_default());
+            if status != 200 {
+                return Err(format!("{status} {body}"));
             }
-            assert!(Instant::now() < deadline, "POST /session kept failing: {status} {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        };
+            let id = body["session_id"].as_str().expect("session_id").to_owned();
+            assert_eq!(headers.get("x-session-id"), Some(&id), "POST /session names the id in a header");
+            Ok((id, headers.get("x-subagentd-node").cloned().unwrap_or_default()))
+        });
         let mut session =
             Self { front: front.to_owned(), id, stream: None, last_id: 0, seen: Vec::new(), node, reconnects: 0, n: 0 };
         let reply =
@@ -284,18 +277,16 @@ impl HttpSession {
     /// Posts one line, retrying while no node can take it yet (a node
     /// died and HAProxy or the cluster has not caught up).
     fn post(&mut self, line: &Value) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        let node = eventually_blocking("POST /send succeeds", PATIENCE, || {
             let headers = [("X-Session-Id", self.id.as_str()), ("Content-Type", "application/x-ndjson")];
             let (status, got, body) = http_with_headers(&self.front, "POST", "/send", &headers, &line.to_string());
-            if status == 200 {
-                assert_eq!(got.get("x-session-id"), Some(&self.id), "the same session id, wherever it is served");
-                self.node = got.get("x-subagentd-node").cloned().unwrap_or_default();
-                return;
+            if status != 200 {
+                return Err(format!("{status} {body}"));
             }
-            assert!(Instant::now() < deadline, "POST /send kept failing: {status} {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            assert_eq!(got.get("x-session-id"), Some(&self.id), "the same session id, wherever it is served");
+            Ok(got.get("x-subagentd-node").cloned().unwrap_or_default())
+        });
+        self.node = node;
     }
 
     fn request(&mut self, mut message: Value) -> Value {
@@ -309,17 +300,18 @@ impl HttpSession {
     }
 
     fn ensure_stream(&mut self) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.stream.is_none() {
-            let after = (self.last_id > 0).then_some(self.last_id);
-            let stream = SseStream::open_after(&self.front, &self.id, after);
-            if stream.status == 200 {
-                self.stream = Some(stream);
-                return;
-            }
-            assert!(Instant::now() < deadline, "GET /stream kept failing: {}", stream.status);
-            std::thread::sleep(Duration::from_millis(50));
+        if self.stream.is_some() {
+            return;
         }
+        let after = (self.last_id > 0).then_some(self.last_id);
+        let stream = eventually_blocking("GET /stream succeeds", PATIENCE, || {
+            let stream = SseStream::open_after(&self.front, &self.id, after);
+            match stream.status {
+                200 => Ok(stream),
+                status => Err(status),
+            }
+        });
+        self.stream = Some(stream);
     }
 
     /// Drops the stream (as a client whose connection went quiet does).
@@ -445,16 +437,7 @@ impl TcpSession {
 
     /// Resumes `id` through HAProxy, retrying until a node takes it.
     fn resume(front: &str, id: &str) -> Self {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match Self::connect(front, Some(id)) {
-                Ok(session) => return session,
-                Err(reply) => {
-                    assert!(Instant::now() < deadline, "resuming {id} kept failing: {reply}");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        }
+        eventually_blocking(&format!("a node resumes {id}"), PATIENCE, || Self::connect(front, Some(id)))
     }
 
     fn request(&mut self, req_id: &str, mut message: Value) -> Value {
@@ -598,9 +581,9 @@ fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
             }));
         }
         // The others' sessions are adopted with no client asking.
-        let mut holders: HashMap<String, usize> = HashMap::new();
-        loop {
-            holders.clear();
+        let what = format!("a dead node's sessions are adopted within {bound:?}");
+        let holders = eventually_blocking(&what, bound.saturating_sub(killed.elapsed()), || {
+            let mut holders: HashMap<String, usize> = HashMap::new();
             let mut adopted = 0;
             for node in cluster.running() {
                 let served = served_by(cluster, &node);
@@ -608,12 +591,8 @@ fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
                 adopted += held;
                 *holders.entry(node).or_default() += held;
             }
-            if adopted == waiting_ids.len() {
-                break;
-            }
-            assert!(killed.elapsed() < bound, "a dead node's sessions are adopted within {bound:?}: {holders:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            (adopted == waiting_ids.len()).then_some(holders.clone()).ok_or(format!("{holders:?}"))
+        });
         let adopted = (killed.elapsed(), holders);
         let took: Vec<Duration> = handles.into_iter().map(|handle| handle.join().expect("a client")).collect();
         (took, adopted)
@@ -897,15 +876,10 @@ fn a_node_cut_off_from_its_store_takes_no_new_sessions() {
     let addr = server.http.clone().expect("http");
     let ready = || http(&addr, "GET", "/ready", &[], "");
     let wait_ready = |want: u16| {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let (status, body) = ready();
-            if status == want {
-                return body;
-            }
-            assert!(Instant::now() < deadline, "/ready never answered {want} (last: {status} {body})");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        eventually_blocking(&format!("/ready answers {want}"), PATIENCE, || match ready() {
+            (status, body) if status == want => Ok(body),
+            (status, body) => Err(format!("{status} {body}")),
+        })
     };
     wait_ready(200);
     link.cut();

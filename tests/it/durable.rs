@@ -30,6 +30,7 @@
 //! answered 200 right before SIGKILL takes effect, once.
 //! `DURABLE_TRACE=1` prints every line the tests read.
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::*;
 use crate::test_database::TestDatabase;
 use serde_json::{json, Value};
@@ -987,14 +988,11 @@ fn kill_in_the_middle_of_a_workload(backing: Backing) {
     // Within its grace the session is resumed, whole.
     let mut other = LineClient::connect(node.tcp());
     let hs = json!({ "type": "handshake/req", "id": "h", "agent_id": "tester", "agent_caps": ["multi_agent"], "resume_session_id": session });
-    let resumed = loop {
+    let resumed = eventually_blocking("the session is no longer in use", PATIENCE, || {
         other.send(&hs);
         let reply = other.reply("h");
-        if reply["reason"] != "session_in_use" {
-            break reply;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        (reply["reason"] != "session_in_use").then_some(reply)
+    });
     assert_eq!(resumed["ok"], true, "a dropped connection's session is resumable within its grace: {resumed}");
     other.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
     let listed = other.reply("l");
@@ -1597,18 +1595,18 @@ fn durable_a_command_task_running_at_a_crash_fails_host_restarted_or_reruns() {
         ids.push(id);
     }
     // Both programs run (each wrote its pid): the crash finds them running.
-    let deadline = Instant::now() + PATIENCE;
-    while !(fail_pids.exists() && rerun_pids.exists()) {
-        assert!(Instant::now() < deadline, "the command tasks never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the command tasks start", PATIENCE, || {
+        (fail_pids.exists() && rerun_pids.exists()).then_some(())
+    });
     // The crash must come after both programs' pid checkpoints are
     // committed: a program can write its pid before its host has recorded
     // it, and a crash in between leaves nothing to find it by.
-    while checkpointed_programs(&node.backing) < 2 {
-        assert!(Instant::now() < deadline, "the command tasks' pids were never checkpointed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the command tasks' pids are checkpointed", PATIENCE, || {
+        match checkpointed_programs(&node.backing) {
+            n if n >= 2 => Ok(()),
+            n => Err(n),
+        }
+    });
     node.kill9();
     node.restart();
     let mut client = LineClient::connect(node.tcp());
@@ -1654,11 +1652,9 @@ fn durable_a_command_task_running_at_a_crash_fails_host_restarted_or_reruns() {
     for file in [&fail_pids, &rerun_pids] {
         let first = std::fs::read_to_string(file).unwrap();
         let pid = first.lines().next().expect("a pid").trim().to_owned();
-        let deadline = Instant::now() + PATIENCE;
-        while Path::new(&format!("/proc/{pid}")).exists() {
-            assert!(Instant::now() < deadline, "process {pid} of the previous host still runs");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually_blocking(&format!("process {pid} of the previous host is gone"), PATIENCE, || {
+            (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+        });
     }
 }
 

@@ -2,8 +2,8 @@
 //! subagent, the event stream, cancel and terminate, and who may use it
 //! (loopback without tokens; `[admin] tokens` apart from `[auth]` ones).
 
+use crate::common::eventually_blocking;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 use crate::e2e_support::{http, LineClient, Server, SseStream, PATIENCE};
 
@@ -58,38 +58,33 @@ pub(crate) fn three_levels(client: &mut LineClient) -> Tree {
     let task = json!({ "name": "plan", "instruction": "plan the report", "metadata": { "script": [researcher, writer, { "sleep_ms": 600_000 }] } });
     client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": planner, "task": task }));
     assert_eq!(client.reply("d")["accepted"], true);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    let subagents = eventually_blocking("the tree forms", PATIENCE, || {
         let subagents = list(client);
         let ready = status_of(&subagents, "reader").as_deref() == Some("RUNNING")
             && status_of(&subagents, "writer").as_deref() == Some("FAILED");
         if ready {
-            return Tree {
-                planner,
-                researcher: id_of(&subagents, "researcher"),
-                reader: id_of(&subagents, "reader"),
-                writer: id_of(&subagents, "writer"),
-            };
+            Ok(subagents)
+        } else {
+            Err(format!("{subagents:#?}"))
         }
-        assert!(Instant::now() < deadline, "the tree did not form: {subagents:#?}");
-        std::thread::sleep(Duration::from_millis(20));
+    });
+    Tree {
+        planner,
+        researcher: id_of(&subagents, "researcher"),
+        reader: id_of(&subagents, "reader"),
+        writer: id_of(&subagents, "writer"),
     }
 }
 
 /// The id of the open session whose client handshook as `agent`, as the
 /// admin API lists it (sent with `headers`).
 pub(crate) fn session_of(addr: &str, agent: &str, headers: &[(&str, &str)]) -> String {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    eventually_blocking(&format!("the session of {agent} is listed"), PATIENCE, || {
         let (status, body) = http(addr, "GET", "/admin/sessions", headers, "");
         assert_eq!(status, 200, "{body}");
         let found = body["sessions"].as_array().unwrap().iter().find(|s| s["agent_id"] == agent).cloned();
-        if let Some(session) = found {
-            return session["session_id"].as_str().unwrap().to_owned();
-        }
-        assert!(Instant::now() < deadline, "session of {agent} not listed: {body}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        found.map(|session| session["session_id"].as_str().unwrap().to_owned()).ok_or(body)
+    })
 }
 
 fn get(addr: &str, path: &str) -> (u16, Value) {
@@ -176,11 +171,10 @@ fn the_admin_api_shows_sessions_trees_and_details_and_stops_subtrees() {
 
     // A session that ends leaves the list.
     drop(client);
-    let deadline = Instant::now() + PATIENCE;
-    while !get(&addr, "/admin/sessions").1["sessions"].as_array().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the ended session is still listed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the ended session leaves the list", PATIENCE, || {
+        let (_, body) = get(&addr, "/admin/sessions");
+        body["sessions"].as_array().unwrap().is_empty().then_some(()).ok_or(body)
+    });
 }
 
 #[test]

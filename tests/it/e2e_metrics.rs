@@ -7,7 +7,6 @@
 use crate::e2e_support::*;
 use crate::fake_openai::{answer, with_usage, FakeServer};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 /// The value of the sample `series` (name and labels, as written) in
 /// classic-format `text`.
@@ -103,19 +102,14 @@ fn metrics_after_a_scripted_workload_hold_exact_values() {
 
     // The session ends: its gauges go back to zero.
     drop(client);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    crate::common::eventually_blocking("the gauges return to zero", PATIENCE, || {
         let (_, text) = scrape(&http, None);
         let gone = sample(&text, "subagentd_sessions_open{transport=\"tcp\"}") == Some(0.0)
             && sample(&text, "subagentd_subagents{status=\"COMPLETED\"}") == Some(0.0)
             && sample(&text, "subagentd_subagents{status=\"FAILED\"}") == Some(0.0)
             && sample(&text, "subagentd_outbox_queued_bytes") == Some(0.0);
-        if gone {
-            break;
-        }
-        assert!(Instant::now() < deadline, "gauges did not return to zero:\n{text}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        gone.then_some(()).ok_or(format!("\n{text}"))
+    });
     drop(server);
     let _ = std::fs::remove_dir_all(&data_dir);
 }

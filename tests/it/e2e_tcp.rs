@@ -5,6 +5,7 @@
 //! without a token: the handshake deadline, the failed-handshake cap, their
 //! own session cap, and `max_connections`.
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::*;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -35,11 +36,7 @@ fn running(pid: u32) -> bool {
 
 /// Waits (bounded) until `check` holds.
 fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking(what, PATIENCE, || check().then_some(()));
 }
 
 #[test]
@@ -146,12 +143,10 @@ fn a_client_flooding_large_list_requests_without_reading_keeps_host_memory_bound
         }
     });
     let mut peak = before;
-    let deadline = Instant::now() + PATIENCE;
-    while server.sessions() != 0 {
+    eventually_blocking("the stalled client is closed", PATIENCE, || {
         peak = peak.max(rss(pid));
-        assert!(Instant::now() < deadline, "the stalled client was never closed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        (server.sessions() == 0).then_some(())
+    });
     let _ = flood.join();
     eprintln!("flood without reading: host RSS {} MiB before, peak +{} MiB", before >> 20, (peak - before) >> 20);
     assert!(
@@ -193,14 +188,7 @@ fn accept_failures_back_off_and_warn_rarely_then_serving_resumes() {
     let mut server = Server::start_with(Some("ulimit -n 40"), &["--tcp", "127.0.0.1:0"], None);
     let addr = server.tcp.clone().unwrap();
     let held: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(&addr).expect("connect")).collect();
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = server.stderr.recv_timeout(left).expect("an accept failure is reported");
-        if line.contains("accept failed") {
-            break;
-        }
-    }
+    server.wait_stderr("reporting an accept failure", |line| line.contains("accept failed"));
     // While accepting keeps failing, stderr stays quiet (a spinning accept
     // loop would log thousands of lines in this window).
     let window = Instant::now() + Duration::from_secs(2);

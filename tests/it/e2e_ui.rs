@@ -88,14 +88,11 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         let _ = writeln!(self.commands, "{}", json!({ "quit": true }));
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let exited =
+            crate::common::poll_until_blocking(Duration::from_secs(10), || self.child.try_wait().ok().flatten());
+        if exited.is_err() {
+            let _ = self.child.kill();
         }
-        let _ = self.child.kill();
     }
 }
 

@@ -11,13 +11,14 @@
 
 use serde_json::{json, Value};
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::runtime::task::AdapterRouter;
 use subagent_host::server::{self, Listeners, Settings, Workers};
 use subagent_host::session::Auth;
 use subagent_host::store::{self, ClusterSettings, StoreUrl, WriterSettings};
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::*;
 use crate::test_database::TestDatabase;
 
@@ -95,17 +96,15 @@ fn handshake() -> Value {
 /// Sends `line` over HTTP until it is taken (200), failing after `within`;
 /// returns how many times it was refused first.
 fn send_until_taken(addr: &str, session: &str, line: &Value, within: Duration) -> u32 {
-    let started = Instant::now();
     let mut refused = 0;
-    loop {
-        let (status, body) = send(addr, session, line);
-        if status == 200 {
-            return refused;
+    eventually_blocking(&format!("{addr} takes the session"), within, || match send(addr, session, line) {
+        (200, _) => Ok(()),
+        (status, body) => {
+            refused += 1;
+            Err(format!("{status} {body}"))
         }
-        refused += 1;
-        assert!(started.elapsed() < within, "{addr} kept refusing the session for {within:?}: {status} {body}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    refused
 }
 
 /// A `/send` whose client gives up `after` it sent it, before any answer.
@@ -327,14 +326,14 @@ fn a_restarted_host_finishes_a_tcp_sessions_task_and_replays_its_events_on_resum
     drop(client);
     let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
     client.send(&resume);
-    let reply = loop {
+    let reply = eventually_blocking("the session is no longer in use", PATIENCE, || {
         let reply = client.reply("h");
         if reply["reason"] != "session_in_use" {
-            break reply;
+            return Ok(reply);
         }
-        std::thread::sleep(Duration::from_millis(20));
         client.send(&resume);
-    };
+        Err(reply)
+    });
     assert_eq!(reply["ok"], true, "{reply}");
     client.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
     loop {

@@ -65,15 +65,7 @@ fn task(script: Value) -> TaskDefinition {
 }
 
 async fn wait_for(tree: &Tree, what: &str, check: impl Fn(&ListResponse) -> bool) {
-    let deadline = tokio::time::Instant::now() + GUARD;
-    loop {
-        let list = tree.list().await.expect("list");
-        if check(&list) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::common::eventually(what, GUARD, || async { check(&tree.list().await.expect("list")).then_some(()) }).await
 }
 
 /// Runs a parent script that spawns a child, "crashes" (the store frozen,

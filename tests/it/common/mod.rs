@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use subagent_host::config::Limits;
 use subagent_host::event::Event;
 use subagent_host::protocol::wire::*;
@@ -16,6 +16,86 @@ use subagent_host::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, Tas
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::watch;
+
+/// How often [`eventually`] and [`eventually_blocking`] probe.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// What a probe of [`eventually`] answers: the value waited for, or not yet
+/// (`None`, or `Err` with the state seen, for the failure message).
+pub trait Probed {
+    /// The value waited for.
+    type Value;
+    /// The value, or what was seen instead.
+    fn into_result(self) -> Result<Self::Value, String>;
+}
+
+impl<T> Probed for Option<T> {
+    type Value = T;
+    fn into_result(self) -> Result<T, String> {
+        self.ok_or_else(|| "nothing yet".to_owned())
+    }
+}
+
+impl<T, E: std::fmt::Display> Probed for Result<T, E> {
+    type Value = T;
+    fn into_result(self) -> Result<T, String> {
+        self.map_err(|seen| seen.to_string())
+    }
+}
+
+/// Probes every [`POLL`] until `probe` answers a value, for at most
+/// `deadline` of real time; then `Err` with the last state seen.
+///
+/// The pause between probes is tokio's: on a paused clock it takes no real
+/// time and lets the clock run to the next timer, so a probe waiting for a
+/// timeout sees it fire at once.
+pub async fn poll_until<P: Probed, Fut: Future<Output = P>>(
+    deadline: Duration,
+    mut probe: impl FnMut() -> Fut,
+) -> Result<P::Value, String> {
+    let end = Instant::now() + deadline;
+    loop {
+        match probe().await.into_result() {
+            Ok(value) => return Ok(value),
+            Err(seen) if Instant::now() >= end => return Err(seen),
+            Err(_) => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
+/// Waits until `probe` answers a value (see [`poll_until`]); panics naming
+/// `what` and the last state seen if it does not within `deadline`.
+pub async fn eventually<P: Probed, Fut: Future<Output = P>>(
+    what: &str,
+    deadline: Duration,
+    probe: impl FnMut() -> Fut,
+) -> P::Value {
+    match poll_until(deadline, probe).await {
+        Ok(value) => value,
+        Err(seen) => panic!("not within {deadline:?}: {what} (last seen: {seen})"),
+    }
+}
+
+/// [`poll_until`] for tests that block a thread: the thread sleeps
+/// between probes.
+pub fn poll_until_blocking<P: Probed>(deadline: Duration, mut probe: impl FnMut() -> P) -> Result<P::Value, String> {
+    let end = Instant::now() + deadline;
+    loop {
+        match probe().into_result() {
+            Ok(value) => return Ok(value),
+            Err(seen) if Instant::now() >= end => return Err(seen),
+            Err(_) => std::thread::sleep(POLL),
+        }
+    }
+}
+
+/// [`eventually`] for tests that block a thread (see [`poll_until_blocking`]).
+pub fn eventually_blocking<P: Probed>(what: &str, deadline: Duration, probe: impl FnMut() -> P) -> P::Value {
+    match poll_until_blocking(deadline, probe) {
+        Ok(value) => value,
+        Err(seen) => panic!("not within {deadline:?}: {what} (last seen: {seen})"),
+    }
+}
 
 /// A host with these limits and every other setting at its default.
 pub fn host_with(limits: Limits) -> Host {
@@ -74,25 +154,21 @@ pub async fn listed_status(session: &Tree, id: SubagentId) -> Option<SubagentSta
 
 /// Waits (bounded) until `id` is listed with `status`.
 pub async fn wait_for_status(session: &Tree, id: SubagentId, status: SubagentStatus) {
-    for _ in 0..500 {
-        if listed_status(session, id).await == Some(status) {
-            return;
+    eventually(&format!("{id} is {status:?}"), Duration::from_secs(5), || async {
+        match listed_status(session, id).await {
+            Some(now) if now == status => Ok(()),
+            now => Err(format!("{now:?}")),
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{id} never reached {status:?}; now {:?}", listed_status(session, id).await);
+    })
+    .await
 }
 
 /// The session's live actors once they reach `expected`, or after two
 /// seconds whatever they are: an actor put to sleep stops a moment after its
 /// task's end is answered.
 pub async fn actors_settled(session: &Tree, expected: usize) -> usize {
-    for _ in 0..2000 {
-        if session.stats().actors() == expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let settled = poll_until(Duration::from_secs(2), || async { (session.stats().actors() == expected).then_some(()) });
+    let _ = settled.await;
     session.stats().actors()
 }
 

@@ -10,6 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::common::eventually_blocking;
+
 /// Generous bound on any single wait, so a bug fails instead of hanging.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -172,15 +174,10 @@ impl Server {
 
     /// Waits until `/health` reports `n` attached streams.
     pub fn wait_streams(&self, n: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        eventually_blocking(&format!("/health reports {n} streams"), PATIENCE, || {
             let (_, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
-            if body["streams"].as_u64() == Some(n) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "streams never reached {n}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            (body["streams"].as_u64() == Some(n)).then_some(()).ok_or(body)
+        })
     }
 
     /// Waits for a stderr line for which `wanted` holds, and returns it with
@@ -207,11 +204,10 @@ impl Server {
 
     /// Waits until `/health` reports `n` sessions.
     pub fn wait_sessions(&self, n: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.sessions() != n {
-            assert!(Instant::now() < deadline, "sessions never reached {n}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually_blocking(&format!("/health reports {n} sessions"), PATIENCE, || match self.sessions() {
+            now if now == n => Ok(()),
+            now => Err(now),
+        })
     }
 }
 
@@ -230,14 +226,7 @@ pub fn signal(child: &Child, name: &str) {
 
 /// Waits for a child, failing the test if it does not exit in time.
 pub fn wait(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "subagentd did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    eventually_blocking("subagentd exits", PATIENCE, || child.try_wait().expect("wait"))
 }
 
 /// An NDJSON client over TCP.

@@ -135,14 +135,9 @@ impl FakeServer {
 
     /// Waits (up to `within`) until at least `count` requests arrived.
     pub async fn wait_for_requests(&self, count: usize, within: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        while tokio::time::Instant::now() < deadline {
-            if self.requests().len() >= count {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
+        crate::common::poll_until(within, || std::future::ready((self.requests().len() >= count).then_some(())))
+            .await
+            .is_ok()
     }
 
     /// Waits (up to `within`) until the client closed a hanging connection.
