@@ -22,9 +22,13 @@ async fn rows_come_in_tree_order_with_parents_children_and_task_times() {
     delegate(&tree, grandchild, sleeping_task(60_000)).await;
     delegate(&tree, child_b, script_task("fails", json!([{ "fail": "no data" }]))).await;
     wait_for_status(&tree, child_b, SubagentStatus::Failed).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
-
-    let (rows, total) = tree.inspect(usize::MAX).await.unwrap();
+    // The view is read once the grandchild's running task has run 30 ms.
+    let (rows, total) = eventually("the grandchild's task has run 30 ms", Duration::from_secs(5), || async {
+        let (rows, total) = tree.inspect(usize::MAX).await.unwrap();
+        let task_ms = rows.iter().find(|row| row.subagent_id == grandchild).and_then(|row| row.task_ms);
+        (task_ms >= Some(30)).then_some((rows, total)).ok_or(format!("{task_ms:?}"))
+    })
+    .await;
     assert_eq!(total, 5);
     let (first_two, _) = tree.inspect(2).await.unwrap();
     assert_eq!(first_two.iter().map(|row| row.subagent_id).collect::<Vec<_>>(), [first, child_a]);

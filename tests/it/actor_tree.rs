@@ -301,6 +301,9 @@ impl AgentAdapter for SlowWindUp {
 
 #[actix_rt::test]
 async fn the_end_of_one_cancels_grace_does_not_cut_short_a_later_cancels_grace() {
+    // On the paused clock (the tree lives on this thread) the graces, the
+    // wind-up and the moment of the second cancel are exact: no timing luck.
+    tokio::time::pause();
     let router = AdapterRouter::default()
         .route("stubborn", Arc::new(Stubborn))
         .unwrap()
@@ -321,11 +324,12 @@ async fn the_end_of_one_cancels_grace_does_not_cut_short_a_later_cancels_grace()
     // The first cancel's grace runs 1 s, held by the stubborn parent; the
     // child's task ends at once.
     let first = sent(session.cancel(mule)).await;
+    let first_cancelled_at = tokio::time::Instant::now();
     wait_for_status(&session, child, SubagentStatus::Cancelled).await;
     // A new task on the child, cancelled half-way through the first grace:
     // it winds up 700 ms later, after the first grace ends, inside its own.
     delegate(&session, child, TaskDefinition::new("slow", "winds up slowly")).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep_until(first_cancelled_at + Duration::from_millis(500)).await;
     let second = session.cancel(child).await.unwrap();
     assert_eq!(second, vec![child]);
     let answer = session.await_result(child).await.unwrap();

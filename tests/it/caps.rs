@@ -5,7 +5,8 @@
 //! a queued task out of the queue, and a tree that awaits its own children
 //! does not deadlock on its cap.
 
-use crate::common::listed_status;
+use crate::common::{listed_status, sent};
+use futures_util::FutureExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,20 +95,14 @@ async fn cancel_and_terminate_take_a_queued_task_out_of_the_queue() {
         let reply = tree.delegate(id, task(json!([{ "return": {} }]))).await.unwrap();
         assert_eq!((reply.accepted, reply.status), (true, SubagentStatus::Ready));
     }
-    let waiting_on_b = {
-        let tree = tree.clone();
-        actix_rt::spawn(async move { tree.await_result(b).await })
-    };
-    let waiting_on_c = {
-        let tree = tree.clone();
-        actix_rt::spawn(async move { tree.await_result(c).await })
-    };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Both awaits are pending before the cancel and the terminate that follow.
+    let waiting_on_b = sent(tree.await_result(b)).await;
+    let waiting_on_c = sent(tree.await_result(c)).await;
     assert_eq!(tree.cancel(b).await.unwrap(), vec![b], "the queued task is what cancel stopped");
-    let cancelled = tokio::time::timeout(GUARD, waiting_on_b).await.unwrap().unwrap().unwrap();
+    let cancelled = tokio::time::timeout(GUARD, waiting_on_b).await.unwrap().unwrap();
     assert_eq!((cancelled.status, cancelled.error.as_deref()), (SubagentStatus::Cancelled, Some("cancelled")));
     tree.terminate(c).await.unwrap();
-    let terminated = tokio::time::timeout(GUARD, waiting_on_c).await.unwrap().unwrap().unwrap();
+    let terminated = tokio::time::timeout(GUARD, waiting_on_c).await.unwrap().unwrap();
     assert_eq!(terminated.status, SubagentStatus::Terminated);
     assert_eq!(await_done(&tree, a).await.status, SubagentStatus::Completed, "the running one is untouched");
     assert_eq!(await_done(&tree, d).await.status, SubagentStatus::Completed, "d starts when a ends");
@@ -189,13 +184,13 @@ async fn a_merge_waits_for_a_queued_task_not_the_one_before_it() {
     let queued = tree.delegate(b, task(json!([{ "return": { "answer": "new" } }]))).await.unwrap();
     assert_eq!((queued.accepted, queued.status), (true, SubagentStatus::Ready));
     let request = MergeRequest { subagent_ids: vec![b.to_string()], strategy: "voting".into() };
-    let merging = {
-        let tree = tree.clone();
-        actix_rt::spawn(async move { tree.merge(request).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!merging.is_finished(), "the merge waits while b's task is queued");
+    let mut merging = Box::pin(sent(tree.merge(request)).await);
+    // A message through the supervisor and b's actor, answered after the
+    // merge request reached both: whatever the merge could do at once is done.
+    let note = SubagentMessagePayload { kind: "note".into(), content: json!("x") };
+    tree.message("client".into(), b, note).await.unwrap();
+    assert!((&mut merging).now_or_never().is_none(), "the merge waits while b's task is queued");
     assert_eq!(tree.cancel(a).await.unwrap(), vec![a], "a's slot frees and b's task starts");
-    let merged = tokio::time::timeout(GUARD, merging).await.unwrap().unwrap().unwrap().merged_result;
+    let merged = tokio::time::timeout(GUARD, merging).await.unwrap().unwrap().merged_result;
     assert_eq!(merged["winner"], json!("new"), "{merged:?}");
 }

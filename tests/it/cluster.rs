@@ -533,6 +533,17 @@ fn served_by(cluster: &Cluster, node: &str) -> Vec<String> {
     rows.iter().filter_map(|row| row["session_id"].as_str().map(str::to_owned)).collect()
 }
 
+/// Whether a running node serves session `id` and its operator's list
+/// counts one COMPLETED subagent in it (the session's runner).
+fn completed_where_served(cluster: &Cluster, id: &str) -> bool {
+    cluster.running().iter().any(|node| {
+        let slot = &cluster.slots[cluster.index_of(node)];
+        let (_, body) = http(&format!("127.0.0.1:{}", slot.http), "GET", "/admin/sessions", &[], "");
+        let rows = body["sessions"].as_array().cloned().unwrap_or_default();
+        rows.iter().any(|row| row["session_id"] == id && row["subagents"]["COMPLETED"] == 1)
+    })
+}
+
 /// Twelve sessions with a stream attached and a task running each; the
 /// busiest node is SIGKILLed. Half its clients retry `/send` and reconnect
 /// `/stream` at once, and each is answered within the lease and 2 s of the
@@ -608,8 +619,12 @@ fn busiest_node_killed(cluster: &mut Cluster, front: &str) {
         adopted.1
     );
     assert!(worst < bound, "every client answered within {bound:?} of the kill: {took:?}");
-    // The adopted sessions' tasks finished before their clients came back.
-    std::thread::sleep(Duration::from_millis(3500));
+    // The adopted sessions' tasks finish before their clients come back:
+    // the operator's list of the node serving each counts its runner done.
+    eventually_blocking("the adopted sessions' tasks complete", PATIENCE, || {
+        let done = waiting_ids.iter().filter(|id| completed_where_served(cluster, id)).count();
+        (done == waiting_ids.len()).then_some(()).ok_or(format!("{done} of {} completed", waiting_ids.len()))
+    });
     let back = now_seconds();
     for &index in waiting {
         let runner = runners[index].clone();

@@ -13,6 +13,7 @@ use subagent_host::store::{
 };
 use subagent_host::{Host, HostConfig};
 
+use crate::common::eventually;
 use crate::test_database::{pg_execute, TestDatabase};
 
 /// The lease of the nodes whose renewals the test watches (every 166 ms).
@@ -111,7 +112,18 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
     // c shuts down: its leases go back and it leaves the node list, and no
     // renewal (every 166 ms here) takes either back afterwards.
     c.freeze().await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // b renews on the same period: once its heartbeat is a lease (three
+    // renewal periods) past c's leaving, c would have renewed twice by now.
+    pg_execute(&db.url, "CREATE TABLE c_left AS SELECT subagentd_now_ms() AS at_ms").expect("mark c's leaving");
+    let b_renewed = format!(
+        "DO $$ BEGIN IF (SELECT heartbeat_ms FROM nodes WHERE id = 'b') < (SELECT at_ms FROM c_left) + {} \
+         THEN RAISE EXCEPTION 'b has not renewed a lease past c leaving yet'; END IF; END $$",
+        SHORT_LEASE.as_millis()
+    );
+    eventually("b renews a lease past c leaving", Duration::from_secs(10), || {
+        std::future::ready(pg_execute(&db.url, &b_renewed))
+    })
+    .await;
     let check = "DO $$ BEGIN \
         IF (SELECT lease_until_ms FROM leases WHERE session_id = 's1') <> 0 THEN RAISE EXCEPTION 'lease renewed after leaving'; END IF; \
         IF EXISTS (SELECT 1 FROM nodes WHERE id = 'c') THEN RAISE EXCEPTION 'node listed after leaving'; END IF; \

@@ -477,7 +477,11 @@ async fn a_client_that_sends_far_more_than_its_outbox_holds_before_reading_gets_
             input.send(Frame::Line(line)).await.expect("the session is still open");
         }
     });
+    // On the paused clock, this sleep ends only once no task can go on: the
+    // session has stopped reading and the sender waits, or it finished.
+    tokio::time::pause();
     tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::resume();
     assert!(!sending.is_finished(), "the sender was pushed back");
     for n in 0..200 {
         let reply = client.next().await;

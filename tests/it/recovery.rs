@@ -216,6 +216,17 @@ fn now_seconds() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64()
 }
 
+/// Waits until the host's operator's list counts the one subagent of
+/// `session` COMPLETED: its task ended with no client attached.
+fn wait_completed(addr: &str, session: &str) {
+    eventually_blocking("the task completes with no client", PATIENCE, || {
+        let (_, body) = http(addr, "GET", "/admin/sessions", &[], "");
+        let rows = body["sessions"].as_array().cloned().unwrap_or_default();
+        let done = rows.iter().any(|row| row["session_id"] == session && row["subagents"]["COMPLETED"] == 1);
+        done.then_some(()).ok_or(body)
+    });
+}
+
 /// A task of `steps` progress steps 300 ms apart.
 fn stepping_task(steps: usize) -> Value {
     let mut script: Vec<Value> =
@@ -253,7 +264,7 @@ fn a_restarted_host_finishes_an_http_sessions_task_before_its_client_returns() {
     let addr = host.http.clone().expect("http");
     // No client: the session is served again at once, on its own.
     host.wait_sessions(1);
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_completed(&addr, &session);
     let returned = now_seconds();
     let mut stream = SseStream::open_after(&addr, &session, Some(last_seen));
     assert_eq!(stream.status, 200);
@@ -296,7 +307,7 @@ fn a_restarted_host_finishes_a_tcp_sessions_task_and_replays_its_events_on_resum
 
     let mut host = sqlite_host(&dir.0, "");
     host.wait_sessions(1);
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_completed(host.http.as_deref().expect("http"), &session);
     let returned = now_seconds();
     let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
     let mut resume = handshake();
