@@ -113,11 +113,33 @@ impl Client {
         self.request(json!({ "type": "SUBAGENT_DELEGATE_REQ", "subagent_id": sub, "task": task }), id).await
     }
 
+    /// Spawns a subagent and keeps it RUNNING (a 600 s nap); returns its id.
+    async fn busy(&mut self) -> String {
+        let sub = self.spawn("s1").await;
+        let reply = self.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+        assert_eq!(reply["accepted"], true, "{reply}");
+        sub
+    }
+
     /// Ends the input and returns how the session ended.
     async fn close_input(&mut self) -> ConnectionEnd {
         self.input.take();
         (&mut self.run).await.expect("session task")
     }
+}
+
+/// A fresh service with `limits` and `auth`, and one client of it.
+fn opened(limits: Limits, auth: Auth) -> (Arc<Service>, Client) {
+    let service = service(limits, auth);
+    let client = Client::open(&service);
+    (service, client)
+}
+
+/// [`opened`] with open auth, handshaken for `multi_agent`.
+async fn handshaken(limits: Limits) -> (Arc<Service>, Client) {
+    let (service, mut client) = opened(limits, Auth::open());
+    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    (service, client)
 }
 
 fn assert_error(reply: &Value, code: &str, req_id: &str) {
@@ -132,9 +154,7 @@ fn assert_error(reply: &Value, code: &str, req_id: &str) {
 
 #[actix_rt::test]
 async fn a_battery_of_bad_lines_gets_typed_errors_and_the_session_goes_on() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    let (_service, mut client) = handshaken(limits()).await;
     let oversized = format!("{{\"type\":\"ping\",\"id\":\"big\",\"pad\":\"{}\"}}\n", "x".repeat(LIMIT * 3));
     let cases: Vec<(Vec<u8>, &str, &str)> = vec![
         (b"garbage\n".to_vec(), "parse_error", ""),
@@ -181,9 +201,7 @@ async fn a_battery_of_bad_lines_gets_typed_errors_and_the_session_goes_on() {
 
 #[actix_rt::test]
 async fn schema_errors_name_the_field_and_subagent_errors_name_the_capability() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
+    let (_service, mut client) = handshaken(limits()).await;
     let reply = client
         .request(
             json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m", "memory_scope": "x" } }),
@@ -206,8 +224,7 @@ async fn schema_errors_name_the_field_and_subagent_errors_name_the_capability() 
 
 #[actix_rt::test]
 async fn every_reply_carries_the_envelope_and_the_request_id() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits(), Auth::open());
     let reply = client.handshake(&["multi_agent"]).await;
     for reply in [reply, client.request(json!({ "type": "ping", "a2e": "1.0" }), "p1").await] {
         assert_eq!(reply["a2e"], "1.0");
@@ -224,8 +241,7 @@ async fn every_reply_carries_the_envelope_and_the_request_id() {
 
 #[actix_rt::test]
 async fn requests_before_the_handshake_are_unauthorized() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits(), Auth::open());
     assert_error(&client.request(json!({ "type": "ping" }), "p").await, "unauthorized", "p");
     let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m" } });
     assert_error(&client.request(spawn, "s").await, "unauthorized", "s");
@@ -235,8 +251,7 @@ async fn requests_before_the_handshake_are_unauthorized() {
 
 #[actix_rt::test]
 async fn the_alias_subagents_is_accepted_under_the_canonical_name_with_limits() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits(), Auth::open());
     let reply = client.handshake(&["subagents", "tools"]).await;
     assert_eq!(reply["type"], "handshake/resp");
     assert_eq!(reply["ok"], true);
@@ -255,8 +270,7 @@ async fn the_alias_subagents_is_accepted_under_the_canonical_name_with_limits() 
 
 #[actix_rt::test]
 async fn a_handshake_without_the_capability_leaves_subagent_requests_unauthorized() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits(), Auth::open());
     let reply = client.handshake(&["tools"]).await;
     assert_eq!(reply["ok"], true);
     assert_eq!(reply["accepted_caps"], json!([]));
@@ -268,8 +282,7 @@ async fn a_handshake_without_the_capability_leaves_subagent_requests_unauthorize
 
 #[actix_rt::test]
 async fn a_wrong_token_fails_the_handshake_and_the_right_one_passes() {
-    let service = service(limits(), Auth::with_tokens(["s3cret".to_owned(), "other".to_owned()]));
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits(), Auth::with_tokens(["s3cret".to_owned(), "other".to_owned()]));
     let hs = |token: &str| json!({ "type": "handshake/req", "agent_id": "a", "agent_caps": ["multi_agent"], "auth_token": token });
     let reply = client.request(hs("wrong"), "h1").await;
     assert_eq!(reply["type"], "handshake/resp");
@@ -285,9 +298,7 @@ async fn a_wrong_token_fails_the_handshake_and_the_right_one_passes() {
 
 #[actix_rt::test]
 async fn spawn_delegate_await_cancel_terminate_and_merge_round_trip() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
+    let (_service, mut client) = handshaken(limits()).await;
     let sub = client.spawn("s1").await;
     let reply = client.delegate(&sub, json!([{ "return": { "answer": 42 } }]), "d1").await;
     assert_eq!(reply["type"], "SUBAGENT_DELEGATE_RESP", "{reply}");
@@ -319,9 +330,7 @@ async fn spawn_delegate_await_cancel_terminate_and_merge_round_trip() {
 
 #[actix_rt::test]
 async fn events_are_pushed_without_req_id() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
+    let (_service, mut client) = handshaken(limits()).await;
     let sub = client.spawn("s1").await;
     let spawned = loop {
         let line = client.next().await;
@@ -336,11 +345,8 @@ async fn events_are_pushed_without_req_id() {
 
 #[actix_rt::test]
 async fn a_pending_await_does_not_hold_up_later_requests() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
-    let sub = client.spawn("s1").await;
-    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    let (_service, mut client) = handshaken(limits()).await;
+    let sub = client.busy().await;
     client.send(json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a1", "subagent_id": sub })).await;
     // Served while the await is pending:
     assert_eq!(client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l1").await["type"], "SUBAGENT_LIST_RESP");
@@ -353,9 +359,7 @@ async fn a_pending_await_does_not_hold_up_later_requests() {
 
 #[actix_rt::test]
 async fn at_the_inflight_bound_the_session_stops_reading() {
-    let service = service(Limits { max_inflight_requests: 2, ..limits() }, Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
+    let (_service, mut client) = handshaken(Limits { max_inflight_requests: 2, ..limits() }).await;
     let sub = client.spawn("s1").await;
     client.delegate(&sub, json!([{ "sleep_ms": 200 }]), "d1").await;
     for id in ["a1", "a2"] {
@@ -406,11 +410,8 @@ async fn two_sessions_cannot_touch_each_others_subagents() {
 
 #[actix_rt::test]
 async fn shutdown_answers_then_ends_the_session() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
-    let sub = client.spawn("s1").await;
-    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    let (service, mut client) = handshaken(limits()).await;
+    let sub = client.busy().await;
     client.send(json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a1", "subagent_id": sub })).await;
     let reply = client.request(json!({ "type": "shutdown", "timeout": 0 }), "sd").await;
     assert_eq!(reply["type"], "shutdown/resp", "{reply}");
@@ -425,11 +426,8 @@ async fn shutdown_answers_then_ends_the_session() {
 
 #[actix_rt::test]
 async fn closing_the_input_terminates_the_tree() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
-    let sub = client.spawn("s1").await;
-    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    let (_service, mut client) = handshaken(limits()).await;
+    client.busy().await;
     assert_eq!(client.handle.stats().tasks(), 1);
     assert_eq!(client.close_input().await, ConnectionEnd::InputClosed);
     assert_eq!(client.handle.stats().tasks(), 0);
@@ -438,8 +436,7 @@ async fn closing_the_input_terminates_the_tree() {
 
 #[actix_rt::test]
 async fn a_client_that_does_not_read_stops_being_read_and_is_closed_as_stalled() {
-    let service = service(Limits { outbox_capacity: 4, client_stall_ms: 300, ..limits() }, Auth::open());
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(Limits { outbox_capacity: 4, client_stall_ms: 300, ..limits() }, Auth::open());
     client.send(json!({ "type": "handshake/req", "agent_caps": ["multi_agent"] })).await;
     client.send(json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "n", "model": "m" } })).await;
     // Never read; keep sending until the session ends (it stops reading
@@ -464,9 +461,7 @@ async fn a_client_that_does_not_read_stops_being_read_and_is_closed_as_stalled()
 
 #[actix_rt::test]
 async fn a_client_that_sends_far_more_than_its_outbox_holds_before_reading_gets_every_reply() {
-    let service = service(Limits { outbox_capacity: 8, ..limits() }, Auth::open());
-    let mut client = Client::open(&service);
-    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    let (_service, mut client) = handshaken(Limits { outbox_capacity: 8, ..limits() }).await;
     let input = client.input.clone().expect("input open");
     // 25 times the outbox's lines, sent before the client reads any reply:
     // the session stops reading while its outbox is half full, and the
@@ -506,11 +501,8 @@ async fn max_sessions_is_enforced_and_a_closed_session_frees_its_slot() {
 
 #[actix_rt::test]
 async fn requests_after_shutdown_are_refused_with_invalid_state_while_it_drains() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
-    let sub = client.spawn("s1").await;
-    client.delegate(&sub, json!([{ "sleep_ms": 600_000 }]), "d1").await;
+    let (service, mut client) = handshaken(limits()).await;
+    let sub = client.busy().await;
     // The running task keeps the drain going while later requests arrive.
     client.send(json!({ "type": "shutdown", "id": "sd", "timeout": 600 })).await;
     let reply = client.request(json!({ "type": "ping" }), "p1").await;
@@ -536,8 +528,7 @@ async fn requests_after_shutdown_are_refused_with_invalid_state_while_it_drains(
 
 #[actix_rt::test]
 async fn a_handshake_in_another_version_gets_handshake_resp_version_mismatch() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits(), Auth::open());
     for (field, id) in [("version", "h1"), ("a2e", "h2")] {
         let mut hs =
             json!({ "type": "handshake/req", "agent_id": "a", "agent_caps": ["multi_agent"], "auth_token": "" });
@@ -576,9 +567,7 @@ async fn byte_bounds_refuse_an_oversized_config_task_and_message_naming_the_limi
         max_message_bytes: 512,
         ..Limits::default()
     };
-    let service = service(limits, Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
+    let (_service, mut client) = handshaken(limits).await;
     let big = "x".repeat(4096);
     let cases = [
         (json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": big, "model": "m" } }), "max_config_bytes"),
@@ -642,8 +631,7 @@ async fn a_session_without_a_successful_handshake_is_closed_at_the_handshake_dea
 #[actix_rt::test]
 async fn a_failed_handshake_does_not_stop_the_deadline() {
     let limits = Limits { handshake_timeout_ms: 200, ..limits() };
-    let service = service(limits, Auth::with_tokens(["s3cret".to_owned()]));
-    let mut client = Client::open(&service);
+    let (_service, mut client) = opened(limits, Auth::with_tokens(["s3cret".to_owned()]));
     let hs = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"], "auth_token": "wrong" });
     assert_eq!(client.request(hs, "h1").await["reason"], "auth_failed");
     assert_eq!(ended(&mut client).await, ConnectionEnd::Unauthenticated);
@@ -651,8 +639,7 @@ async fn a_failed_handshake_does_not_stop_the_deadline() {
 
 #[actix_rt::test]
 async fn the_third_failed_handshake_ends_the_session() {
-    let service = service(limits(), Auth::with_tokens(["s3cret".to_owned()]));
-    let mut client = Client::open(&service);
+    let (service, mut client) = opened(limits(), Auth::with_tokens(["s3cret".to_owned()]));
     let hs = |token: &str| json!({ "type": "handshake/req", "agent_caps": ["multi_agent"], "auth_token": token });
     assert_eq!(client.request(hs("wrong1"), "h1").await["reason"], "auth_failed");
     // A handshake in another version is a failed one too.
@@ -737,9 +724,7 @@ async fn from_subagent_id_must_be_a_subagent_of_this_session_or_the_client_itsel
 
 #[actix_rt::test]
 async fn a_request_whose_id_is_not_a_string_gets_invalid_message_naming_id() {
-    let service = service(limits(), Auth::open());
-    let mut client = Client::open(&service);
-    client.handshake(&["multi_agent"]).await;
+    let (_service, mut client) = handshaken(limits()).await;
     for id in [json!(7), json!({ "a": 1 }), json!(["x"]), json!(true)] {
         client.send(json!({ "type": "SUBAGENT_LIST_REQ", "id": id })).await;
         let reply = client.next().await;
