@@ -232,6 +232,8 @@ async fn message_to_a_terminated_subagent_is_invalid_state() {
 
 #[actix_rt::test]
 async fn timeout_fails_the_task_with_a_timeout_error_and_event() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let host = host_with(test_limits());
     let (session, mut events) = open(&host);
     let request = SpawnRequest {

@@ -108,6 +108,8 @@ impl AgentAdapter for Stubborn {
 
 #[actix_rt::test]
 async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
     let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
     let (session, _events) = open(&host);
@@ -127,6 +129,8 @@ async fn an_adapter_that_ignores_cancel_is_stopped_once_the_grace_period_passes(
 
 #[actix_rt::test]
 async fn the_grace_period_stops_only_tasks_still_cancelled_not_one_started_since() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let router = AdapterRouter::default().route("stubborn", Arc::new(Stubborn)).unwrap();
     let host = Host::new(HostConfig { limits: test_limits(), router, ..Default::default() });
     let (session, _events) = open(&host);

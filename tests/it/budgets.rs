@@ -204,6 +204,8 @@ async fn overspending_cancels_the_tasks_running_descendants() {
 
 #[actix_rt::test]
 async fn steps_wall_time_and_the_session_budget_stop_a_task_too() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let limits = Limits { max_tokens_per_session: 1_000, ..Limits::default() };
     let host = Host::new(HostConfig { limits, ..Default::default() });
     let tree = host.open_tree(Arc::new(NullSink));

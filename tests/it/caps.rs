@@ -87,6 +87,8 @@ async fn past_the_session_cap_delegates_queue_and_start_in_fifo_order() {
 
 #[actix_rt::test]
 async fn cancel_and_terminate_take_a_queued_task_out_of_the_queue() {
+    // On the paused clock (the tree lives on this thread): no real waiting.
+    tokio::time::pause();
     let (tree, mut events) = open(Limits { max_running_per_session: 1, ..Limits::default() });
     let (a, b, c, d) =
         (spawn(&tree, "a").await, spawn(&tree, "b").await, spawn(&tree, "c").await, spawn(&tree, "d").await);

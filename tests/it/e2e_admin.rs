@@ -1,11 +1,12 @@
-//! The admin API (`/admin/*`) of the real binary: sessions, trees, one
+//! The admin API (`/admin/*`) of the server, run in process
+//! ([`InProcess`]): sessions, trees, one
 //! subagent, the event stream, cancel and terminate, and who may use it
 //! (loopback without tokens; `[admin] tokens` apart from `[auth]` ones).
 
 use crate::common::eventually_blocking;
 use serde_json::{json, Value};
 
-use crate::e2e_support::{http, LineClient, Server, SseStream, PATIENCE};
+use crate::e2e_support::{http, InProcess, LineClient, SseStream, PATIENCE};
 
 /// A three-level scripted tree, as its client sees it.
 pub(crate) struct Tree {
@@ -97,7 +98,7 @@ fn confirm_post(addr: &str, path: &str) -> (u16, Value) {
 
 #[test]
 fn the_admin_api_shows_sessions_trees_and_details_and_stops_subtrees() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
     let addr = server.http.clone().unwrap();
     let mut client = LineClient::connect(server.tcp.as_ref().unwrap());
     handshake(&mut client, "ops-a", "");
@@ -179,7 +180,7 @@ fn the_admin_api_shows_sessions_trees_and_details_and_stops_subtrees() {
 
 #[test]
 fn the_admin_stream_follows_a_session_and_announces_every_session() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], None);
     let addr = server.http.clone().unwrap();
     let mut watched = LineClient::connect(server.tcp.as_ref().unwrap());
     handshake(&mut watched, "watched", "");
@@ -230,7 +231,7 @@ tokens = ["admin-token"]
 
 #[test]
 fn admin_tokens_and_protocol_tokens_grant_nothing_on_each_others_side() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(AUTH_CONFIG));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(AUTH_CONFIG));
     let addr = server.http.clone().unwrap();
     let admin = [("Authorization", "Bearer admin-token")];
     let a2e = [("Authorization", "Bearer a2e-token")];
@@ -266,14 +267,14 @@ fn admin_tokens_and_protocol_tokens_grant_nothing_on_each_others_side() {
 
 #[test]
 fn without_admin_tokens_the_admin_api_is_off_when_auth_is_on_and_local_only_otherwise() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[auth]\ntokens = [\"a2e-token\"]\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[auth]\ntokens = [\"a2e-token\"]\n"));
     let addr = server.http.clone().unwrap();
     assert_eq!(get(&addr, "/admin/sessions").0, 403);
     assert_eq!(http(&addr, "GET", "/admin/sessions", &[("Authorization", "Bearer a2e-token")], "").0, 403);
     assert_eq!(get(&addr, "/ui").0, 403);
     drop(server);
 
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let addr = server.http.clone().unwrap();
     assert_eq!(get(&addr, "/admin/sessions").0, 200);
     // A page of another site whose name resolves to 127.0.0.1 names its own host.
@@ -283,7 +284,7 @@ fn without_admin_tokens_the_admin_api_is_off_when_auth_is_on_and_local_only_othe
 
 #[test]
 fn the_page_is_served_on_the_metrics_listener_when_there_is_no_http_listener() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
     let metrics = server.metrics.clone().unwrap();
     let (status, page) = get(&metrics, "/ui");
     assert_eq!(status, 200);
@@ -293,7 +294,7 @@ fn the_page_is_served_on_the_metrics_listener_when_there_is_no_http_listener() {
     assert_eq!(get(&metrics, "/ui/nothing.js").0, 404);
     assert_eq!(get(&metrics, "/admin/sessions").0, 200);
 
-    let server = Server::start(&["--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0"], None);
     assert_eq!(get(server.metrics.as_ref().unwrap(), "/ui").0, 404, "with an HTTP listener the page is there");
     assert_eq!(get(server.http.as_ref().unwrap(), "/ui").0, 200);
 }

@@ -1,4 +1,4 @@
-//! The real binary over HTTP + SSE: sessions, send, stream, health, 400/404,
+//! The server over HTTP + SSE, run in process ([`InProcess`]): sessions, send, stream, health, 400/404,
 //! replies kept until the stream attaches, reconnects, idle expiry, ended
 //! sessions forgotten (and counted until then), 429 when busy. Hostile
 //! clients: unauthenticated sessions (their cap, their deadline), trickling
@@ -26,7 +26,7 @@ fn send(addr: &str, session: &str, lines: &[serde_json::Value]) {
 
 #[test]
 fn health_answers_ok() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let (status, body) = http(server.http.as_deref().unwrap(), "GET", "/health", &[], "");
     assert_eq!(status, 200);
     assert_eq!(body["status"], "ok");
@@ -34,7 +34,7 @@ fn health_answers_ok() {
 
 #[test]
 fn send_and_stream_need_a_known_session() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let addr = server.http.as_deref().unwrap();
     assert_eq!(http(addr, "POST", "/send", &[], "{}").0, 400);
     assert_eq!(http(addr, "POST", "/send", &[("X-Session-Id", "nope")], "{}").0, 404);
@@ -44,7 +44,7 @@ fn send_and_stream_need_a_known_session() {
 
 #[test]
 fn replies_sent_before_the_stream_attaches_are_delivered_and_a_full_flow_works() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let addr = server.http.as_deref().unwrap();
     let session = new_session(addr);
     // Handshake and ping before any stream exists (the SDK does this).
@@ -94,7 +94,7 @@ fn replies_sent_before_the_stream_attaches_are_delivered_and_a_full_flow_works()
 
 #[test]
 fn a_reconnecting_stream_gets_what_was_produced_meanwhile() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let addr = server.http.as_deref().unwrap();
     let session = new_session(addr);
     let mut first = SseStream::open(addr, &session);
@@ -117,7 +117,7 @@ fn a_reconnecting_stream_gets_what_was_produced_meanwhile() {
 
 #[test]
 fn an_idle_session_expires() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nsession_idle_seconds = 1\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[limits]\nsession_idle_seconds = 1\n"));
     let addr = server.http.as_deref().unwrap();
     let session = new_session(addr);
     assert_eq!(server.sessions(), 1);
@@ -127,7 +127,7 @@ fn an_idle_session_expires() {
 
 #[test]
 fn max_sessions_answers_503_once_that_many_sessions_have_handshaken() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
     let addr = server.http.as_deref().unwrap();
     let first = new_session(addr);
     // Not handshaken yet: it holds no max_sessions slot.
@@ -161,7 +161,7 @@ fn handshake_and_shutdown(addr: &str, session: &str) {
 #[test]
 fn ended_sessions_are_forgotten_so_create_shutdown_loops_never_hit_503() {
     let config = "[limits]\nmax_sessions = 2\n[server]\nfinal_flush_ms = 200\n";
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
     for round in 0..6 {
         let session = new_session(addr);
@@ -182,7 +182,7 @@ fn ended_sessions_are_forgotten_so_create_shutdown_loops_never_hit_503() {
 #[test]
 fn an_ended_session_counts_toward_max_sessions_until_its_last_lines_are_delivered() {
     let config = "[limits]\nmax_sessions = 1\n[server]\nfinal_flush_ms = 600000\n";
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
     let session = new_session(addr);
     handshake_and_shutdown(addr, &session);
@@ -224,7 +224,7 @@ fn session_with_its_one_slot_taken(addr: &str) -> (String, SseStream) {
 
 #[test]
 fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_inflight_requests = 1\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[limits]\nmax_inflight_requests = 1\n"));
     let addr = server.http.as_deref().unwrap();
     let (session, _stream) = session_with_its_one_slot_taken(addr);
     let headers = [("X-Session-Id", session.as_str()), ("Content-Type", "text/plain")];
@@ -246,7 +246,7 @@ fn send_answers_429_busy_at_once_when_the_session_is_at_its_inflight_bound() {
 #[test]
 fn send_answers_429_once_the_sessions_queued_input_passes_input_max_bytes() {
     let config = "[limits]\nmax_inflight_requests = 1\ninput_max_bytes = 65536\n";
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
     let (session, _stream) = session_with_its_one_slot_taken(addr);
     let headers = [("X-Session-Id", session.as_str()), ("Content-Type", "text/plain")];
@@ -280,7 +280,7 @@ fn handshake_with(addr: &str, session: &str, token: &str) -> serde_json::Value {
 #[test]
 fn a_flood_of_unauthenticated_sessions_never_locks_out_an_authorised_client() {
     let config = "[limits]\nmax_sessions = 4\nmax_unauthenticated_sessions = 8\n[auth]\ntokens = [\"s3cret\"]\n";
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
     // An SDK client that opened its session before the flood.
     let early = new_session(addr);
@@ -312,7 +312,7 @@ fn a_flood_of_unauthenticated_sessions_never_locks_out_an_authorised_client() {
 
 #[test]
 fn an_http_session_without_a_handshake_expires_at_the_handshake_deadline() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nhandshake_timeout_ms = 300\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[limits]\nhandshake_timeout_ms = 300\n"));
     let addr = server.http.as_deref().unwrap();
     let served = new_session(addr);
     let mut stream = SseStream::open(addr, &served);
@@ -372,7 +372,7 @@ fn trickle(addr: &str, path: &str, session: &str) -> (u16, serde_json::Value, Du
 
 #[test]
 fn a_trickling_body_is_cut_off_with_408_at_the_body_timeout() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some("[limits]\nhttp_body_timeout_ms = 1000\n"));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some("[limits]\nhttp_body_timeout_ms = 1000\n"));
     let addr = server.http.as_deref().unwrap();
     let session = new_session(addr);
     for path in ["/send", "/session"] {
@@ -392,7 +392,7 @@ fn a_trickling_body_is_cut_off_with_408_at_the_body_timeout() {
 #[test]
 fn the_http_server_stops_accepting_at_max_connections() {
     let config = "[limits]\nmax_connections = 2\n[server]\nhttp_workers = 1\n";
-    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
     let (one, two) = (new_session(addr), new_session(addr));
     let first = SseStream::open(addr, &one);
@@ -418,7 +418,7 @@ fn the_http_server_stops_accepting_at_max_connections() {
 
 #[test]
 fn a_second_stream_ends_the_first_with_a_closed_event_and_takes_the_messages() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let addr = server.http.as_deref().unwrap();
     let session = new_session(addr);
     let mut first = SseStream::open(addr, &session);

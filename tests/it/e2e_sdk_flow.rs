@@ -4,7 +4,8 @@
 //! `SUBAGENT_*` namespace seeing and driving the same tree. Requests are
 //! shaped as the SDK's `MultiAgentAPI` sends them (`version`, `ts`, every
 //! default spelled out); every line received is checked against the wire
-//! contract (`contract.rs`).
+//! contract (`contract.rs`). Over TCP and HTTP the server runs in process
+//! ([`InProcess`]); over stdio it is the real binary.
 
 use crate::e2e_support::*;
 use serde_json::{json, Value};
@@ -208,21 +209,21 @@ fn the_sdk_namespace_flow_over_stdio() {
 
 #[test]
 fn the_sdk_namespace_flow_over_tcp() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0"], None);
     let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
     sdk_flow(&mut client);
 }
 
 #[test]
 fn the_sdk_namespace_flow_over_http() {
-    let server = Server::start(&["--http", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--http", "127.0.0.1:0"], None);
     let mut client = Http::open(server.http.as_deref().unwrap());
     sdk_flow(&mut client);
 }
 
 #[test]
 fn the_sdk_namespace_needs_the_capability_in_the_handshake() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0"], None);
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0"], None);
     let mut c = LineClient::connect(server.tcp.as_deref().unwrap());
     // The SDK's default caps (`streaming`, `artifacts`) do not ask for it.
     let hs = ask(&mut c, sdk("handshake/req", "h", json!({ "agent_caps": ["streaming", "artifacts"] })));

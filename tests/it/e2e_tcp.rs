@@ -1,9 +1,11 @@
-//! The real binary over TCP: closing a connection ends its session and
+//! The server over TCP: closing a connection ends its session and
 //! kills its task processes, a client that never reads is disconnected (line
 //! and byte bounds), accept failures back off, `max_sessions` holds, SIGTERM
 //! exits 0, and start-up refuses unsafe binds and bad config. Clients
 //! without a token: the handshake deadline, the failed-handshake cap, their
-//! own session cap, and `max_connections`.
+//! own session cap, and `max_connections`. What the process does (its
+//! memory, stderr, signals, file descriptors, start-up) is tested on the
+//! real binary; the rest runs in process ([`InProcess`]).
 
 use crate::common::eventually_blocking;
 use crate::e2e_support::*;
@@ -49,7 +51,7 @@ fn closing_the_connection_closes_the_session_and_terminates_its_tree() {
         "[[routes]]\nmodel = \"sleeper\"\nadapter = \"command\"\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}]\n",
         json!(script)
     );
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(&config));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(&config));
     let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
     handshake(&mut client);
     client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": { "name": "n", "model": "sleeper" } }));
@@ -73,7 +75,9 @@ fn closing_the_connection_closes_the_session_and_terminates_its_tree() {
 
 #[test]
 fn a_client_that_never_reads_is_disconnected() {
-    let config = "[limits]\noutbox_capacity = 8\n";
+    // The outbox fills and nothing is taken from it: the client is cut off
+    // after client_stall_ms (half a second here, not the default 30 s).
+    let config = "[limits]\noutbox_capacity = 8\nclient_stall_ms = 500\n";
     let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
     let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
     handshake(&mut client);
@@ -209,7 +213,7 @@ fn accept_failures_back_off_and_warn_rarely_then_serving_resumes() {
 
 #[test]
 fn max_sessions_refuses_the_next_connection_with_an_error() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_sessions = 1\n"));
     let addr = server.tcp.as_deref().unwrap();
     let mut first = LineClient::connect(addr);
     handshake(&mut first);
@@ -335,7 +339,7 @@ fn session_id_in(line: &str) -> String {
 #[test]
 fn unauthenticated_connections_have_their_own_cap_and_never_take_a_max_sessions_slot() {
     let config = "[limits]\nmax_sessions = 2\nmax_unauthenticated_sessions = 3\n[auth]\ntokens = [\"s3cret\"]\n";
-    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
     let addr = server.tcp.as_deref().unwrap();
     let mut silent: Vec<LineClient> = (0..3).map(|_| LineClient::connect(addr)).collect();
     server.wait_sessions(3);
@@ -364,7 +368,7 @@ fn unauthenticated_connections_have_their_own_cap_and_never_take_a_max_sessions_
 
 #[test]
 fn the_tcp_listener_stops_accepting_at_max_connections() {
-    let server = Server::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_connections = 2\n"));
+    let server = InProcess::start(&["--tcp", "127.0.0.1:0"], Some("[limits]\nmax_connections = 2\n"));
     let addr = server.tcp.as_deref().unwrap();
     let mut first = LineClient::connect(addr);
     handshake(&mut first);

@@ -7,7 +7,10 @@
 //!   against the spec; `wire_text`: the hand-written event text is serde's.
 //! - `server`: the server as a library call, in-process on port 0, with
 //!   tokio's paused clock for timeouts.
-//! - `e2e_*`: the real `subagentd` binary over stdio, TCP and HTTP.
+//! - `e2e_*`: the service over stdio, TCP and HTTP: in process
+//!   (`e2e_support::InProcess`, `server::run` on port 0) where the process
+//!   plays no part, else the real `subagentd` binary (stdio, signals, its
+//!   stderr and memory, start-up checks, the process-wide metrics).
 //! - `cluster`: three (then four) nodes on one PostgreSQL behind a real
 //!   HAProxy: spread, fencing, failover, a node added, handoffs;
 //!   `cluster_store`: the same ownership rules on the store writers of
@@ -20,8 +23,9 @@
 //!   stay correct where they were made linear.
 //! - `model`: random lifecycle sequences against a reference model (proptest).
 //!
-//! Shared helpers: `common` (actor tests), `e2e_support` (the binary and
-//! tiny clients), `fake_openai` (a fake chat completions server),
+//! Shared helpers: `common` (actor tests, and `eventually`: the one way to
+//! wait for a condition), `e2e_support` (the binary, the server in process
+//! and tiny clients), `fake_openai` (a fake chat completions server),
 //! `test_database` (a PostgreSQL database per test), and `contract` (the
 //! SDK's declared field types; every line the tests receive is checked
 //! against it).

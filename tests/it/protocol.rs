@@ -359,6 +359,8 @@ async fn a_pending_await_does_not_hold_up_later_requests() {
 
 #[actix_rt::test]
 async fn at_the_inflight_bound_the_session_stops_reading() {
+    // On the paused clock (the session lives on this thread): no real waiting.
+    tokio::time::pause();
     let (_service, mut client) = handshaken(Limits { max_inflight_requests: 2, ..limits() }).await;
     let sub = client.spawn("s1").await;
     client.delegate(&sub, json!([{ "sleep_ms": 200 }]), "d1").await;
@@ -610,12 +612,14 @@ async fn ended(client: &mut Client) -> ConnectionEnd {
 
 #[actix_rt::test]
 async fn a_session_without_a_successful_handshake_is_closed_at_the_handshake_deadline() {
+    // On the paused clock (the session lives on this thread): no real waiting.
+    tokio::time::pause();
     let service = service(Limits { handshake_timeout_ms: 200, ..limits() }, Auth::open());
     // Opened first, so its deadline passes first: it handshakes in time.
     let mut early = Client::open(&service);
     assert_eq!(early.handshake(&["multi_agent"]).await["ok"], true);
     let mut silent = Client::open(&service);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     assert_eq!(ended(&mut silent).await, ConnectionEnd::Unauthenticated);
     assert!(started.elapsed() >= Duration::from_millis(150), "not before the deadline");
     let reason = silent.next().await;
@@ -630,6 +634,8 @@ async fn a_session_without_a_successful_handshake_is_closed_at_the_handshake_dea
 
 #[actix_rt::test]
 async fn a_failed_handshake_does_not_stop_the_deadline() {
+    // On the paused clock (the session lives on this thread): no real waiting.
+    tokio::time::pause();
     let limits = Limits { handshake_timeout_ms: 200, ..limits() };
     let (_service, mut client) = opened(limits, Auth::with_tokens(["s3cret".to_owned()]));
     let hs = json!({ "type": "handshake/req", "agent_caps": ["multi_agent"], "auth_token": "wrong" });

@@ -88,11 +88,13 @@ async fn crash_and_resume(url: StoreUrl) {
         {"use_tokens": {"input_tokens": 7, "output_tokens": 1}},
         {"spawn": {"agent": {"name": "kid", "model": "scripted"},
                    "task": {"name": "kid", "instruction": "k", "metadata": {"script": [{"sleep_ms": 150}, {"return": {"kid": 1}}]}}}},
-        {"sleep_ms": 5000},
+        {"wait_message": {}},
         {"await_children": {}},
         {"return": {"parent": "finished"}}
     ]);
     tree.delegate(parent, task(script)).await.expect("delegate");
+    // The parent holds at its third step (waiting for a message, which only
+    // comes after the resume) through the crash.
     wait_for(&tree, "the child", |list| list.subagents.len() == 3).await;
     // The crash: what was recorded is committed, nothing after it is.
     first.freeze().await;
@@ -118,6 +120,8 @@ async fn crash_and_resume(url: StoreUrl) {
     let tree = host.open_logged_tree(Arc::new(events), log);
     let resumed = tree.restore(stored.subagents).await.expect("restore");
     assert_eq!(resumed, 2, "parent and kid were running");
+    let go_on = SubagentMessagePayload { kind: "note".into(), content: json!("go on") };
+    tree.message("client".into(), parent, go_on).await.expect("message the resumed parent");
     let answer = tokio::time::timeout(GUARD, tree.await_result(parent)).await.expect("parent ends").expect("await");
     assert_eq!(answer.status, SubagentStatus::Completed, "{:?}", answer.error);
     let result = answer.result.expect("result").to_object();

@@ -1,5 +1,5 @@
-//! Helpers for the end-to-end tests: start the real `subagentd`, find the
-//! addresses it bound, talk NDJSON over TCP and HTTP/SSE with tiny clients,
+//! Helpers for the end-to-end tests: start the real `subagentd` (or the
+//! server in process, [`InProcess`]), find the addresses it bound, talk NDJSON over TCP and HTTP/SSE with tiny clients,
 //! and stop it with a signal.
 #![allow(dead_code)]
 
@@ -11,6 +11,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::common::eventually_blocking;
+
+mod in_process;
+pub use in_process::InProcess;
 
 /// Generous bound on any single wait, so a bug fails instead of hanging.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -167,17 +170,12 @@ impl Server {
 
     /// `GET /health`'s session count.
     pub fn sessions(&self) -> u64 {
-        let (status, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
-        assert_eq!(status, 200);
-        body["sessions"].as_u64().expect("sessions count")
+        health_sessions(self.http.as_deref().expect("http"))
     }
 
     /// Waits until `/health` reports `n` attached streams.
     pub fn wait_streams(&self, n: u64) {
-        eventually_blocking(&format!("/health reports {n} streams"), PATIENCE, || {
-            let (_, body) = http(self.http.as_deref().expect("http"), "GET", "/health", &[], "");
-            (body["streams"].as_u64() == Some(n)).then_some(()).ok_or(body)
-        })
+        wait_health_streams(self.http.as_deref().expect("http"), n)
     }
 
     /// Waits for a stderr line for which `wanted` holds, and returns it with
@@ -204,11 +202,31 @@ impl Server {
 
     /// Waits until `/health` reports `n` sessions.
     pub fn wait_sessions(&self, n: u64) {
-        eventually_blocking(&format!("/health reports {n} sessions"), PATIENCE, || match self.sessions() {
-            now if now == n => Ok(()),
-            now => Err(now),
-        })
+        wait_health_sessions(self.http.as_deref().expect("http"), n)
     }
+}
+
+/// `GET /health`'s session count at `addr`.
+pub fn health_sessions(addr: &str) -> u64 {
+    let (status, body) = http(addr, "GET", "/health", &[], "");
+    assert_eq!(status, 200);
+    body["sessions"].as_u64().expect("sessions count")
+}
+
+/// Waits until `/health` at `addr` reports `n` sessions.
+pub fn wait_health_sessions(addr: &str, n: u64) {
+    eventually_blocking(&format!("/health reports {n} sessions"), PATIENCE, || match health_sessions(addr) {
+        now if now == n => Ok(()),
+        now => Err(now),
+    })
+}
+
+/// Waits until `/health` at `addr` reports `n` attached streams.
+pub fn wait_health_streams(addr: &str, n: u64) {
+    eventually_blocking(&format!("/health reports {n} streams"), PATIENCE, || {
+        let (_, body) = http(addr, "GET", "/health", &[], "");
+        (body["streams"].as_u64() == Some(n)).then_some(()).ok_or(body)
+    })
 }
 
 impl Drop for Server {
