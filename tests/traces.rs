@@ -7,6 +7,7 @@
 //!
 //! Its own test binary: the exporter is the process-wide subscriber.
 
+// The fake model server waits with the integration tests' `eventually`.
 #[path = "it/common/mod.rs"]
 mod common;
 #[path = "it/fake_openai/mod.rs"]
