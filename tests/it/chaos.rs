@@ -33,7 +33,7 @@
 //! client's next request was answered (clients ping while they wait, so a
 //! session is probed every 500 ms).
 //!
-//! `SUBAGENTD_CHAOS_SECONDS` (default 90) is how long faults are injected
+//! `SUBAGENTD_CHAOS_SECONDS` (default 45) is how long faults are injected
 //! (the whole test takes about 15 s more); `SUBAGENTD_CHAOS_SEED` replays a
 //! run's schedule (the seed is printed at the start and in every failure);
 //! `SUBAGENTD_CHAOS_LOGS=1` prints the nodes' logs (and writes them whole
@@ -60,7 +60,7 @@ const CONFIG: &str = "[cluster]\nlease_ms = 2000\n[limits]\nmax_subagents_per_se
 const LOG_LEVEL: &str = "export RUST_LOG=info,sqlx=warn";
 const HTTP_CLIENTS: usize = 14;
 const TCP_CLIENTS: usize = 6;
-const DEFAULT_SECONDS: u64 = 90;
+const DEFAULT_SECONDS: u64 = 45;
 /// The longest one request may take to be served, faults or not: past it
 /// the run fails.
 const PATIENCE: Duration = Duration::from_secs(30);

@@ -85,7 +85,12 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
     tree.spawn(spawn_request("lost")).await.expect("spawn");
     a.flush().await;
     let reasons = given_up_by_a.reasons("s1");
-    assert!(reasons.iter().any(|r| r.contains("refused its write")), "a was told it lost s1: {reasons:?}");
+    // Its write refused, or (on a loaded machine) its renewal, due every
+    // 166 ms, finding the lease taken first: either way a learns it.
+    assert!(
+        reasons.iter().any(|r| r.contains("refused its write") || r.contains("lease was taken over")),
+        "a was told it lost s1: {reasons:?}"
+    );
     assert_eq!(a.owned_sessions(), 0);
 
     // b takes it at once: its holder `gone` has no presence lock (no live
