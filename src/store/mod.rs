@@ -40,25 +40,5 @@ pub use change::*;
 pub use cluster::{Acquire, Acquired, ClusterSettings, Fence, SessionOwner};
 pub use lock::DataDirLock;
 pub use memory_store::MemoryStore;
-pub use url::StoreUrl;
+pub use url::{open, StoreUrl};
 pub use writer::{CommitGate, CommitStats, SessionLog, StoreHandle, WriterSettings};
-
-/// Opens the store `url` names: connects, runs the migrations, and starts
-/// the writer thread. A store that cannot be reached, or whose schema is
-/// newer than this build knows, is an error naming why.
-///
-/// A PostgreSQL store makes this process a node of a cluster (`cluster`,
-/// or a fresh node id and the default lease): it joins before this returns.
-pub fn open(
-    url: &StoreUrl,
-    settings: writer::WriterSettings,
-    cluster: Option<ClusterSettings>,
-) -> Result<StoreHandle, String> {
-    match url {
-        StoreUrl::Memory => Ok(StoreHandle::memory()),
-        StoreUrl::Sqlite(_) => writer::start(url.clone(), settings, None),
-        StoreUrl::Postgres(_) => {
-            writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh)))
-        }
-    }
-}
