@@ -101,16 +101,16 @@ impl Metrics {
         registry.register_with_unit("task_duration", "How long tasks ran, by outcome", Unit::Seconds, duration_family);
 
         let model_calls = Family::default();
-        registry.register("model_calls", "Model calls, by adapter and outcome (ok, error)", model_calls.clone());
+        registry.register("model_calls", MODEL_CALLS_HELP, model_calls.clone());
         let model_call_duration: HistogramFamily<Labels<1>> = Family::new_with_constructor(seconds_histogram);
         registry.register_with_unit(
             "model_call_duration",
-            "How long model calls took (retries included), by adapter",
+            MODEL_CALL_DURATION_HELP,
             Unit::Seconds,
             model_call_duration.clone(),
         );
         let tokens = Family::default();
-        registry.register("tokens", "Model tokens, by configured route model and type (input, output)", tokens.clone());
+        registry.register("tokens", TOKENS_HELP, tokens.clone());
 
         let requests_family: Family<Labels<1>, ShardedCounter> = Family::default();
         let requests = Request::WIRE_TYPES.map(|kind| requests_family.get_or_create_owned(&[("type", kind)]));
@@ -127,13 +127,9 @@ impl Metrics {
             outbox_bytes.clone(),
         );
         let bounds_rejected = Family::default();
-        registry.register(
-            "bounds_rejected",
-            "Requests or sessions refused at a limit, by the limit's config key",
-            bounds_rejected.clone(),
-        );
+        registry.register("bounds_rejected", BOUNDS_REJECTED_HELP, bounds_rejected.clone());
         let auth_failures = Family::default();
-        registry.register("auth_failures", "Refused credentials, by transport", auth_failures.clone());
+        registry.register("auth_failures", AUTH_FAILURES_HELP, auth_failures.clone());
 
         let store_commit_duration = seconds_histogram();
         registry.register_with_unit(
@@ -179,12 +175,48 @@ impl Metrics {
         let mut text = String::with_capacity(16 * 1024);
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
+        describe_empty_families(&mut text);
         if openmetrics {
             text
         } else {
             classic_text(&text)
         }
     }
+}
+
+const MODEL_CALLS_HELP: &str = "Model calls, by adapter and outcome (ok, error)";
+const MODEL_CALL_DURATION_HELP: &str = "How long model calls took (retries included), by adapter";
+const TOKENS_HELP: &str = "Model tokens, by configured route model and type (input, output)";
+const BOUNDS_REJECTED_HELP: &str = "Requests or sessions refused at a limit, by the limit's config key";
+const AUTH_FAILURES_HELP: &str = "Refused credentials, by transport";
+
+/// The families whose series come with their first sample (their labels are
+/// open-ended: route models, limits), as the encoder names them: `(name,
+/// type, help, unit)`.
+const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 5] = [
+    ("subagentd_model_calls", "counter", MODEL_CALLS_HELP, None),
+    ("subagentd_model_call_duration_seconds", "histogram", MODEL_CALL_DURATION_HELP, Some("seconds")),
+    ("subagentd_tokens", "counter", TOKENS_HELP, None),
+    ("subagentd_bounds_rejected", "counter", BOUNDS_REJECTED_HELP, None),
+    ("subagentd_auth_failures", "counter", AUTH_FAILURES_HELP, None),
+];
+
+/// Describes (`# HELP`, `# TYPE`) each of [`LAZY_FAMILIES`] that has no
+/// sample yet, so a scraper and a reader see every documented metric from
+/// the first scrape (the encoder leaves an empty family out).
+fn describe_empty_families(openmetrics: &mut String) {
+    let mut missing = String::new();
+    for (name, kind, help, unit) in LAZY_FAMILIES {
+        if openmetrics.contains(&format!("# TYPE {name} ")) {
+            continue;
+        }
+        missing.push_str(&format!("# HELP {name} {help}.\n# TYPE {name} {kind}\n"));
+        if let Some(unit) = unit {
+            missing.push_str(&format!("# UNIT {name} {unit}\n"));
+        }
+    }
+    let end = openmetrics.rfind("# EOF").unwrap_or(openmetrics.len());
+    openmetrics.insert_str(end, &missing);
 }
 
 /// The process-wide metrics.
@@ -208,5 +240,24 @@ mod tests {
         }
         assert!(text.contains("subagentd_subagents{status=\"RUNNING\"} 0"));
         assert!(text.contains("# TYPE subagentd_task_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn families_without_a_sample_yet_are_described_from_the_start() {
+        let metrics = Metrics::new();
+        let classic = metrics.render(false);
+        for name in ["model_calls_total", "tokens_total", "bounds_rejected_total", "auth_failures_total"] {
+            assert!(classic.contains(&format!("# TYPE subagentd_{name} counter")), "{name}: {classic}");
+            assert!(classic.contains(&format!("# HELP subagentd_{name} ")), "{name}");
+        }
+        assert!(classic.contains("# TYPE subagentd_model_call_duration_seconds histogram"));
+        let open = metrics.render(true);
+        assert!(open.ends_with("# EOF\n"), "the descriptions go before the end: {open}");
+        assert!(open.contains("# UNIT subagentd_model_call_duration_seconds seconds"));
+        // Once sampled, a family is described once.
+        metrics.auth_failed("tcp");
+        let classic = metrics.render(false);
+        assert_eq!(classic.matches("# TYPE subagentd_auth_failures_total counter").count(), 1);
+        assert!(classic.contains("subagentd_auth_failures_total{transport=\"tcp\"} 1"));
     }
 }

@@ -65,6 +65,22 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// Opens the store `url` names: connects, runs the migrations, and starts
+/// the writer thread. A store that cannot be reached, or whose schema is
+/// newer than this build knows, is an error naming why.
+///
+/// A PostgreSQL store makes this process a node of a cluster (`cluster`,
+/// or a fresh node id and the default lease): it joins before this returns.
+pub fn open(url: &StoreUrl, settings: WriterSettings, cluster: Option<ClusterSettings>) -> Result<StoreHandle, String> {
+    match url {
+        StoreUrl::Memory => Ok(StoreHandle::memory()),
+        StoreUrl::Sqlite(_) => super::writer::start(url.clone(), settings, None),
+        StoreUrl::Postgres(_) => {
+            super::writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,21 +95,5 @@ mod tests {
         assert!(StoreUrl::parse("mysql://x").unwrap_err().contains("unknown store"));
         assert!(!StoreUrl::parse("redis://u:pw@h").unwrap_err().contains("pw"));
         assert!(StoreUrl::parse("sqlite:").is_err());
-    }
-}
-
-/// Opens the store `url` names: connects, runs the migrations, and starts
-/// the writer thread. A store that cannot be reached, or whose schema is
-/// newer than this build knows, is an error naming why.
-///
-/// A PostgreSQL store makes this process a node of a cluster (`cluster`,
-/// or a fresh node id and the default lease): it joins before this returns.
-pub fn open(url: &StoreUrl, settings: WriterSettings, cluster: Option<ClusterSettings>) -> Result<StoreHandle, String> {
-    match url {
-        StoreUrl::Memory => Ok(StoreHandle::memory()),
-        StoreUrl::Sqlite(_) => super::writer::start(url.clone(), settings, None),
-        StoreUrl::Postgres(_) => {
-            super::writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh)))
-        }
     }
 }

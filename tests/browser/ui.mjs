@@ -38,7 +38,8 @@ const browser = await chromium.launch({
 });
 
 async function main() {
-  const page = await browser.newPage({ viewport: { width: 1500, height: 720 } });
+  // Narrower than the three-pane layout: every column of the tree must show.
+  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
   const dialogs = [];
   page.on("dialog", async (dialog) => {
     dialogs.push(dialog.message());
@@ -60,7 +61,8 @@ async function main() {
     await page.locator("#token-input").fill(process.env.ADMIN_TOKEN);
     await page.locator("#token-form button[type=submit]").click();
   }
-  // The session is listed with its transport; choosing it shows its tree.
+  // The page opens on a session without being asked; choosing ours shows its tree.
+  await page.locator("#sessions tr.selected").waitFor();
   const sessionRow = page.locator(`#sessions tr[data-session="${session}"]`);
   await sessionRow.waitFor();
   await sessionRow.click();
@@ -74,6 +76,13 @@ async function main() {
   const indents = await page.$$eval(".row .name", (names) => names.map((name) => parseFloat(getComputedStyle(name).paddingLeft)));
   if (!indents.some((indent) => indent > 0)) throw new Error(`no row is indented: ${indents}`);
   await page.locator("#conn.conn-live").waitFor();
+  // No column of the tree is cut off at this width.
+  const clipped = await page.evaluate(() => {
+    const pane = document.getElementById("tree-pane").getBoundingClientRect();
+    const columns = [...document.querySelectorAll(".tree-columns span")];
+    return columns.filter((column) => column.getBoundingClientRect().right > pane.right + 0.5).map((c) => c.textContent);
+  });
+  if (clipped.length) throw new Error(`tree columns cut off at 1280 px: ${clipped}`);
   say("READY");
 
   const lines = readline.createInterface({ input: process.stdin });

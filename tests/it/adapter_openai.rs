@@ -219,6 +219,27 @@ async fn retries_are_bounded() {
     assert_eq!(server.requests().len(), 5, "one call and four retries");
 }
 
+/// A route to a server that is not running: the task's error names the
+/// server's URL and the route, so the first failure a newcomer meets says
+/// what to fix.
+#[actix_rt::test]
+async fn a_dead_model_server_fails_naming_its_url_and_its_route() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"));
+    config.route_model = Some("dead-*".into());
+    config.retry =
+        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
+    let adapter = Arc::new(OpenAiAdapter::new(config).expect("adapter"));
+    let router = AdapterRouter::default().route("dead-*", adapter).expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let session = host.open_tree(Arc::new(NullSink));
+    let (_, done) = run(&session, SubagentConfig::new("doomed", "dead-model"), "hello").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    let error = done.error.as_deref().unwrap_or("");
+    assert!(error.contains(&format!("http://127.0.0.1:{port}/v1/chat/completions")), "names the URL: {error}");
+    assert!(error.contains("route `dead-*`"), "names the route: {error}");
+}
+
 #[actix_rt::test]
 async fn other_4xx_and_garbage_replies_fail_the_task_with_a_clear_error() {
     let server = FakeServer::start(|body, _| {

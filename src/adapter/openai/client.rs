@@ -131,6 +131,8 @@ pub(crate) struct ChatClient {
     // Not Send: lives on the session's arbiter with the task.
     http: awc::Client,
     url: String,
+    // The config route that chose this server (its `model` glob), for errors.
+    route: String,
     // Only ever put in the Authorization header, and scrubbed from errors.
     api_key: Option<String>,
     retry: RetryPolicy,
@@ -139,7 +141,8 @@ pub(crate) struct ChatClient {
 impl ChatClient {
     /// A client posting to `{base_url}/chat/completions`, over `tls` when
     /// the route has a CA of its own.
-    pub(crate) fn new(base_url: &str, api_key: Option<String>, retry: RetryPolicy, tls: Tls) -> Self {
+    /// `route` names the config route that chose it, for errors and logs.
+    pub(crate) fn new(base_url: &str, route: &str, api_key: Option<String>, retry: RetryPolicy, tls: Tls) -> Self {
         // awc's rustls connector needs a process-wide crypto provider, else it
         // panics; installing one that is already there is a harmless error.
         #[cfg(feature = "tls")]
@@ -156,7 +159,7 @@ impl ChatClient {
         let () = tls.map_or((), |never: std::convert::Infallible| match never {});
         let http = awc::Client::builder().disable_timeout().connector(connector).finish();
         let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-        Self { http, url, api_key, retry }
+        Self { http, url, route: route.to_owned(), api_key, retry }
     }
 
     /// Calls the model once (retrying as the policy allows); `on_retry` hears
@@ -181,7 +184,14 @@ impl ChatClient {
                 Attempt::Retry { reason, retry_after } => (reason, retry_after),
             };
             if attempt >= self.retry.max_retries {
-                return Err(TaskError(format!("model server failed after {} retries: {reason}", attempt)));
+                // Named in full: a newcomer's first failure is often a route
+                // to a server that is not running.
+                let text = format!(
+                    "model server {} (route `{}`) failed after {attempt} retries: {reason}",
+                    self.url, self.route
+                );
+                log::warn!("{text}");
+                return Err(TaskError(text));
             }
             let wait = self.retry.delay(attempt, retry_after);
             on_retry(&format!("model server: {reason}; retrying in {} ms", wait.as_millis()));

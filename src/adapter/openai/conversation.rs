@@ -27,7 +27,8 @@ pub(super) async fn conversation(
         },
         None => None,
     };
-    let client = ChatClient::new(&config.base_url, api_key, config.retry.clone(), tls);
+    let route = config.route_model.as_deref().unwrap_or(&ctx.config.model);
+    let client = ChatClient::new(&config.base_url, route, api_key, config.retry.clone(), tls);
     let allowed = allowed_tools(&ctx.config, &config.policy);
     let tool_definitions = Value::Array(schemas::definitions(&allowed));
     let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());

@@ -42,7 +42,10 @@ impl SqlStore {
             }
             StoreUrl::Postgres(text) => {
                 let options = PgConnectOptions::from_str(text)
-                    .map_err(|err| format!("bad PostgreSQL URL {}: {err}", url.describe()))?;
+                    .map_err(|err| format!("bad PostgreSQL URL {}: {err}", url.describe()))?
+                    // The server's notices (`relation … already exists, skipping`
+                    // at every start) read like errors in a node's log.
+                    .options([("client_min_messages", "warning")]);
                 // One connection first, for the server's own error (a pool
                 // only says it timed out).
                 let unreachable = |err: sqlx::Error| {

@@ -43,6 +43,11 @@ async function loadSessions() {
     const body = await api("/admin/sessions");
     state.sessions = body.sessions || [];
     drawSessions();
+    // The page opens on a session: the one the address names, else the
+    // first listed (once there is one).
+    if (!state.session && !new URLSearchParams(location.hash.slice(1)).get("session") && state.sessions.length) {
+      chooseSession(state.sessions[0].session_id);
+    }
     if (state.session && !state.sessions.some((s) => s.session_id === state.session)) {
       $("tree-note").textContent = "This session has ended.";
     }
