@@ -47,11 +47,16 @@ pub enum EventKind {
     /// A delegated task waits for a running slot (`READY`): it starts when
     /// a concurrency cap allows.
     Queued,
+    /// The task called an MCP tool (content: `tool`, `server`, `call_id`).
+    ToolCall,
+    /// An MCP tool call ended (content: `tool`, `server`, `call_id`,
+    /// `duration_ms`, `bytes`, `ok`, `outcome`).
+    ToolResult,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 16] = [
         Self::Spawned,
         Self::Delegated,
         Self::StatusChanged,
@@ -66,6 +71,8 @@ impl EventKind {
         Self::Resumed,
         Self::BudgetExceeded,
         Self::Queued,
+        Self::ToolCall,
+        Self::ToolResult,
     ];
 
     /// Whether the event ends a task (or the subagent): its content then
@@ -75,6 +82,12 @@ impl EventKind {
             self,
             Self::Completed | Self::Failed | Self::Timeout | Self::Cancelled | Self::Terminated | Self::BudgetExceeded
         )
+    }
+
+    /// Whether the event only reports (progress, a message, a merge, a tool
+    /// call): the subagent's status does not move.
+    pub fn is_note(self) -> bool {
+        matches!(self, Self::Progress | Self::MessageReceived | Self::Merged | Self::ToolCall | Self::ToolResult)
     }
 
     /// The wire name.
@@ -94,6 +107,8 @@ impl EventKind {
             Self::Resumed => "resumed",
             Self::BudgetExceeded => "budget_exceeded",
             Self::Queued => "queued",
+            Self::ToolCall => "tool_call",
+            Self::ToolResult => "tool_result",
         }
     }
 }
@@ -126,6 +141,33 @@ pub enum EventDetail {
         /// Its run number: 2 for its first run after a restart.
         attempt: u32,
     },
+    /// An MCP tool call, and for `tool_result` how it ended.
+    Tool(Box<ToolDetail>),
+}
+
+/// An MCP tool call as its events tell it (never its arguments or result:
+/// those may hold secrets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDetail {
+    /// The tool's own name.
+    pub tool: String,
+    /// Its server.
+    pub server: String,
+    /// The model's id for the call.
+    pub call_id: String,
+    /// For `tool_result`: how it ended.
+    pub ended: Option<ToolEnded>,
+}
+
+/// How an MCP tool call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolEnded {
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// The result's size in bytes.
+    pub bytes: u64,
+    /// `ok`, `error`, `refused`, `timeout`, `cancelled` or `interrupted`.
+    pub outcome: &'static str,
 }
 
 /// How many of a merge's sources each of its `merged` events lists on the
@@ -255,6 +297,23 @@ impl WireEvent<'_> {
                 text.raw(b",\"attempt\":");
                 text.number((*attempt).into());
             }
+            EventDetail::Tool(detail) => {
+                text.raw(b",\"tool\":");
+                text.string(&detail.tool);
+                text.raw(b",\"server\":");
+                text.string(&detail.server);
+                text.raw(b",\"call_id\":");
+                text.string(&detail.call_id);
+                if let Some(ended) = &detail.ended {
+                    text.raw(b",\"duration_ms\":");
+                    text.number(ended.duration_ms);
+                    text.raw(b",\"bytes\":");
+                    text.number(ended.bytes);
+                    text.raw(if ended.outcome == "ok" { b",\"ok\":true" } else { b",\"ok\":false" });
+                    text.raw(b",\"outcome\":");
+                    text.name(ended.outcome);
+                }
+            }
         }
         text.raw(b"}");
     }
@@ -295,6 +354,17 @@ impl Serialize for WireContent<'_> {
                 }
             }
             EventDetail::Resumed { attempt } => map.serialize_entry("attempt", attempt)?,
+            EventDetail::Tool(detail) => {
+                map.serialize_entry("tool", &detail.tool)?;
+                map.serialize_entry("server", &detail.server)?;
+                map.serialize_entry("call_id", &detail.call_id)?;
+                if let Some(ended) = &detail.ended {
+                    map.serialize_entry("duration_ms", &ended.duration_ms)?;
+                    map.serialize_entry("bytes", &ended.bytes)?;
+                    map.serialize_entry("ok", &(ended.outcome == "ok"))?;
+                    map.serialize_entry("outcome", ended.outcome)?;
+                }
+            }
         }
         map.end()
     }

@@ -72,6 +72,7 @@ pub mod session;
 pub mod store;
 #[cfg(feature = "otlp")]
 pub mod telemetry;
+pub mod tools;
 mod transport;
 
 // The facade: what an embedder names. Everything else is reached through

@@ -15,6 +15,7 @@ use crate::runtime::task::AdapterRouter;
 use crate::runtime::{Host, HostConfig};
 use crate::session::{Auth, Service};
 use crate::store::StoreHandle;
+use crate::tools::ToolHost;
 use crate::transport::{http, stdio, tcp};
 
 /// Where sessions' actor trees live.
@@ -54,6 +55,9 @@ pub struct Settings {
     /// Stored sessions loaded at once when their work resumes without their
     /// clients (`[store] resume_concurrency`).
     pub resume_concurrency: usize,
+    /// The MCP servers of `[[mcp_servers]]` (the openai routes of `router`
+    /// offer their tools); started by [`run`].
+    pub tools: Arc<ToolHost>,
 }
 
 impl Settings {
@@ -64,9 +68,10 @@ impl Settings {
             0 => Workers::PerCpu,
             n => Workers::Count(n),
         };
+        let tools = Arc::new(ToolHost::new(file.mcp_servers.clone()));
         Ok(Self {
             limits: file.limits.clone(),
-            router: crate::adapter::router(file)?,
+            router: crate::adapter::router_with_tools(file, &tools)?,
             auth: Auth::with_tokens(file.auth_tokens()?),
             admin_tokens: Auth::with_tokens(file.admin_tokens()?),
             workers,
@@ -75,6 +80,7 @@ impl Settings {
             store: StoreHandle::memory(),
             journal_retained: usize::try_from(file.store.journal_retained).unwrap_or(usize::MAX),
             resume_concurrency: file.store.resume_concurrency,
+            tools,
         })
     }
 }
@@ -115,6 +121,8 @@ pub async fn run(
         Workers::Count(n) => (0..n.max(1)).map(|_| actix_rt::Arbiter::new()).collect(),
         Workers::InPlace => Vec::new(),
     };
+    // MCP servers connect while the rest starts; their tools are offered once ready.
+    settings.tools.start();
     let handles = workers.iter().map(|worker| worker.handle()).collect();
     let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
     let store = settings.store.clone();

@@ -13,5 +13,7 @@ pub mod openai;
 mod routing;
 pub mod scripted;
 
-pub use routing::{build_route, build_route_with_policy, router, tool_policy};
+pub use routing::{
+    build_route, build_route_with_policy, build_route_with_tools, router, router_with_tools, tool_policy,
+};
 pub use scripted::ScriptedAdapter;

@@ -7,12 +7,24 @@ use std::sync::Arc;
 use super::{command, openai, ScriptedAdapter};
 use crate::config::{AdapterKind, FileConfig, RouteConfig};
 use crate::runtime::task::{AdapterRouter, AgentAdapter};
+use crate::tools::ToolHost;
 
 /// Builds the adapter a config-file route names, checking that it has the
 /// keys it needs and none it ignores; an openai adapter gets the default
 /// [`openai::ToolPolicy`].
 pub fn build_route(route: &RouteConfig) -> Result<Arc<dyn AgentAdapter>, String> {
     build_route_with_policy(route, &openai::ToolPolicy::default(), false)
+}
+
+/// [`build_route_with_policy`] whose openai adapter also offers the tools
+/// of `tools`' MCP servers.
+pub fn build_route_with_tools(
+    route: &RouteConfig,
+    policy: &openai::ToolPolicy,
+    record_content: bool,
+    tools: &Arc<ToolHost>,
+) -> Result<Arc<dyn AgentAdapter>, String> {
+    build(route, policy, record_content, tools)
 }
 
 /// [`build_route`] with the host's tool policy (the config's `[policy]`
@@ -22,6 +34,15 @@ pub fn build_route_with_policy(
     route: &RouteConfig,
     policy: &openai::ToolPolicy,
     record_content: bool,
+) -> Result<Arc<dyn AgentAdapter>, String> {
+    build(route, policy, record_content, &Arc::new(ToolHost::default()))
+}
+
+fn build(
+    route: &RouteConfig,
+    policy: &openai::ToolPolicy,
+    record_content: bool,
+    tools: &Arc<ToolHost>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", route.model);
     let adapter = route.adapter.as_str();
@@ -58,6 +79,7 @@ pub fn build_route_with_policy(
             config.record_content = record_content;
             config.stream = route.stream.unwrap_or(false);
             config.ca_file = route.ca_file.clone();
+            config.tools = tools.clone();
             if let Some(ms) = route.progress_ms {
                 config.progress_every = std::time::Duration::from_millis(ms);
             }
@@ -76,9 +98,12 @@ pub fn build_route_with_policy(
     }
 }
 
-/// The host's tool policy from the config's `[policy]` table; fails on a
-/// name that is not a tool.
+/// The host's tool policy from the config's `[tools] restricted` globs or
+/// `[policy] restricted_tools` names; fails on a name that is not a tool.
 pub fn tool_policy(file: &FileConfig) -> Result<openai::ToolPolicy, String> {
+    if let Some(globs) = &file.tools.restricted {
+        return openai::ToolPolicy::globs(globs).map_err(|err| format!("invalid config: tools.restricted: {err}"));
+    }
     match &file.policy.restricted_tools {
         Some(names) => openai::ToolPolicy::restricted_to(names)
             .map_err(|err| format!("invalid config: policy.restricted_tools: {err}")),
@@ -87,12 +112,18 @@ pub fn tool_policy(file: &FileConfig) -> Result<openai::ToolPolicy, String> {
 }
 
 /// The routing table of a config file: each route in order, the scripted
-/// adapter for every other model.
+/// adapter for every other model. Its openai routes offer no MCP tools:
+/// [`router_with_tools`] gives them the config's servers.
 pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
+    router_with_tools(file, &Arc::new(ToolHost::default()))
+}
+
+/// [`router`] whose openai routes offer the tools of `tools`' MCP servers.
+pub fn router_with_tools(file: &FileConfig, tools: &Arc<ToolHost>) -> Result<AdapterRouter, String> {
     let policy = tool_policy(file)?;
     let mut router = AdapterRouter::default();
     for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build_route_with_policy(route, &policy, file.telemetry.record_content)
+        let adapter = build(route, &policy, file.telemetry.record_content, tools)
             .map_err(|err| format!("routes[{index}]: {err}"))?;
         router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
     }

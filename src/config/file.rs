@@ -1,5 +1,6 @@
 //! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]`,
-//! `[server]`, `[store]`, `[cluster]`, `[telemetry]` and `[admin]`.
+//! `[server]`, `[store]`, `[cluster]`, `[telemetry]`, `[admin]`,
+//! `[[mcp_servers]]` and `[tools]`.
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file; the layers
@@ -9,6 +10,7 @@
 use serde::Deserialize;
 use std::path::Path;
 
+use super::mcp::{McpServerConfig, ToolsConfig};
 use super::Limits;
 
 /// The whole config file.
@@ -43,6 +45,12 @@ pub struct FileConfig {
     /// Who may use the operator's page and API (`/ui`, `/admin/*`).
     #[serde(default)]
     pub admin: AdminConfig,
+    /// MCP servers whose tools subagents may call.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// The host's tool policy over every tool, MCP ones included.
+    #[serde(default)]
+    pub tools: ToolsConfig,
 }
 
 /// `[admin]`: the tokens of the operator's page and API (`/ui`,
@@ -331,6 +339,28 @@ impl FileConfig {
             glob::Pattern::new(&route.model).map_err(|err| {
                 format!("invalid config: routes[{index}].model `{}` is not a glob: {err}", route.model)
             })?;
+        }
+        self.check_tools()
+    }
+
+    // `[[mcp_servers]]` and `[tools]`.
+    fn check_tools(&self) -> Result<(), String> {
+        for (index, server) in self.mcp_servers.iter().enumerate() {
+            server.check().map_err(|err| format!("invalid config: mcp_servers[{index}] (`{}`): {err}", server.name))?;
+            if self.mcp_servers[..index].iter().any(|earlier| earlier.name == server.name) {
+                return Err(format!("invalid config: mcp_servers[{index}]: the name `{}` is taken", server.name));
+            }
+        }
+        if let Some(globs) = &self.tools.restricted {
+            if self.policy.restricted_tools.is_some() {
+                return Err("invalid config: set either [tools] restricted or [policy] restricted_tools, \
+                            not both ([tools] restricted covers MCP tools too)"
+                    .into());
+            }
+            for glob in globs {
+                glob::Pattern::new(glob)
+                    .map_err(|err| format!("invalid config: tools.restricted `{glob}` is not a glob: {err}"))?;
+            }
         }
         Ok(())
     }

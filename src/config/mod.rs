@@ -4,8 +4,12 @@
 
 mod file;
 mod limits;
+mod mcp;
 
 pub use file::{
     AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,
 };
 pub use limits::Limits;
+pub use mcp::{
+    McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_RESULT_BYTES,
+};

@@ -21,6 +21,8 @@ type Labels<const N: usize> = [(&'static str, &'static str); N];
 /// The label set of per-model token counts (the model is a configured route's).
 type ModelLabels = [(&'static str, String); 2];
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+/// Label sets naming configured MCP servers and the tools they list.
+pub(super) type OwnedLabels<const N: usize> = [(&'static str, String); N];
 
 /// Every error code, for the `errors_total` series made at start.
 pub(super) const ERROR_CODES: [ErrorCode; 15] = [
@@ -60,6 +62,9 @@ pub(crate) struct Metrics {
     pub(super) store_commit_duration: Histogram,
     pub(super) store_batch_changes: Histogram,
     pub(super) store_commit_failures: Counter,
+    pub(super) mcp_server_state: Family<OwnedLabels<2>, Gauge>,
+    pub(super) tool_calls: Family<OwnedLabels<3>, Counter>,
+    pub(super) tool_call_duration: HistogramFamily<OwnedLabels<2>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -147,6 +152,22 @@ impl Metrics {
             store_commit_failures.clone(),
         );
 
+        let mcp_server_state = Family::default();
+        registry.register(
+            "mcp_server_state",
+            "MCP servers by state (connecting, ready, failed): 1 for each server's current state, else 0",
+            mcp_server_state.clone(),
+        );
+        let tool_calls = Family::default();
+        registry.register("tool_calls", "MCP tool calls, by server, tool and outcome", tool_calls.clone());
+        let tool_call_duration: HistogramFamily<OwnedLabels<2>> = Family::new_with_constructor(seconds_histogram);
+        registry.register_with_unit(
+            "tool_call_duration",
+            "How long MCP tool calls took, by server and tool",
+            Unit::Seconds,
+            tool_call_duration.clone(),
+        );
+
         Self {
             registry,
             sessions_open,
@@ -165,6 +186,9 @@ impl Metrics {
             store_commit_duration,
             store_batch_changes,
             store_commit_failures,
+            mcp_server_state,
+            tool_calls,
+            tool_call_duration,
         }
     }
 

@@ -57,6 +57,26 @@ impl Metrics {
         self.model_call_duration.get_or_create(&[("adapter", adapter)]).observe(took.as_secs_f64());
     }
 
+    /// MCP server `server` is now in `state` (`connecting`, `ready`, `failed`).
+    pub(crate) fn mcp_server_state(&self, server: &str, state: &'static str) {
+        for each in ["connecting", "ready", "failed"] {
+            let value = i64::from(each == state);
+            self.mcp_server_state
+                .get_or_create(&[("server", server.to_owned()), ("state", each.to_owned())])
+                .set(value);
+        }
+    }
+
+    /// A call of `tool` on MCP server `server` ended with `outcome` (`ok`,
+    /// `error`, `timeout`, `cancelled`, `refused`) after `took`.
+    pub(crate) fn tool_call(&self, server: &str, tool: &str, outcome: &'static str, took: Duration) {
+        let (server, tool) = (server.to_owned(), tool.to_owned());
+        self.tool_calls
+            .get_or_create(&[("server", server.clone()), ("tool", tool.clone()), ("outcome", outcome.to_owned())])
+            .inc();
+        self.tool_call_duration.get_or_create(&[("server", server), ("tool", tool)]).observe(took.as_secs_f64());
+    }
+
     /// Tokens a model call of the route for `model` used.
     pub(crate) fn tokens(&self, model: &str, input: u64, output: u64) {
         for (kind, count) in [("input", input), ("output", output)] {

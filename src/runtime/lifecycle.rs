@@ -110,7 +110,11 @@ const fn allowed(on: EventKind, from: SubagentStatus) -> u8 {
         EventKind::Cancelled => when(busy || matches!(from, Ready), bit(Cancelled)),
         EventKind::Terminated => bit(Terminated),
         // Not a move: the record keeps its status; nothing leaves TERMINATED.
-        EventKind::Progress | EventKind::MessageReceived | EventKind::Merged => match from {
+        EventKind::Progress
+        | EventKind::MessageReceived
+        | EventKind::Merged
+        | EventKind::ToolCall
+        | EventKind::ToolResult => match from {
             Terminated => STAYS | bit(Terminated),
             _ => STAYS | ANY_LIVE | bit(Terminated),
         },

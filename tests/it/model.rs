@@ -559,7 +559,11 @@ fn the_transition_function_is_the_lifecycle_table() {
             // terminate: any, TERMINATED.
             EventKind::Terminated => to == Terminated,
             // not a move: nothing changes, and nothing leaves TERMINATED.
-            EventKind::Progress | EventKind::MessageReceived | EventKind::Merged => {
+            EventKind::Progress
+            | EventKind::MessageReceived
+            | EventKind::Merged
+            | EventKind::ToolCall
+            | EventKind::ToolResult => {
                 return (from != Terminated || to == Terminated).then_some(from);
             }
         };

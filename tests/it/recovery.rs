@@ -55,6 +55,7 @@ impl Node {
                     store,
                     journal_retained: 1024,
                     resume_concurrency: 8,
+                    tools: Default::default(),
                 };
                 let listeners = Listeners { http: Some(listener), ..Listeners::default() };
                 server::run(settings, listeners, async move {

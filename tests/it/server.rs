@@ -37,6 +37,7 @@ impl InProcess {
             store: subagent_host::store::StoreHandle::memory(),
             journal_retained: 1024,
             resume_concurrency: 8,
+            tools: Default::default(),
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{save, unanswered_calls, Saved};
 use super::client::{self, ChatClient, Usage};
+use super::mcp_calls::Toolbox;
 use super::prompt::{history, inbox_text, system_prompt};
-use super::{allowed_tools, schemas, tool_calls, OpenAiConfig};
+use super::{allowed_mcp_tools, allowed_tools, schemas, tool_calls, OpenAiConfig};
 use crate::metrics::metrics;
 use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
 use crate::runtime::task::{TaskContext, TaskError};
@@ -30,7 +31,8 @@ pub(super) async fn conversation(
     let route = config.route_model.as_deref().unwrap_or(&ctx.config.model);
     let client = ChatClient::new(&config.base_url, route, api_key, config.retry.clone(), tls);
     let allowed = allowed_tools(&ctx.config, &config.policy);
-    let tool_definitions = Value::Array(schemas::definitions(&allowed));
+    let orchestration_definitions = schemas::definitions(&allowed);
+    let toolbox = Toolbox::for_task(&config.tools, ctx).await;
     let model = config.upstream_model.clone().unwrap_or_else(|| ctx.config.model.clone());
 
     let say = |message: Value, messages: &mut Vec<Value>| {
@@ -51,7 +53,8 @@ pub(super) async fn conversation(
             (saved.messages, saved.usage)
         }
         None => {
-            let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
+            let any_tool = !allowed.is_empty() || !toolbox.catalog().is_empty();
+            let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, any_tool) })];
             messages.extend(history(&ctx.memory.values()));
             say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
             (messages, Usage::default())
@@ -59,8 +62,9 @@ pub(super) async fn conversation(
     };
     // The tool calls of a reply that was in flight when the host stopped.
     for call in unanswered_calls(&messages) {
-        let output = traced_call(ctx, config, &allowed, &call).await;
-        say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+        let offer = Offer::now(ctx, config, &allowed, &toolbox);
+        let output = traced_call(ctx, config, &offer.names(), &toolbox, &call, true).await;
+        say(tool_message(&call.id, output), &mut messages);
         save(ctx, &messages, usage);
     }
     loop {
@@ -69,8 +73,11 @@ pub(super) async fn conversation(
         }
         let step = ctx.step()?;
         let mut body = json!({ "model": model, "messages": messages });
-        if !allowed.is_empty() {
-            body["tools"] = tool_definitions.clone();
+        // What the model may call now: an MCP server's list may have changed.
+        let offer = Offer::now(ctx, config, &allowed, &toolbox);
+        let definitions = offer.definitions(&orchestration_definitions);
+        if !definitions.is_empty() {
+            body["tools"] = Value::Array(definitions);
         }
         let span = trace::chat(ctx.span(), "openai", &model);
         if config.record_content && !span.is_disabled() {
@@ -117,10 +124,12 @@ pub(super) async fn conversation(
             result.insert("usage".into(), usage.to_json());
             return Ok(result);
         }
+        let names = offer.names();
         for call in &completion.tool_calls {
             ctx.progress(format!("step {step}: tool {}", call.name));
-            let output = traced_call(ctx, config, &allowed, call).await;
-            say(json!({ "role": "tool", "tool_call_id": call.id, "content": output.to_string() }), &mut messages);
+            let output = traced_call(ctx, config, &names, &toolbox, call, false).await;
+            // Checkpointed before the model sees it (the next call).
+            say(tool_message(&call.id, output), &mut messages);
             save(ctx, &messages, usage);
         }
     }
@@ -157,13 +166,66 @@ impl<'a> StreamProgress<'a> {
     }
 }
 
-/// Carries out one tool call under its `execute_tool` span.
-async fn traced_call(ctx: &TaskContext, config: &OpenAiConfig, allowed: &[&str], call: &client::ToolCall) -> Value {
+/// The tools a subagent is offered at one step: its orchestration tools
+/// and the MCP tools its scope allows of those its servers list now.
+struct Offer<'a> {
+    orchestration: &'a [&'static str],
+    catalog: Vec<crate::tools::McpTool>,
+    ctx: &'a TaskContext,
+    config: &'a OpenAiConfig,
+}
+
+impl<'a> Offer<'a> {
+    fn now(ctx: &'a TaskContext, config: &'a OpenAiConfig, allowed: &'a [&'static str], toolbox: &Toolbox) -> Self {
+        Self { orchestration: allowed, catalog: toolbox.catalog(), ctx, config }
+    }
+
+    fn mcp(&self) -> Vec<&crate::tools::McpTool> {
+        allowed_mcp_tools(&self.ctx.config, &self.config.policy, &self.catalog)
+    }
+
+    /// Every name the subagent may call (what a child it spawns inherits).
+    fn names(&self) -> Vec<String> {
+        let mcp = self.mcp().into_iter().map(|tool| tool.qualified.clone());
+        self.orchestration.iter().map(|name| (*name).to_owned()).chain(mcp).collect()
+    }
+
+    /// The request's `tools`.
+    fn definitions(&self, orchestration: &[Value]) -> Vec<Value> {
+        orchestration.iter().cloned().chain(self.mcp().into_iter().map(|tool| tool.definition())).collect()
+    }
+}
+
+/// A tool message answering call `id`: a text answer as it is, JSON as text.
+fn tool_message(id: &str, output: Value) -> Value {
+    let content = match output {
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    json!({ "role": "tool", "tool_call_id": id, "content": content })
+}
+
+/// Carries out one tool call under its `execute_tool` span; `resumed`: it
+/// was in flight when the host stopped.
+async fn traced_call(
+    ctx: &TaskContext,
+    config: &OpenAiConfig,
+    allowed: &[String],
+    toolbox: &Toolbox,
+    call: &client::ToolCall,
+    resumed: bool,
+) -> Value {
     let span = trace::execute_tool(ctx.span(), &call.name, &call.id);
     if config.record_content && !span.is_disabled() {
         span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
     }
-    let output = tool_calls::call(ctx, allowed, call).await;
+    let output = if !allowed.iter().any(|name| *name == call.name) {
+        json!({ "error": format!("tool `{}` is not available to this agent", call.name) })
+    } else if schemas::TOOL_NAMES.contains(&call.name.as_str()) {
+        tool_calls::call(ctx, allowed, call).await
+    } else {
+        toolbox.call(ctx, call, resumed).await
+    };
     if config.record_content && !span.is_disabled() {
         span.record("gen_ai.tool.call.result", output.to_string());
     }

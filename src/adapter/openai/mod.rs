@@ -20,7 +20,8 @@
 //!   schemas.
 //! - [`policy`]: which of them a subagent may call: the host's
 //!   [`ToolPolicy`] and the `tool_scope` filter.
-//! - `tool_calls`: carrying out one tool call against the runtime.
+//! - `tool_calls`: carrying out one orchestration tool call against the
+//!   runtime; `mcp_calls`: one MCP tool call (`{server}__{tool}`), crash-safe.
 //! - `stream`: a streamed reply read as it arrives.
 //! - `tls` (feature `tls`): the TLS client config of a route with `ca_file`.
 //!
@@ -39,6 +40,7 @@
 mod checkpoint;
 mod client;
 mod conversation;
+mod mcp_calls;
 mod openai_adapter;
 pub mod policy;
 mod prompt;
@@ -50,5 +52,5 @@ mod tool_calls;
 
 pub use client::RetryPolicy;
 pub use openai_adapter::{OpenAiAdapter, OpenAiConfig};
-pub use policy::{allowed_tools, ToolPolicy};
+pub use policy::{allowed_mcp_tools, allowed_tools, ToolPolicy};
 pub use schemas::{tool_schema, TOOL_NAMES};

@@ -12,9 +12,10 @@ use super::tls;
 use super::ToolPolicy;
 use crate::protocol::wire::RawObject;
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
+use crate::tools::ToolHost;
 
 /// Where the adapter sends its calls, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct OpenAiConfig {
     /// The API root, e.g. `http://127.0.0.1:8080/v1`; `/chat/completions` is appended.
     pub base_url: String,
@@ -41,6 +42,25 @@ pub struct OpenAiConfig {
     /// PEM certificates trusted besides the public roots (an https
     /// `base_url` behind a private CA); needs the `tls` feature.
     pub ca_file: Option<std::path::PathBuf>,
+    /// The MCP servers whose tools are offered beside the orchestration
+    /// tools (`{server}__{tool}`), as `[tools]` and `tool_scope` allow.
+    pub tools: Arc<ToolHost>,
+}
+
+impl PartialEq for OpenAiConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.base_url == other.base_url
+            && self.api_key_env == other.api_key_env
+            && self.upstream_model == other.upstream_model
+            && self.retry == other.retry
+            && self.policy == other.policy
+            && self.route_model == other.route_model
+            && self.record_content == other.record_content
+            && self.stream == other.stream
+            && self.progress_every == other.progress_every
+            && self.ca_file == other.ca_file
+            && Arc::ptr_eq(&self.tools, &other.tools)
+    }
 }
 
 impl OpenAiConfig {
@@ -58,6 +78,7 @@ impl OpenAiConfig {
             stream: false,
             progress_every: Duration::from_millis(100),
             ca_file: None,
+            tools: Arc::new(ToolHost::default()),
         }
     }
 }

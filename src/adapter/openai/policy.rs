@@ -1,10 +1,12 @@
 //! Which tools a subagent may call: the host's [`ToolPolicy`] and the
-//! `tool_scope` filter over the set a subagent inherits from its parent.
+//! `tool_scope` filter over the set a subagent inherits from its parent,
+//! for the orchestration tools and the MCP servers' alike.
 
 use serde_json::Value;
 
 use super::schemas::{SPAWN_SUBAGENT, TOOL_NAMES};
 use crate::protocol::wire::{SubagentConfig, ToolScope};
+use crate::tools::McpTool;
 
 /// The metadata key holding a subagent's inherited tool set: its parent's
 /// allowed tools. [`SPAWN_SUBAGENT`] writes it into every child it creates
@@ -22,16 +24,22 @@ pub const TOOLS_KEY: &str = "tools";
 /// gated by the `multi_agent` capability: a client that grants `multi_agent`
 /// to a subagent with the default scope (`restricted`) means it to spawn.
 /// Operators who want less set `[policy] restricted_tools` in the config file.
+///
+/// MCP tools: by default `restricted` allows those whose annotations say
+/// `readOnlyHint: true`; `[tools] restricted` globs ([`ToolPolicy::globs`])
+/// replace the whole allowlist, orchestration tools included.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolPolicy {
     // In offer order, only names of tools that exist.
     restricted: Vec<&'static str>,
+    // `[tools] restricted`: when set, the allowlist over every tool name.
+    globs: Option<Vec<glob::Pattern>>,
 }
 
 impl Default for ToolPolicy {
-    /// Every orchestration tool.
+    /// Every orchestration tool, and the read-only MCP tools.
     fn default() -> Self {
-        Self { restricted: TOOL_NAMES.to_vec() }
+        Self { restricted: TOOL_NAMES.to_vec(), globs: None }
     }
 }
 
@@ -44,7 +52,26 @@ impl ToolPolicy {
         }
         let restricted =
             TOOL_NAMES.into_iter().filter(|tool| names.iter().any(|name| name.as_ref() == *tool)).collect();
-        Ok(Self { restricted })
+        Ok(Self { restricted, globs: None })
+    }
+
+    /// A policy whose `restricted` allowlist is every tool name (MCP ones
+    /// included) matching one of `globs`; fails on a bad glob.
+    pub fn globs<S: AsRef<str>>(globs: &[S]) -> Result<Self, String> {
+        let globs = globs
+            .iter()
+            .map(|glob| glob::Pattern::new(glob.as_ref()).map_err(|err| format!("`{}`: {err}", glob.as_ref())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let restricted = TOOL_NAMES.into_iter().filter(|tool| globs.iter().any(|glob| glob.matches(tool))).collect();
+        Ok(Self { restricted, globs: Some(globs) })
+    }
+
+    /// Whether the `restricted` scope allows MCP tool `tool`.
+    pub fn restricts_to(&self, tool: &McpTool) -> bool {
+        match &self.globs {
+            Some(globs) => globs.iter().any(|glob| glob.matches(&tool.qualified)),
+            None => tool.hints.read_only,
+        }
     }
 
     /// The `restricted` allowlist, in offer order.
@@ -89,6 +116,30 @@ pub fn allowed_tools(config: &SubagentConfig, policy: &ToolPolicy) -> Vec<&'stat
         }
     };
     own.into_iter().filter(|tool| *tool != SPAWN_SUBAGENT || multi_agent).collect()
+}
+
+/// The MCP tools of `catalog` that `config` may call, in catalog order: the
+/// same rule as [`allowed_tools`], where a top-level subagent inherits
+/// every MCP tool of the host (the host plays its parent), `restricted`
+/// keeps those [`ToolPolicy::restricts_to`] allows, and `isolated` those
+/// named in `metadata.tools`. Never one missing from the parent's set.
+pub fn allowed_mcp_tools<'a>(config: &SubagentConfig, policy: &ToolPolicy, catalog: &'a [McpTool]) -> Vec<&'a McpTool> {
+    let listed = |key: &str| -> Option<Vec<&str>> {
+        let value = config.metadata.get(key)?;
+        Some(value.as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default())
+    };
+    let inherited = listed(ALLOWED_TOOLS_KEY);
+    let in_parent = |tool: &McpTool| inherited.as_ref().is_none_or(|parent| parent.contains(&tool.qualified.as_str()));
+    let named = listed(TOOLS_KEY).unwrap_or_default();
+    catalog
+        .iter()
+        .filter(|tool| in_parent(tool))
+        .filter(|tool| match config.tool_scope {
+            ToolScope::Shared => true,
+            ToolScope::Restricted => policy.restricts_to(tool),
+            ToolScope::Isolated => named.contains(&tool.qualified.as_str()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -84,9 +84,10 @@ fn parse_id(ctx: &TaskContext, text: &str) -> Result<SubagentId, Value> {
     SubagentId::parse(text).ok_or_else(|| failure(format!("`{text}` is not a subagent id")))
 }
 
-/// Carries out one tool call; `allowed` is what this subagent may call.
-pub(crate) async fn call(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Value {
-    if !allowed.contains(&call.name.as_str()) {
+/// Carries out one tool call; `allowed` is what this subagent may call
+/// (MCP tools included: a child it spawns inherits them).
+pub(crate) async fn call(ctx: &TaskContext, allowed: &[String], call: &ToolCall) -> Value {
+    if !allowed.iter().any(|name| *name == call.name) {
         return failure(format!("tool `{}` is not available to this agent", call.name));
     }
     let operation = match decode(ctx, allowed, call) {
@@ -102,7 +103,7 @@ pub(crate) async fn call(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -
 
 /// The operation a tool call asks for, or the answer that tells the model
 /// what was wrong with it.
-fn decode(ctx: &TaskContext, allowed: &[&str], call: &ToolCall) -> Result<Operation, Value> {
+fn decode(ctx: &TaskContext, allowed: &[String], call: &ToolCall) -> Result<Operation, Value> {
     Ok(match call.name.as_str() {
         SPAWN_SUBAGENT => {
             let args: SpawnArgs = parse_args(call)?;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::event::{EventDetail, EventKind};
+use crate::event::{EventDetail, EventKind, ToolDetail};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::memory::{held_now, Mailbox, Memory};
@@ -186,17 +186,49 @@ impl TaskContext {
 
     /// Emits a `progress` event.
     pub fn progress(&self, text: impl Into<String>) {
+        self.note(EventKind::Progress, EventDetail::Progress(text.into()));
+    }
+
+    /// Emits a `tool_call` event, or with `detail.ended` a `tool_result`.
+    pub fn tool_event(&self, detail: ToolDetail) {
+        let kind = if detail.ended.is_some() { EventKind::ToolResult } else { EventKind::ToolCall };
+        self.note(kind, EventDetail::Tool(Box::new(detail)));
+    }
+
+    // An event that reports without moving the subagent's status.
+    fn note(&self, kind: EventKind, detail: EventDetail) {
         self.supervisor.do_send(Report {
             id: self.subagent_id,
-            kind: EventKind::Progress,
-            // The supervisor keeps its mirrored status for progress reports.
+            kind,
+            // The supervisor keeps its mirrored status for these reports.
             status: SubagentStatus::Running,
             result: None,
             error: None,
-            detail: EventDetail::Progress(text.into()),
+            detail,
             idle: None,
             ticket: self.ticket,
         });
+    }
+
+    /// Waits until every checkpoint recorded so far is committed (at once
+    /// when nothing is kept): before a side effect that must not be done
+    /// twice, so that a resumed task knows it was asked for.
+    pub async fn flush_checkpoints(&self) {
+        if self.log.is_recording() {
+            self.log.store().flush().await;
+        }
+    }
+
+    /// The id of the session this task runs in.
+    pub fn session_id(&self) -> &Arc<str> {
+        self.log.id()
+    }
+
+    /// A weak handle that stops upgrading once the session is gone (what
+    /// the session-scoped MCP servers are kept for).
+    pub fn session_alive(&self) -> std::sync::Weak<dyn std::any::Any + Send + Sync> {
+        let log: Arc<dyn std::any::Any + Send + Sync> = self.log.clone();
+        Arc::downgrade(&log)
     }
 
     /// Marks the task `WAITING` (on a child or the mailbox) or `RUNNING` again.

@@ -1,0 +1,104 @@
+//! The model's calls of MCP tools (`{server}__{tool}`): the servers a task
+//! may reach ([`Toolbox`]), and one call with its events and its place in
+//! the task's checkpoints.
+//!
+//! Crash safety: before a call that is not safe to repeat (its annotations
+//! say neither `readOnlyHint` nor `idempotentHint`) the checkpoint holding
+//! the model's request for it is committed; its result is checkpointed
+//! (by the conversation) before the model sees it. A task resumed after a
+//! crash so answers finished calls from the store, makes an unfinished
+//! call again only when it is safe to repeat, and otherwise tells the
+//! model it was interrupted.
+
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::client::ToolCall;
+use crate::event::{ToolDetail, ToolEnded};
+use crate::runtime::task::TaskContext;
+use crate::tools::{self, McpServer, McpTool, ToolHost};
+
+/// How long a task's start waits for servers that are still connecting.
+const FIRST_READY_WAIT: Duration = Duration::from_secs(10);
+
+/// The MCP servers one task may reach.
+pub(super) struct Toolbox {
+    servers: Vec<Arc<McpServer>>,
+}
+
+impl Toolbox {
+    /// The servers of `host` for `ctx`'s session, once those still
+    /// connecting are ready (or [`FIRST_READY_WAIT`] has passed).
+    pub(super) async fn for_task(host: &Arc<ToolHost>, ctx: &TaskContext) -> Self {
+        if host.is_empty() {
+            return Self { servers: Vec::new() };
+        }
+        let servers = host.servers_for(ctx.session_id(), || ctx.session_alive());
+        let waits = servers.iter().map(|server| server.ready_tools(FIRST_READY_WAIT));
+        for (server, ready) in servers.iter().zip(futures_util::future::join_all(waits).await) {
+            if let Err(why) = ready {
+                log::warn!("subagent {}: no tools from mcp server {}: {why}", ctx.subagent_id, server.name());
+            }
+        }
+        Self { servers }
+    }
+
+    /// Every tool of every server, as last listed.
+    pub(super) fn catalog(&self) -> Vec<McpTool> {
+        self.servers.iter().flat_map(|server| server.tools().iter().cloned().collect::<Vec<_>>()).collect()
+    }
+
+    fn find(&self, qualified: &str) -> Option<(&McpServer, McpTool)> {
+        self.servers.iter().find_map(|server| {
+            let tools = server.tools();
+            let tool = tools.iter().find(|tool| tool.qualified == qualified)?;
+            Some((&**server, tool.clone()))
+        })
+    }
+
+    /// Carries out the model's call of an MCP tool; `resumed`: it was in
+    /// flight when the host stopped. The answer is the tool message's
+    /// content: the result's text, or `{"error": …}`.
+    pub(super) async fn call(&self, ctx: &TaskContext, call: &ToolCall, resumed: bool) -> Value {
+        let Some((server, tool)) = self.find(&call.name) else {
+            return json!({ "error": format!("tool `{}` is not available now (its server may be down)", call.name) });
+        };
+        let detail = |ended: Option<ToolEnded>| ToolDetail {
+            tool: tool.name.clone(),
+            server: tool.server.to_string(),
+            call_id: call.id.clone(),
+            ended,
+        };
+        if resumed && !tool.hints.safe_to_repeat() {
+            ctx.tool_event(detail(Some(ToolEnded { duration_ms: 0, bytes: 0, outcome: "interrupted" })));
+            return json!({ "error": format!(
+                "the call of {} was interrupted by a host restart: it may or may not have taken effect. \
+                 Check before calling it again.",
+                tool.qualified
+            ) });
+        }
+        let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+        let arguments: Value = match serde_json::from_str(text) {
+            Ok(arguments) => arguments,
+            Err(err) => return json!({ "error": format!("bad arguments for {}: not JSON: {err}", tool.qualified) }),
+        };
+        ctx.tool_event(detail(None));
+        if !tool.hints.safe_to_repeat() {
+            // The request for this call is durable before it is made.
+            ctx.flush_checkpoints().await;
+        }
+        let answer = tools::call(server, &tool, arguments, &ctx.cancel).await;
+        let ended = ToolEnded {
+            duration_ms: u64::try_from(answer.took.as_millis()).unwrap_or(u64::MAX),
+            bytes: answer.bytes as u64,
+            outcome: answer.outcome,
+        };
+        ctx.tool_event(detail(Some(ended)));
+        if answer.is_ok() {
+            Value::String(answer.text)
+        } else {
+            json!({ "error": answer.text })
+        }
+    }
+}

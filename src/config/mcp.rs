@@ -1,0 +1,149 @@
+//! `[[mcp_servers]]` and `[tools]`: the MCP servers whose tools subagents
+//! may call, and which of those tools the `restricted` scope allows.
+//!
+//! Like `[[routes]]`, an entry is one flat table checked as a whole
+//! ([`McpServerConfig::check`]): a key its transport does not take, a
+//! missing key or a bad name stops start-up with a message naming the entry.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// How the host reaches an MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpTransportKind {
+    /// A program the host starts, spoken to over its stdin and stdout.
+    Stdio,
+    /// MCP streamable HTTP at `url`.
+    Http,
+}
+
+/// Who shares a server's connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpScope {
+    /// One connection for every session (the default).
+    #[default]
+    Host,
+    /// A connection per session, started on its first use and stopped with
+    /// the session.
+    Session,
+}
+
+/// The default of `call_timeout_ms`: a minute.
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+/// The default of `max_result_bytes`: 1 MiB of result text.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 1 << 20;
+
+/// One `[[mcp_servers]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The server's name: the prefix of its tools (`{name}__{tool}`);
+    /// letters, digits, `-` and `_`.
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: McpTransportKind,
+    /// `stdio`: the program to start.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// `stdio`: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `stdio`: its working directory (default: the host's).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// `stdio`: the names of the host's environment variables passed to it
+    /// (nothing else is: its environment is otherwise empty but `PATH`).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// `http`: the streamable HTTP endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `http`: header name → the environment variable holding its value
+    /// (e.g. `Authorization = "MCP_TOKEN"`); values are never logged.
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, String>,
+    /// `host` (one connection shared by all sessions) or `session`.
+    #[serde(default)]
+    pub scope: McpScope,
+    /// How long one tool call may take, in milliseconds (default 60000).
+    #[serde(default = "default_call_timeout_ms")]
+    pub call_timeout_ms: u64,
+    /// The most bytes of a call's result handed to the model; a longer
+    /// result is cut there and says so (default 1 MiB).
+    #[serde(default = "default_max_result_bytes")]
+    pub max_result_bytes: usize,
+}
+
+fn default_call_timeout_ms() -> u64 {
+    DEFAULT_CALL_TIMEOUT_MS
+}
+
+fn default_max_result_bytes() -> usize {
+    DEFAULT_MAX_RESULT_BYTES
+}
+
+impl McpServerConfig {
+    /// Checks the entry: a name tools can be prefixed with, the keys its
+    /// transport needs and none it ignores, bounds above zero.
+    pub fn check(&self) -> Result<(), String> {
+        let name = &self.name;
+        if name.is_empty()
+            || name.len() > 32
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!("name `{name}` must be 1 to 32 letters, digits, `-` or `_`"));
+        }
+        if name.contains("__") {
+            return Err(format!("name `{name}` must not contain `__` (it separates server and tool)"));
+        }
+        let set = [
+            ("command", self.command.is_some()),
+            ("args", !self.args.is_empty()),
+            ("cwd", self.cwd.is_some()),
+            ("env", !self.env.is_empty()),
+            ("url", self.url.is_some()),
+            ("headers_env", !self.headers_env.is_empty()),
+        ];
+        let (accepted, needed): (&[&str], &str) = match self.transport {
+            McpTransportKind::Stdio => (&["command", "args", "cwd", "env"], "command"),
+            McpTransportKind::Http => (&["url", "headers_env"], "url"),
+        };
+        let transport = match self.transport {
+            McpTransportKind::Stdio => "stdio",
+            McpTransportKind::Http => "http",
+        };
+        if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
+            return Err(format!("transport {transport} does not take `{key}`"));
+        }
+        if !set.iter().any(|(key, present)| *present && *key == needed) {
+            return Err(format!("transport {transport} needs `{needed}`"));
+        }
+        if let Some(url) = &self.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!("url `{url}` must start with http:// or https://"));
+            }
+        }
+        if self.call_timeout_ms == 0 {
+            return Err("call_timeout_ms must be at least 1".into());
+        }
+        if self.max_result_bytes == 0 {
+            return Err("max_result_bytes must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// `[tools]`: the host's tool policy.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Globs over tool names (`fs__read_*`, `list_subagents`): what the
+    /// `restricted` tool scope allows. Default: the orchestration tools
+    /// `[policy] restricted_tools` allows, plus every MCP tool whose
+    /// annotations say `readOnlyHint: true`.
+    #[serde(default)]
+    pub restricted: Option<Vec<String>>,
+}
