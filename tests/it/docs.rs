@@ -1,4 +1,4 @@
-//! The documentation against the code: README.md and docs/*.md.
+//! The documentation against the code: README.md, BENCHMARKS.md, docs/*.md.
 //!
 //! - Every shell block (```sh, bash, console, shell) is preceded by a marker:
 //!   `<!-- run by: PATH (NAME) -->` (PATH holds `"NAME"`: the test there
@@ -44,9 +44,9 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and every docs/*.md, by path relative to the crate root.
+/// README.md, BENCHMARKS.md and every docs/*.md, relative to the crate root.
 fn markdown_files() -> Vec<String> {
-    let mut files = vec!["README.md".to_owned()];
+    let mut files = vec!["README.md".to_owned(), "BENCHMARKS.md".to_owned()];
     let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
         .expect("docs/")
         .map(|entry| entry.expect("a docs/ entry").file_name().to_string_lossy().into_owned())
