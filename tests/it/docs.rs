@@ -85,7 +85,8 @@ fn blocks(file: &str) -> Vec<Block> {
             .map(|line| line.trim())
             .filter(|line| line.starts_with("<!--"))
             .map(str::to_owned);
-        let body: Vec<&str> = lines[start + 1..end].iter().map(|line| line.get(indent..).unwrap_or(line.trim())).collect();
+        let body: Vec<&str> =
+            lines[start + 1..end].iter().map(|line| line.get(indent..).unwrap_or(line.trim())).collect();
         found.push(Block {
             place: format!("{file}:{}", start + 1),
             lang: info.trim().to_owned(),
@@ -306,7 +307,13 @@ fn the_full_config_example_loads_shows_the_defaults_and_starts_the_host() {
     let uncommented: String = text
         .lines()
         .map(|line| match line.strip_prefix("# ") {
-            Some(rest) if rest.split_once(" = ").is_some_and(|(key, _)| key.chars().all(|c| c.is_ascii_lowercase() || c == '_')) => rest,
+            Some(rest)
+                if rest
+                    .split_once(" = ")
+                    .is_some_and(|(key, _)| key.chars().all(|c| c.is_ascii_lowercase() || c == '_')) =>
+            {
+                rest
+            }
             _ => line,
         })
         .map(|line| format!("{line}\n"))
@@ -331,19 +338,25 @@ fn config_keys() -> Vec<(String, String)> {
             let trimmed = line.trim();
             if trimmed.starts_with("#[derive(") {
                 deserialized = trimmed.contains("Deserialize");
-            } else if let Some(rest) = trimmed.strip_prefix("pub struct ").or_else(|| trimmed.strip_prefix("pub enum ")) {
+            } else if let Some(rest) = trimmed.strip_prefix("pub struct ").or_else(|| trimmed.strip_prefix("pub enum "))
+            {
                 let name = rest.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("").to_owned();
                 current = deserialized.then_some((name, trimmed.starts_with("pub enum")));
             } else if line.starts_with('}') {
                 current = None;
             } else if let Some((owner, is_enum)) = &current {
                 let ident = if *is_enum {
-                    (line.starts_with("    ") && !line.starts_with("     ") && !trimmed.starts_with("//") && !trimmed.starts_with('#'))
-                        .then(|| trimmed.trim_end_matches(',').to_ascii_lowercase())
+                    (line.starts_with("    ")
+                        && !line.starts_with("     ")
+                        && !trimmed.starts_with("//")
+                        && !trimmed.starts_with('#'))
+                    .then(|| trimmed.trim_end_matches(',').to_ascii_lowercase())
                 } else {
                     trimmed.strip_prefix("pub ").and_then(|f| f.split_once(':')).map(|(f, _)| f.to_owned())
                 };
-                if let Some(ident) = ident.filter(|i| !i.is_empty() && i.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) {
+                if let Some(ident) =
+                    ident.filter(|i| !i.is_empty() && i.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                {
                     keys.push((owner.clone(), ident));
                 }
             }
@@ -355,7 +368,8 @@ fn config_keys() -> Vec<(String, String)> {
 #[test]
 fn every_config_key_the_code_accepts_is_documented() {
     let keys = config_keys();
-    let expected = ["max_tokens_per_session", "max_running_per_parent", "lease_ms", "on_restart", "record_content", "normal"];
+    let expected =
+        ["max_tokens_per_session", "max_running_per_parent", "lease_ms", "on_restart", "record_content", "normal"];
     for key in expected {
         assert!(keys.iter().any(|(_, k)| k == key), "the scan of src/config finds {key}: {keys:?}");
     }
