@@ -248,9 +248,39 @@ fn the_readme_quickstart_runs_as_written_and_ctrl_c_stops_the_server() {
     ] {
         assert!(said.contains(wanted), "the quickstart's stream has no {wanted}: {said}");
     }
+    // The metrics page of observability.md, scraped from the same host: the
+    // families it lists are the ones the host exports.
+    let scrape = run_to_end(bash(
+        &dir.0,
+        &named_block("docs/observability.md", "metrics-scrape").replace("127.0.0.1:8080", &addr),
+    ));
+    assert_eq!(metric_families(&String::from_utf8_lossy(&scrape.stdout)), documented_metrics());
     // Ctrl-C in the server's terminal: SIGINT, and a clean exit.
     signal(&server.0, "INT");
     assert!(wait(&mut server.0).success(), "Ctrl-C stops the server cleanly");
+}
+
+/// The metric families of a scrape in the classic text format (`# TYPE`).
+fn metric_families(scrape: &str) -> Vec<String> {
+    let mut names: Vec<String> = scrape
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The metrics docs/observability.md lists: its table's first column.
+fn documented_metrics() -> Vec<String> {
+    let mut names: Vec<String> = read("docs/observability.md")
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `subagentd_"))
+        .map(|rest| format!("subagentd_{}", rest.split(['`', '{']).next().unwrap_or("")))
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]
@@ -405,6 +435,67 @@ fn no_page_cites_internal_history_except_the_perf_history() {
         }
     }
     assert!(wrong.is_empty(), "internal history outside docs/perf-history.md:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let base = Path::new(&file).parent().unwrap_or(Path::new("")).to_path_buf();
+        for target in links(&read(&file)) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let linked = if path.is_empty() { file.clone() } else { normalize(&base.join(path)) };
+            if !root().join(&linked).exists() {
+                broken.push(format!("{file}: {target} (no such file)"));
+                continue;
+            }
+            if !anchor.is_empty() && !read(&linked).lines().filter_map(heading).any(|h| slug(h) == anchor) {
+                broken.push(format!("{file}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The targets of `[text](target)` links.
+fn links(text: &str) -> Vec<String> {
+    text.match_indices("](")
+        .filter_map(|(at, _)| text[at + 2..].split_once(')').map(|(target, _)| target.to_owned()))
+        .filter(|target| !target.contains(' '))
+        .collect()
+}
+
+fn heading(line: &str) -> Option<&str> {
+    line.starts_with('#').then(|| line.trim_start_matches('#').trim())
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped,
+/// spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// `docs/../README.md` → `README.md`.
+fn normalize(path: &Path) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.iter().map(|p| p.to_str().unwrap_or("")) {
+        match part {
+            ".." => {
+                parts.pop();
+            }
+            "." | "" => {}
+            _ => parts.push(part),
+        }
+    }
+    parts.join("/")
 }
 
 /// "issue 15", "issue #5", "round 3".
