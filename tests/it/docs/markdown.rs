@@ -221,12 +221,19 @@ fn normalize(path: &Path) -> String {
     parts.join("/")
 }
 
-/// "issue 15", "issue #5", "round 3".
+/// "issue 15", "issue #5", "round 3", or a commit hash in backticks.
 fn cites_history(line: &str) -> bool {
-    ["issue ", "issues ", "round "].iter().any(|word| {
+    let numbered = ["issue ", "issues ", "round "].iter().any(|word| {
         line.match_indices(word).any(|(at, _)| {
             let rest = line[at + word.len()..].trim_start_matches('#');
             rest.starts_with(|c: char| c.is_ascii_digit())
         })
-    })
+    });
+    let hash = line.split('`').skip(1).step_by(2).any(|code| {
+        (7..=40).contains(&code.len())
+            && code.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+            && code.chars().any(|c| c.is_ascii_digit())
+            && code.chars().any(|c| c.is_ascii_alphabetic())
+    });
+    numbered || hash
 }
