@@ -1,4 +1,4 @@
-//! The README's library example: one session, one subagent, one task, its
+//! The library example of docs/library.md: one session, one subagent, one task, its
 //! result. CI runs it (`cargo run --release --example library`).
 
 use std::sync::Arc;

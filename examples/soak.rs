@@ -4,7 +4,7 @@
 //! in the middle and at the end, with a verdict on whether RSS stays flat
 //! after warm-up: the median and the floor of the per-second samples in the
 //! last tenth of the run (at most 60 s) within 10 % of those in the same
-//! span after warm-up. Results go to BENCHMARKS.md ("Soak (issue 9)").
+//! span after warm-up. Results go to BENCHMARKS.md ("Faults: chaos and soak").
 //!
 //! Run: `cargo build --release && cargo run --release --example soak -- --minutes 10`
 //!

@@ -94,7 +94,7 @@ async fn allowances_are_reserved_refused_past_the_remainder_and_flow_back() {
     assert_eq!(bad.code, ErrorCode::SchemaViolation);
 }
 
-/// README, "Budgets and limits": the worked example, row by row.
+/// docs/lifecycle.md, "Budgets": the worked example, row by row.
 #[actix_rt::test]
 async fn the_worked_example_of_the_readme() {
     let host = Host::new(HostConfig::default());

@@ -50,6 +50,7 @@ mod caps;
 mod chaos;
 mod cluster;
 mod cluster_store;
+mod docs;
 mod durable;
 mod e2e_admin;
 mod e2e_http;

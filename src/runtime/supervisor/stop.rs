@@ -90,7 +90,7 @@ impl Supervisor {
         async move {
             // Outside tokio's cooperative budget: one future waits on every
             // member, and a budget of 128 per poll would make it yield and be
-            // polled again many times over (see BENCHMARKS.md).
+            // polled again many times over (see docs/perf-history.md).
             let all =
                 futures_util::future::join(join_all(stopping), join_all(waits.iter().map(|gone| gone.cancelled())));
             let (ids, _) = tokio::task::unconstrained(all).await;
