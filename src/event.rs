@@ -47,11 +47,14 @@ pub enum EventKind {
     /// A delegated task waits for a running slot (`READY`): it starts when
     /// a concurrency cap allows.
     Queued,
+    /// A model call of the task waits at its provider's gate (content:
+    /// `provider`, `position`, `estimated_wait_ms`); the status stays.
+    Throttled,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Spawned,
         Self::Delegated,
         Self::StatusChanged,
@@ -66,6 +69,7 @@ impl EventKind {
         Self::Resumed,
         Self::BudgetExceeded,
         Self::Queued,
+        Self::Throttled,
     ];
 
     /// Whether the event ends a task (or the subagent): its content then
@@ -94,6 +98,7 @@ impl EventKind {
             Self::Resumed => "resumed",
             Self::BudgetExceeded => "budget_exceeded",
             Self::Queued => "queued",
+            Self::Throttled => "throttled",
         }
     }
 }
@@ -125,6 +130,15 @@ pub enum EventDetail {
     Resumed {
         /// Its run number: 2 for its first run after a restart.
         attempt: u32,
+    },
+    /// A model call waits at a provider's gate.
+    Throttled {
+        /// The provider (a configured `[[providers]]` name).
+        provider: Arc<str>,
+        /// Its place in the gate's queue (1: next).
+        position: u64,
+        /// The estimated wait, in milliseconds.
+        estimated_wait_ms: u64,
     },
 }
 
@@ -255,6 +269,14 @@ impl WireEvent<'_> {
                 text.raw(b",\"attempt\":");
                 text.number((*attempt).into());
             }
+            EventDetail::Throttled { provider, position, estimated_wait_ms } => {
+                text.raw(b",\"provider\":");
+                text.string(provider);
+                text.raw(b",\"position\":");
+                text.number(*position);
+                text.raw(b",\"estimated_wait_ms\":");
+                text.number(*estimated_wait_ms);
+            }
         }
         text.raw(b"}");
     }
@@ -295,6 +317,11 @@ impl Serialize for WireContent<'_> {
                 }
             }
             EventDetail::Resumed { attempt } => map.serialize_entry("attempt", attempt)?,
+            EventDetail::Throttled { provider, position, estimated_wait_ms } => {
+                map.serialize_entry("provider", &**provider)?;
+                map.serialize_entry("position", position)?;
+                map.serialize_entry("estimated_wait_ms", estimated_wait_ms)?;
+            }
         }
         map.end()
     }

@@ -1,9 +1,11 @@
 //! The routing table built from the config file's `[[routes]]`: the adapter
 //! each route names (checked for the keys it needs and none it ignores),
-//! and the host's tool policy from `[policy]`.
+//! the provider gates they share, and the host's tool policy from `[policy]`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::provider::{self, Gate};
 use super::{command, openai, ScriptedAdapter};
 use crate::config::{AdapterKind, FileConfig, RouteConfig};
 use crate::runtime::task::{AdapterRouter, AgentAdapter};
@@ -23,6 +25,17 @@ pub fn build_route_with_policy(
     policy: &openai::ToolPolicy,
     record_content: bool,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
+    build_route_with_gates(route, policy, record_content, &HashMap::new())
+}
+
+/// [`build_route_with_policy`] with the host's provider gates (the
+/// config's `[[providers]]`), of which a route's `provider` names one.
+pub fn build_route_with_gates(
+    route: &RouteConfig,
+    policy: &openai::ToolPolicy,
+    record_content: bool,
+    gates: &HashMap<String, Arc<Gate>>,
+) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", route.model);
     let adapter = route.adapter.as_str();
     let set = [
@@ -35,10 +48,23 @@ pub fn build_route_with_policy(
         ("program", route.program.is_some()),
         ("args", !route.args.is_empty()),
         ("on_restart", route.on_restart.is_some()),
+        ("provider", route.provider.is_some()),
+        ("retry", route.retry.is_some()),
+        ("structured_output", route.structured_output.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
         AdapterKind::Scripted => &[],
-        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model", "stream", "progress_ms", "ca_file"],
+        AdapterKind::Openai => &[
+            "base_url",
+            "api_key_env",
+            "upstream_model",
+            "stream",
+            "progress_ms",
+            "ca_file",
+            "provider",
+            "retry",
+            "structured_output",
+        ],
         AdapterKind::Command => &["program", "args", "on_restart"],
     };
     if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
@@ -58,6 +84,17 @@ pub fn build_route_with_policy(
             config.record_content = record_content;
             config.stream = route.stream.unwrap_or(false);
             config.ca_file = route.ca_file.clone();
+            if let Some(name) = &route.provider {
+                let gate = gates.get(name).ok_or_else(|| fail(format!("unknown provider `{name}`")))?;
+                config.gate = Some(gate.clone());
+            }
+            if let Some(retry) = route.retry {
+                if retry.max_attempts == 0 {
+                    return Err(fail("retry.max_attempts must be at least 1".into()));
+                }
+                config.retry = retry.into();
+            }
+            config.structured_output = route.structured_output.unwrap_or(false);
             if let Some(ms) = route.progress_ms {
                 config.progress_every = std::time::Duration::from_millis(ms);
             }
@@ -87,12 +124,14 @@ pub fn tool_policy(file: &FileConfig) -> Result<openai::ToolPolicy, String> {
 }
 
 /// The routing table of a config file: each route in order, the scripted
-/// adapter for every other model.
+/// adapter for every other model. The `[[providers]]` gates are made here,
+/// once: every route naming a provider shares its gate.
 pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
     let policy = tool_policy(file)?;
+    let gates = provider::gates(file);
     let mut router = AdapterRouter::default();
     for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build_route_with_policy(route, &policy, file.telemetry.record_content)
+        let adapter = build_route_with_gates(route, &policy, file.telemetry.record_content, &gates)
             .map_err(|err| format!("routes[{index}]: {err}"))?;
         router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
     }

@@ -4,8 +4,10 @@
 
 mod file;
 mod limits;
+mod providers;
 
 pub use file::{
     AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,
 };
 pub use limits::Limits;
+pub use providers::{Jitter, ProviderConfig, RetryConfig};

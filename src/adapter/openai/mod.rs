@@ -15,7 +15,11 @@
 //! - `conversation`: the tool-calling loop of one task.
 //! - `prompt`: the system prompt, mailbox messages and memory as history.
 //! - `checkpoint`: what a task saves, and what a resumed one still owes.
-//! - `client`: the HTTP call, retries (429, 5xx) and reply parsing.
+//! - `client`: the HTTP call and reply parsing.
+//! - `retry`: [`RetryPolicy`] and the retry loop, through the route's
+//!   provider gate.
+//! - `structured`: `metadata.output_schema` in the request, and the
+//!   check (and one repair round) of the answer.
 //! - [`schemas`]: the tools a model may be offered, their names and JSON
 //!   schemas.
 //! - [`policy`]: which of them a subagent may call: the host's
@@ -42,8 +46,10 @@ mod conversation;
 mod openai_adapter;
 pub mod policy;
 mod prompt;
+mod retry;
 pub mod schemas;
 mod stream;
+mod structured;
 #[cfg(feature = "tls")]
 mod tls;
 mod tool_calls;

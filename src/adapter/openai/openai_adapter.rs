@@ -10,6 +10,7 @@ use super::conversation::conversation;
 #[cfg(feature = "tls")]
 use super::tls;
 use super::ToolPolicy;
+use crate::adapter::provider::Gate;
 use crate::protocol::wire::RawObject;
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 
@@ -41,6 +42,12 @@ pub struct OpenAiConfig {
     /// PEM certificates trusted besides the public roots (an https
     /// `base_url` behind a private CA); needs the `tls` feature.
     pub ca_file: Option<std::path::PathBuf>,
+    /// The gate of the route's provider (`provider = "…"`), shared with
+    /// every route naming it; `None`: calls go straight out.
+    pub gate: Option<Arc<Gate>>,
+    /// Send a task's `metadata.output_schema` as `response_format` (else
+    /// it goes in the prompt).
+    pub structured_output: bool,
 }
 
 impl OpenAiConfig {
@@ -58,6 +65,8 @@ impl OpenAiConfig {
             stream: false,
             progress_every: Duration::from_millis(100),
             ca_file: None,
+            gate: None,
+            structured_output: false,
         }
     }
 }

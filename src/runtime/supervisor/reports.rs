@@ -24,7 +24,7 @@ impl Supervisor {
             let entry = &self.index[&msg.id];
             return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
         }
-        if msg.kind != EventKind::Progress {
+        if !matches!(msg.kind, EventKind::Progress | EventKind::Throttled) {
             entry.apply(msg.kind, msg.status);
             self.listed = None;
         }
