@@ -24,8 +24,12 @@ const GUARD: Duration = Duration::from_secs(30);
 fn adapter(server: &FakeServer, api_key_env: Option<&str>) -> Arc<OpenAiAdapter> {
     let mut config = OpenAiConfig::new(server.base_url.clone());
     config.api_key_env = api_key_env.map(str::to_owned);
-    config.retry =
-        RetryPolicy { max_retries: 4, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50) };
+    config.retry = RetryPolicy {
+        max_retries: 4,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(50),
+        ..RetryPolicy::default()
+    };
     Arc::new(OpenAiAdapter::new(config).expect("adapter"))
 }
 
@@ -228,7 +232,7 @@ async fn a_dead_model_server_fails_naming_its_url_and_its_route() {
     let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"));
     config.route_model = Some("dead-*".into());
     config.retry =
-        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
+        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10), ..RetryPolicy::default() };
     let adapter = Arc::new(OpenAiAdapter::new(config).expect("adapter"));
     let router = AdapterRouter::default().route("dead-*", adapter).expect("route");
     let host = Host::new(HostConfig { router, ..Default::default() });

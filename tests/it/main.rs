@@ -22,6 +22,9 @@
 //! - `teardown`: close, drain, merge, cancel and terminate of large trees
 //!   stay correct where they were made linear.
 //! - `model`: random lifecycle sequences against a reference model (proptest).
+//! - `provider_gates`, `structured_output`: the openai adapter's calls
+//!   through shared provider gates against a fake provider with limits,
+//!   partial merges, and answers checked against `metadata.output_schema`.
 //!
 //! Shared helpers: `common` (actor tests, and `eventually`: the one way to
 //! wait for a condition), `e2e_support` (the binary, the server in process
@@ -63,6 +66,8 @@ mod golden;
 mod layers;
 mod model;
 pub(crate) mod protocol;
+mod provider_gates;
+mod structured_output;
 mod recovery;
 mod server;
 mod store_resume;

@@ -138,8 +138,8 @@ impl ChatClient {
     }
 
     /// Sends every attempt through `gate`, waiting there as `session`.
-    pub(crate) fn gated(mut self, gate: Option<Arc<Gate>>, session: &Arc<str>) -> Self {
-        self.gate = gate.map(|gate| (gate, session.clone()));
+    pub(crate) fn gated(mut self, gate: Option<Arc<Gate>>, session: Arc<str>) -> Self {
+        self.gate = gate.map(|gate| (gate, session));
         self
     }
 

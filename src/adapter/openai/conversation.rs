@@ -31,7 +31,7 @@ pub(super) async fn conversation(
     };
     let route = config.route_model.as_deref().unwrap_or(&ctx.config.model);
     let client = ChatClient::new(&config.base_url, route, api_key, config.retry.clone(), tls)
-        .gated(config.gate.clone(), ctx.session_id());
+        .gated(config.gate.clone(), ctx.session_key());
     let schema = OutputSchema::of(&ctx.task)?;
     let mut repaired = false;
     let allowed = allowed_tools(&ctx.config, &config.policy);

@@ -182,15 +182,25 @@ impl State {
         }
     }
 
-    // The place and estimated wait of waiter `id` of `session`.
-    fn throttle(&mut self, session: &Arc<str>, id: u64, now: Instant) -> Option<Throttle> {
+    // The place and estimated wait of waiter `id` of `session`, which
+    // holds `tokens`: the calls ahead of it, each a share of the recent
+    // call time or of a bucket's refill, after a pause.
+    fn throttle(&mut self, session: &Arc<str>, id: u64, tokens: u64, now: Instant) -> Option<Throttle> {
         let ahead = self.queue.ahead_of(session, |waiter| waiter.id == id)?;
         let pause = self.paused_until.map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
-        let mut per_call = self.mean_call / f64::from(self.allowance.current().unwrap_or(u32::MAX).max(1));
-        if let Some(bucket) = &self.requests {
+        // A slot frees every call time ÷ calls allowed at once.
+        let slot = self.mean_call / f64::from(self.allowance.current().unwrap_or(u32::MAX).max(1));
+        let (mut per_call, mut first) = (slot, slot);
+        if let Some(bucket) = &mut self.requests {
             per_call = per_call.max(60.0 / bucket.capacity());
+            first = first.max(bucket.ready(1.0, now).err().map_or(0.0, |wait| wait.as_secs_f64()));
         }
-        let seconds = pause.as_secs_f64() + per_call * (ahead + 1) as f64;
+        if let Some(bucket) = &mut self.tokens {
+            let held = bucket.clamp(tokens);
+            per_call = per_call.max(held * 60.0 / bucket.capacity());
+            first = first.max(bucket.ready(held, now).err().map_or(0.0, |wait| wait.as_secs_f64()));
+        }
+        let seconds = pause.as_secs_f64() + first + per_call * ahead as f64;
         Some(Throttle { position: ahead + 1, estimated_wait: Duration::from_secs_f64(seconds.min(3600.0)) })
     }
 }
@@ -280,7 +290,7 @@ impl Gate {
                 state.queue.push(session, Waiter { id, tokens, grant: sender });
                 state.dispatch(Instant::now());
                 self.metrics.queued.set(state.queue.len() as i64);
-                let throttle = state.throttle(session, id, Instant::now());
+                let throttle = state.throttle(session, id, tokens, Instant::now());
                 (id, throttle)
             };
             let (id, throttle) = throttle;

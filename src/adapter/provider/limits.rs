@@ -104,11 +104,13 @@ impl Allowance {
         self.epoch
     }
 
-    /// A call succeeded: one more call per allowance's worth of successes,
-    /// up to the ceiling (with none, back to unbounded past twice the
-    /// calls that were in flight).
+    /// A call succeeded, `in_flight` others still out: one more call per
+    /// allowance's worth of successes, up to the ceiling (with none, back
+    /// to unbounded past twice the calls in flight, at least 32). Only
+    /// while the allowance is what holds calls back: a quiet spell does
+    /// not unlearn a limit.
     pub(super) fn grow(&mut self, in_flight: u32) {
-        if !self.now.is_finite() {
+        if !self.now.is_finite() || f64::from(in_flight + 1) < self.now.floor() {
             return;
         }
         self.now += 1.0 / self.now.max(1.0);
@@ -158,12 +160,14 @@ mod tests {
         assert!(allowance.shrink(epoch, 10));
         assert!(!allowance.shrink(epoch, 10), "the same overload answers once");
         assert_eq!(allowance.current(), Some(5));
+        allowance.grow(3);
+        assert_eq!(allowance.current(), Some(5), "not grown while calls are not held back");
         for _ in 0..6 {
-            allowance.grow(5);
+            allowance.grow(4);
         }
         assert_eq!(allowance.current(), Some(6));
         for _ in 0..200 {
-            allowance.grow(5);
+            allowance.grow(9);
         }
         assert_eq!(allowance.current(), Some(10), "never past max_concurrent");
 

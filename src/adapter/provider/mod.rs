@@ -11,6 +11,8 @@
 mod fair;
 mod gate;
 mod limits;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -218,10 +218,14 @@ impl TaskContext {
         });
     }
 
-    /// The id of the session the task runs in: what a provider gate's fair
-    /// queue serves round-robin.
-    pub fn session_id(&self) -> &Arc<str> {
-        self.log.id()
+    /// A name of the session the task runs in, what a provider gate's fair
+    /// queue serves round-robin: its id, or for a tree opened in-process
+    /// without one, its supervisor's address.
+    pub fn session_key(&self) -> Arc<str> {
+        match self.log.id() {
+            id if id.is_empty() => format!("tree@{:p}", Arc::as_ptr(&self.supervisor)).into(),
+            id => id.clone(),
+        }
     }
 
     /// Marks the task `WAITING` (on a child or the mailbox) or `RUNNING` again.
