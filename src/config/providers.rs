@@ -102,7 +102,10 @@ pub(super) fn check(config: &FileConfig) -> Result<(), String> {
             }
         }
         if route.retry.is_some_and(|retry| retry.max_attempts == 0) {
-            return Err(format!("invalid config: routes[{index}] `{}`: retry.max_attempts must be at least 1", route.model));
+            return Err(format!(
+                "invalid config: routes[{index}] `{}`: retry.max_attempts must be at least 1",
+                route.model
+            ));
         }
     }
     Ok(())

@@ -231,8 +231,12 @@ async fn a_dead_model_server_fails_naming_its_url_and_its_route() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"));
     config.route_model = Some("dead-*".into());
-    config.retry =
-        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10), ..RetryPolicy::default() };
+    config.retry = RetryPolicy {
+        max_retries: 1,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(10),
+        ..RetryPolicy::default()
+    };
     let adapter = Arc::new(OpenAiAdapter::new(config).expect("adapter"));
     let router = AdapterRouter::default().route("dead-*", adapter).expect("route");
     let host = Host::new(HostConfig { router, ..Default::default() });

@@ -66,7 +66,10 @@ async fn a_valid_answer_is_the_parsed_object_and_the_schema_goes_as_response_for
 
 #[actix_rt::test]
 async fn an_invalid_answer_gets_one_repair_round_showing_the_errors_and_its_fix_is_the_result() {
-    let server = answering(&[r#"{"city": "Tokyo", "population": "37 million"}"#, r#"{"city": "Tokyo", "population": 37400068}"#]);
+    let server = answering(&[
+        r#"{"city": "Tokyo", "population": "37 million"}"#,
+        r#"{"city": "Tokyo", "population": 37400068}"#,
+    ]);
     // A route without structured_output: the schema goes in the prompt.
     let session = host(&server, false).open_tree(Arc::new(NullSink));
     let done = run(&session, "fake-m", json!({ "output_schema": schema() })).await;
@@ -76,7 +79,10 @@ async fn an_invalid_answer_gets_one_repair_round_showing_the_errors_and_its_fix_
     assert_eq!(requests.len(), 2, "one repair round");
     let first = &requests[0].body;
     assert!(first.get("response_format").is_none());
-    assert!(messages(first)[1]["content"].as_str().unwrap().contains(&schema().to_string()), "the schema in the prompt");
+    assert!(
+        messages(first)[1]["content"].as_str().unwrap().contains(&schema().to_string()),
+        "the schema in the prompt"
+    );
     let repair = messages(&requests[1].body).last().cloned().unwrap();
     assert_eq!(repair["role"], "user");
     assert_eq!(
@@ -95,8 +101,8 @@ async fn a_second_invalid_answer_fails_the_task_with_a_typed_error_listing_the_e
     assert_eq!(
         done.error.as_deref().unwrap(),
         "output_schema_violation: the answer does not match metadata.output_schema: /: \"population\" is a \
-         required property; /: Additional properties are not allowed ('country' was unexpected); /city: 7 is not \
-         of type \"string\""
+         required property; /city: 7 is not of type \"string\"; /: Additional properties are not allowed \
+         ('country' was unexpected)"
     );
     assert_eq!(server.requests().len(), 2);
     // A schema that is not one fails before any call.

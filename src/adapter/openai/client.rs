@@ -8,8 +8,8 @@
 //! from every error text this module produces, and never logged.
 
 use awc::http::header;
-use std::sync::Arc;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 pub use super::retry::RetryPolicy;

@@ -57,7 +57,9 @@ pub(super) async fn conversation(
         }
         None => {
             let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, !allowed.is_empty()) })];
-            messages.extend(schema.as_ref().and_then(|schema| structured::prompt_message(schema, config.structured_output)));
+            messages.extend(
+                schema.as_ref().and_then(|schema| structured::prompt_message(schema, config.structured_output)),
+            );
             messages.extend(history(&ctx.memory.values()));
             say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
             (messages, Usage::default())

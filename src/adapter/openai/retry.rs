@@ -98,8 +98,7 @@ impl ChatClient {
         mut on_text: Option<&mut dyn FnMut(&str)>,
     ) -> Result<Completion, TaskError> {
         let payload = serde_json::to_vec(body).map_err(|err| TaskError(format!("cannot encode the request: {err}")))?;
-        let max_tokens =
-            body.get("max_completion_tokens").or_else(|| body.get("max_tokens")).and_then(Value::as_u64);
+        let max_tokens = body.get("max_completion_tokens").or_else(|| body.get("max_tokens")).and_then(Value::as_u64);
         let (mut counted, mut tried) = (0u32, 0u32);
         loop {
             let on_text: Option<&mut dyn FnMut(&str)> = match &mut on_text {

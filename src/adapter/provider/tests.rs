@@ -39,7 +39,11 @@ async fn waiters_are_served_round_robin_over_sessions_and_fifo_within_one() {
         places.push(place);
         tokio::spawn(async move {
             let session: Arc<str> = session.into();
-            let permit = gate.acquire(&session, None, |wait| { let _ = place_tx.send(wait.position); }).await;
+            let permit = gate
+                .acquire(&session, None, |wait| {
+                    let _ = place_tx.send(wait.position);
+                })
+                .await;
             tx.send(format!("{session}{n}")).unwrap();
             permit.finished(0);
         });
