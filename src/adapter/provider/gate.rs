@@ -53,6 +53,8 @@ pub struct GateStats {
 struct Grant {
     held: f64,
     epoch: u64,
+    // When it was granted, in seconds on the gate's clock.
+    at: f64,
 }
 
 /// A call waiting in the queue.
@@ -66,6 +68,8 @@ struct Waiter {
 }
 
 struct State {
+    // The gate's clock: the buckets count seconds from here.
+    origin: Instant,
     // Calls holding a permit.
     in_flight: u32,
     // How many may (`max_concurrent`, lowered after 429s).
@@ -118,6 +122,11 @@ impl PartialEq for Gate {
 impl Eq for Gate {}
 
 impl State {
+    // Seconds on the gate's clock.
+    fn seconds(&self, now: Instant) -> f64 {
+        now.saturating_duration_since(self.origin).as_secs_f64()
+    }
+
     // Admits a call holding `tokens` now, or says what it waits for:
     // `Err(None)` a call's end, `Err(Some(at))` a clock.
     fn admit(&mut self, tokens: u64, now: Instant) -> Result<Grant, Option<Instant>> {
@@ -132,10 +141,11 @@ impl State {
         }
         let held = self.tokens.as_ref().map_or(0.0, |bucket| bucket.clamp(tokens));
         let mut wait = Duration::ZERO;
-        if let Some(Err(short)) = self.requests.as_mut().map(|bucket| bucket.ready(1.0, now)) {
+        let at = self.seconds(now);
+        if let Some(Err(short)) = self.requests.as_mut().map(|bucket| bucket.ready(1.0, at)) {
             wait = wait.max(short);
         }
-        if let Some(Err(short)) = self.tokens.as_mut().map(|bucket| bucket.ready(held, now)) {
+        if let Some(Err(short)) = self.tokens.as_mut().map(|bucket| bucket.ready(held, at)) {
             wait = wait.max(short);
         }
         if !wait.is_zero() {
@@ -148,17 +158,18 @@ impl State {
             bucket.take(held);
         }
         self.in_flight += 1;
-        Ok(Grant { held, epoch: self.allowance.epoch() })
+        Ok(Grant { held, epoch: self.allowance.epoch(), at })
     }
 
     // Takes a grant back that no call used.
     fn undo(&mut self, grant: Grant, now: Instant) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let at = self.seconds(now);
         if let Some(bucket) = &mut self.requests {
-            bucket.settle(1.0, now);
+            bucket.settle(1.0, at);
         }
         if let Some(bucket) = &mut self.tokens {
-            bucket.settle(grant.held, now);
+            bucket.settle(grant.held, at);
         }
     }
 
@@ -191,14 +202,15 @@ impl State {
         // A slot frees every call time ÷ calls allowed at once.
         let slot = self.mean_call / f64::from(self.allowance.current().unwrap_or(u32::MAX).max(1));
         let (mut per_call, mut first) = (slot, slot);
+        let at = self.seconds(now);
         if let Some(bucket) = &mut self.requests {
             per_call = per_call.max(60.0 / bucket.capacity());
-            first = first.max(bucket.ready(1.0, now).err().map_or(0.0, |wait| wait.as_secs_f64()));
+            first = first.max(bucket.ready(1.0, at).err().map_or(0.0, |wait| wait.as_secs_f64()));
         }
         if let Some(bucket) = &mut self.tokens {
             let held = bucket.clamp(tokens);
             per_call = per_call.max(held * 60.0 / bucket.capacity());
-            first = first.max(bucket.ready(held, now).err().map_or(0.0, |wait| wait.as_secs_f64()));
+            first = first.max(bucket.ready(held, at).err().map_or(0.0, |wait| wait.as_secs_f64()));
         }
         let seconds = pause.as_secs_f64() + first + per_call * ahead as f64;
         Some(Throttle { position: ahead + 1, estimated_wait: Duration::from_secs_f64(seconds.min(3600.0)) })
@@ -210,10 +222,11 @@ impl Gate {
     pub fn new(config: &ProviderConfig) -> Arc<Self> {
         let now = Instant::now();
         let state = State {
+            origin: now,
             in_flight: 0,
             allowance: Allowance::new(config.max_concurrent),
-            requests: config.requests_per_minute.map(|rpm| Bucket::per_minute(rpm.into(), now)),
-            tokens: config.tokens_per_minute.map(|tpm| Bucket::per_minute(tpm, now)),
+            requests: config.requests_per_minute.map(|rpm| Bucket::per_minute(rpm.into(), 0.0)),
+            tokens: config.tokens_per_minute.map(|tpm| Bucket::per_minute(tpm, 0.0)),
             paused_until: None,
             queue: FairQueue::default(),
             next_id: 0,
@@ -262,7 +275,7 @@ impl Gate {
         }
         let grant = state.admit(tokens, now).ok()?;
         drop(state);
-        Some(Permit { gate: self.clone(), grant, started: now, settled: false })
+        Some(Permit { gate: self.clone(), grant, settled: false })
     }
 
     /// A permit for one call of `session`, waiting (fairly) as long as the
@@ -300,24 +313,25 @@ impl Gate {
             let mut waiting = Waiting { gate: self, session, id, receiver };
             if let Some(grant) = waiting.wait().await {
                 self.metrics.wait.observe(started.elapsed().as_secs_f64());
-                return Permit { gate: self.clone(), grant, started: Instant::now(), settled: false };
+                return Permit { gate: self.clone(), grant, settled: false };
             }
         }
     }
 
     // A call ended: its slot is free, its tokens settled, the allowance and
     // a pause adjusted by what happened; waiters are served.
-    fn release(&self, grant: Grant, started: Instant, outcome: Outcome) {
+    fn release(&self, grant: Grant, outcome: Outcome) {
         let now = Instant::now();
         let mut state = self.lock();
         let was_in_flight = state.in_flight;
         state.in_flight = state.in_flight.saturating_sub(1);
         match outcome {
             Outcome::Used(tokens) => {
+                let at = state.seconds(now);
                 if let Some(bucket) = &mut state.tokens {
-                    bucket.settle(grant.held - tokens as f64, now);
+                    bucket.settle(grant.held - tokens as f64, at);
                 }
-                let took = now.saturating_duration_since(started).as_secs_f64();
+                let took = (at - grant.at).max(0.0);
                 state.mean_call = 0.8 * state.mean_call + 0.2 * took;
                 let in_flight = state.in_flight;
                 state.allowance.grow(in_flight);
@@ -413,8 +427,6 @@ impl Drop for Waiting<'_> {
 pub struct Permit {
     gate: Arc<Gate>,
     grant: Grant,
-    // When the call was let go (its duration feeds the wait estimates).
-    started: Instant,
     // Set once given back, so the drop does not give it back again.
     settled: bool,
 }
@@ -425,7 +437,7 @@ impl Permit {
     /// allowance grows.
     pub fn finished(mut self, tokens: u64) {
         self.settled = true;
-        self.gate.release(self.grant, self.started, Outcome::Used(tokens));
+        self.gate.release(self.grant, Outcome::Used(tokens));
     }
 
     /// The provider answered 429: the allowance shrinks (once for the calls
@@ -436,7 +448,7 @@ impl Permit {
     pub fn rate_limited(mut self, retry_after: Option<Duration>) -> bool {
         self.settled = true;
         let current = self.gate.lock().allowance.epoch() == self.grant.epoch;
-        self.gate.release(self.grant, self.started, Outcome::RateLimited(retry_after));
+        self.gate.release(self.grant, Outcome::RateLimited(retry_after));
         current
     }
 }
@@ -444,7 +456,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if !self.settled {
-            self.gate.release(self.grant, self.started, Outcome::Unknown);
+            self.gate.release(self.grant, Outcome::Unknown);
         }
     }
 }

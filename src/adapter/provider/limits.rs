@@ -3,7 +3,6 @@
 //! and successes grow back (additive increase, multiplicative decrease).
 
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// A token bucket: holds up to a minute's worth, refilled continuously.
 /// Its level may go below zero when a reply used more than its call held:
@@ -16,19 +15,20 @@ pub(super) struct Bucket {
     level: f64,
     // Refill per second.
     rate: f64,
-    // When `level` was last brought up to date.
-    updated: Instant,
+    // When `level` was last brought up to date, in seconds on the gate's
+    // clock (one subtraction of instants per call, not one per bucket).
+    updated: f64,
 }
 
 impl Bucket {
     /// A full bucket of `per_minute`.
-    pub(super) fn per_minute(per_minute: u64, now: Instant) -> Self {
+    pub(super) fn per_minute(per_minute: u64, now: f64) -> Self {
         let capacity = per_minute as f64;
         Self { capacity, level: capacity, rate: capacity / 60.0, updated: now }
     }
 
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+    fn refill(&mut self, now: f64) {
+        let elapsed = (now - self.updated).max(0.0);
         self.level = (self.level + elapsed * self.rate).min(self.capacity);
         self.updated = now;
     }
@@ -45,7 +45,7 @@ impl Bucket {
     }
 
     /// `Ok` when `amount` is there now; else how long until it is.
-    pub(super) fn ready(&mut self, amount: f64, now: Instant) -> Result<(), Duration> {
+    pub(super) fn ready(&mut self, amount: f64, now: f64) -> Result<(), Duration> {
         self.refill(now);
         if self.level >= amount {
             return Ok(());
@@ -60,7 +60,7 @@ impl Bucket {
 
     /// Gives `amount` back (a call held more than it used), or takes more
     /// (negative: it used more than it held).
-    pub(super) fn settle(&mut self, amount: f64, now: Instant) {
+    pub(super) fn settle(&mut self, amount: f64, now: f64) {
         self.refill(now);
         self.level = (self.level + amount).min(self.capacity);
     }
@@ -141,14 +141,14 @@ mod tests {
 
     #[test]
     fn a_bucket_refills_over_a_minute_and_carries_a_debt() {
-        let start = Instant::now();
+        let start = 100.0;
         let mut bucket = Bucket::per_minute(60, start);
         assert!(bucket.ready(60.0, start).is_ok());
         bucket.take(60.0);
         assert_eq!(bucket.ready(1.0, start), Err(Duration::from_secs(1)));
         bucket.settle(-3.0, start);
         assert_eq!(bucket.ready(1.0, start), Err(Duration::from_secs(4)));
-        assert!(bucket.ready(1.0, start + Duration::from_secs(4)).is_ok());
+        assert!(bucket.ready(1.0, start + 4.0).is_ok());
         assert_eq!(bucket.clamp(1_000), 60.0);
     }
 
