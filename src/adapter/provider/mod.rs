@@ -5,12 +5,15 @@
 //!
 //! - `gate`: [`Gate`] and its [`Permit`]: admission, the fair wait, a
 //!   call's end settling tokens, the allowance and a `Retry-After` pause.
+//! - `state`: what the gate's lock guards: admission, serving the queue,
+//!   a waiter's place.
 //! - `fair`: the wait queue, round-robin over sessions, FIFO within one.
 //! - `limits`: token buckets and the AIMD allowance.
 
 mod fair;
 mod gate;
 mod limits;
+mod state;
 #[cfg(test)]
 mod tests;
 
