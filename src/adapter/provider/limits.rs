@@ -124,8 +124,13 @@ impl Allowance {
     /// A call admitted in `epoch` met a 429 with `in_flight` calls out
     /// (itself included): the allowance halves, once per epoch. Returns
     /// whether it did (`false`: an earlier 429 already answered this one).
+    ///
+    /// A 429 the last decrease already answered still caps the allowance
+    /// at the calls that are out without one (`in_flight` less itself):
+    /// those the provider took are the best measure of what it allows.
     pub(super) fn shrink(&mut self, epoch: u64, in_flight: u32) -> bool {
         if epoch != self.epoch {
+            self.now = self.now.min(f64::from(in_flight.saturating_sub(1).max(1)));
             return false;
         }
         let base = if self.now.is_finite() { self.now } else { f64::from(in_flight) };
