@@ -165,6 +165,12 @@ mod tests {
         assert!(allowance.shrink(epoch, 10));
         assert!(!allowance.shrink(epoch, 10), "the same overload answers once");
         assert_eq!(allowance.current(), Some(5));
+        assert!(!allowance.shrink(epoch, 9));
+        assert_eq!(allowance.current(), Some(5), "capped at the 8 calls still out, above 5");
+        assert!(!allowance.shrink(epoch, 4));
+        assert_eq!(allowance.current(), Some(3), "capped at the 3 calls still out");
+        allowance = Allowance::new(Some(10));
+        allowance.shrink(0, 10);
         allowance.grow(3);
         assert_eq!(allowance.current(), Some(5), "not grown while calls are not held back");
         for _ in 0..6 {
