@@ -204,7 +204,8 @@ impl Metrics {
 }
 
 const MODEL_CALLS_HELP: &str = "Model calls, by adapter and outcome (ok, error)";
-const MODEL_CALL_DURATION_HELP: &str = "How long model calls took (retries included), by adapter";
+const MODEL_CALL_DURATION_HELP: &str =
+    "How long model calls took (retries and waits at a provider's gate included), by adapter";
 const TOKENS_HELP: &str = "Model tokens, by configured route model and type (input, output)";
 const BOUNDS_REJECTED_HELP: &str = "Requests or sessions refused at a limit, by the limit's config key";
 const AUTH_FAILURES_HELP: &str = "Refused credentials, by transport";

@@ -9,7 +9,10 @@
 //! hands the model any mailbox messages that arrived, then calls
 //! `POST {base_url}/chat/completions`; tool calls are carried out and
 //! answered, and a reply without tool calls ends the task with
-//! `{"summary", "steps", "usage"}`. Everything said is appended to memory.
+//! `{"summary", "steps", "usage"}` (with `metadata.output_schema`: the
+//! answer's JSON, checked; see `structured`). Everything said is appended
+//! to memory. A route naming a provider sends every call through that
+//! provider's gate ([`crate::adapter::provider`]).
 //!
 //! - `openai_adapter`: [`OpenAiConfig`] and [`OpenAiAdapter`].
 //! - `conversation`: the tool-calling loop of one task.
