@@ -52,11 +52,14 @@ pub enum EventKind {
     /// An MCP tool call ended (content: `tool`, `server`, `call_id`,
     /// `duration_ms`, `bytes`, `ok`, `outcome`).
     ToolResult,
+    /// A model call of the task waits at its provider's gate (content:
+    /// `provider`, `position`, `estimated_wait_ms`); the status stays.
+    Throttled,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::Spawned,
         Self::Delegated,
         Self::StatusChanged,
@@ -73,6 +76,7 @@ impl EventKind {
         Self::Queued,
         Self::ToolCall,
         Self::ToolResult,
+        Self::Throttled,
     ];
 
     /// Whether the event ends a task (or the subagent): its content then
@@ -87,7 +91,10 @@ impl EventKind {
     /// Whether the event only reports (progress, a message, a merge, a tool
     /// call): the subagent's status does not move.
     pub fn is_note(self) -> bool {
-        matches!(self, Self::Progress | Self::MessageReceived | Self::Merged | Self::ToolCall | Self::ToolResult)
+        matches!(
+            self,
+            Self::Progress | Self::Throttled | Self::MessageReceived | Self::Merged | Self::ToolCall | Self::ToolResult
+        )
     }
 
     /// The wire name.
@@ -109,6 +116,7 @@ impl EventKind {
             Self::Queued => "queued",
             Self::ToolCall => "tool_call",
             Self::ToolResult => "tool_result",
+            Self::Throttled => "throttled",
         }
     }
 }
@@ -140,6 +148,15 @@ pub enum EventDetail {
     Resumed {
         /// Its run number: 2 for its first run after a restart.
         attempt: u32,
+    },
+    /// A model call waits at a provider's gate.
+    Throttled {
+        /// The provider (a configured `[[providers]]` name).
+        provider: Arc<str>,
+        /// Its place in the gate's queue (1: next).
+        position: u64,
+        /// The estimated wait, in milliseconds.
+        estimated_wait_ms: u64,
     },
     /// An MCP tool call, and for `tool_result` how it ended.
     Tool(Box<ToolDetail>),
@@ -314,6 +331,14 @@ impl WireEvent<'_> {
                     text.name(ended.outcome);
                 }
             }
+            EventDetail::Throttled { provider, position, estimated_wait_ms } => {
+                text.raw(b",\"provider\":");
+                text.string(provider);
+                text.raw(b",\"position\":");
+                text.number(*position);
+                text.raw(b",\"estimated_wait_ms\":");
+                text.number(*estimated_wait_ms);
+            }
         }
         text.raw(b"}");
     }
@@ -364,6 +389,11 @@ impl Serialize for WireContent<'_> {
                     map.serialize_entry("ok", &(ended.outcome == "ok"))?;
                     map.serialize_entry("outcome", ended.outcome)?;
                 }
+            }
+            EventDetail::Throttled { provider, position, estimated_wait_ms } => {
+                map.serialize_entry("provider", &**provider)?;
+                map.serialize_entry("position", position)?;
+                map.serialize_entry("estimated_wait_ms", estimated_wait_ms)?;
             }
         }
         map.end()

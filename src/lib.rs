@@ -25,8 +25,10 @@
 //!   A2E namespaces as faces over the operations table, the bounded input
 //!   and outbox. → ops, admin, runtime, store.
 //! - [`adapter`]: implementations of [`AgentAdapter`] (scripted, openai,
-//!   command; the model's tool calls are a face over [`ops`]) and the
-//!   routing table built from the config. → ops, runtime, store. `admin`:
+//!   command; the model's tool calls are a face over [`ops`]), the
+//!   routing table built from the config, the provider gates every model
+//!   call of a route naming a `[[providers]]` entry passes, and the check
+//!   of a task's `output_schema`. → ops, runtime, store. `admin`:
 //!   the operator's side (open sessions, the event hub). → runtime.
 //! - [`ops`]: the table of operations (spawn, delegate, await, message,
 //!   mailbox, list, cancel, terminate, merge), one file per verb, with the

@@ -5,15 +5,22 @@
 //! - [`scripted`]: the built-in deterministic adapter (no network, no keys).
 //! - [`openai`]: OpenAI-compatible chat completions, a tool-calling loop.
 //! - [`command`]: an external program per task, JSON on stdin and stdout.
+//! - [`output_schema`]: a task's `metadata.output_schema`, compiled and
+//!   checked (structured output, for every adapter that answers).
+//! - [`provider`]: the gates of `[[providers]]`, which every model call of
+//!   a route naming one passes.
 //! - [`build_route`], [`router`] (file `routing`): the adapter a route
 //!   names, and the table.
 
 pub mod command;
 pub mod openai;
+pub mod output_schema;
+pub mod provider;
 mod routing;
 pub mod scripted;
 
 pub use routing::{
-    build_route, build_route_with_policy, build_route_with_tools, router, router_with_tools, tool_policy,
+    build_route, build_route_with_gates, build_route_with_policy, build_route_with_tools, router, router_with_tools,
+    tool_policy,
 };
 pub use scripted::ScriptedAdapter;

@@ -1,9 +1,11 @@
 //! The routing table built from the config file's `[[routes]]`: the adapter
 //! each route names (checked for the keys it needs and none it ignores),
-//! and the host's tool policy from `[policy]`.
+//! the provider gates they share, and the host's tool policy from `[policy]`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::provider::{self, Gate};
 use super::{command, openai, ScriptedAdapter};
 use crate::config::{AdapterKind, FileConfig, RouteConfig};
 use crate::runtime::task::{AdapterRouter, AgentAdapter};
@@ -24,7 +26,7 @@ pub fn build_route_with_tools(
     record_content: bool,
     tools: &Arc<ToolHost>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, tools)
+    build(route, policy, record_content, &HashMap::new(), tools)
 }
 
 /// [`build_route`] with the host's tool policy (the config's `[policy]`
@@ -35,13 +37,25 @@ pub fn build_route_with_policy(
     policy: &openai::ToolPolicy,
     record_content: bool,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, &Arc::new(ToolHost::default()))
+    build(route, policy, record_content, &HashMap::new(), &Arc::new(ToolHost::default()))
+}
+
+/// [`build_route_with_policy`] with the host's provider gates (the
+/// config's `[[providers]]`), of which a route's `provider` names one.
+pub fn build_route_with_gates(
+    route: &RouteConfig,
+    policy: &openai::ToolPolicy,
+    record_content: bool,
+    gates: &HashMap<String, Arc<Gate>>,
+) -> Result<Arc<dyn AgentAdapter>, String> {
+    build(route, policy, record_content, gates, &Arc::new(ToolHost::default()))
 }
 
 fn build(
     route: &RouteConfig,
     policy: &openai::ToolPolicy,
     record_content: bool,
+    gates: &HashMap<String, Arc<Gate>>,
     tools: &Arc<ToolHost>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", route.model);
@@ -56,10 +70,23 @@ fn build(
         ("program", route.program.is_some()),
         ("args", !route.args.is_empty()),
         ("on_restart", route.on_restart.is_some()),
+        ("provider", route.provider.is_some()),
+        ("retry", route.retry.is_some()),
+        ("structured_output", route.structured_output.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
         AdapterKind::Scripted => &[],
-        AdapterKind::Openai => &["base_url", "api_key_env", "upstream_model", "stream", "progress_ms", "ca_file"],
+        AdapterKind::Openai => &[
+            "base_url",
+            "api_key_env",
+            "upstream_model",
+            "stream",
+            "progress_ms",
+            "ca_file",
+            "provider",
+            "retry",
+            "structured_output",
+        ],
         AdapterKind::Command => &["program", "args", "on_restart"],
     };
     if let Some((key, _)) = set.iter().find(|(key, present)| *present && !accepted.contains(key)) {
@@ -80,6 +107,17 @@ fn build(
             config.stream = route.stream.unwrap_or(false);
             config.ca_file = route.ca_file.clone();
             config.tools = tools.clone();
+            if let Some(name) = &route.provider {
+                let gate = gates.get(name).ok_or_else(|| fail(format!("unknown provider `{name}`")))?;
+                config.gate = Some(gate.clone());
+            }
+            if let Some(retry) = route.retry {
+                if retry.max_attempts == 0 {
+                    return Err(fail("retry.max_attempts must be at least 1".into()));
+                }
+                config.retry = retry.into();
+            }
+            config.structured_output = route.structured_output.unwrap_or(false);
             if let Some(ms) = route.progress_ms {
                 config.progress_every = std::time::Duration::from_millis(ms);
             }
@@ -112,8 +150,9 @@ pub fn tool_policy(file: &FileConfig) -> Result<openai::ToolPolicy, String> {
 }
 
 /// The routing table of a config file: each route in order, the scripted
-/// adapter for every other model. Its openai routes offer no MCP tools:
-/// [`router_with_tools`] gives them the config's servers.
+/// adapter for every other model. The `[[providers]]` gates are made here,
+/// once: every route naming a provider shares its gate. Its openai routes
+/// offer no MCP tools: [`router_with_tools`] gives them the config's servers.
 pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
     router_with_tools(file, &Arc::new(ToolHost::default()))
 }
@@ -121,9 +160,10 @@ pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
 /// [`router`] whose openai routes offer the tools of `tools`' MCP servers.
 pub fn router_with_tools(file: &FileConfig, tools: &Arc<ToolHost>) -> Result<AdapterRouter, String> {
     let policy = tool_policy(file)?;
+    let gates = provider::gates(file);
     let mut router = AdapterRouter::default();
     for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build(route, &policy, file.telemetry.record_content, tools)
+        let adapter = build(route, &policy, file.telemetry.record_content, &gates, tools)
             .map_err(|err| format!("routes[{index}]: {err}"))?;
         router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
     }

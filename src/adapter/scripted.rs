@@ -4,11 +4,15 @@
 //! `{"summary": "Completed task: <name>", "instruction": …}`. With a script in
 //! `task.metadata.script` it runs the steps of the contract in DESIGN.md, each
 //! one step toward `max_steps`. A malformed script fails its task only.
+//! With `task.metadata.output_schema`, the result is checked as a model's
+//! answer is: a `return` that does not match gets one repair (the script's
+//! next `return`), then the task fails `output_schema_violation`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
+use super::output_schema::{violation, OutputSchema, SCHEMA_VIOLATION};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, SubagentMessagePayload, TaskDefinition, Usage};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
@@ -138,14 +142,23 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             (0, Gathered::default())
         }
     };
+    let schema = OutputSchema::of(&ctx.task)?;
     let Some(steps) = parse_script(&ctx.task.metadata)? else {
         ctx.step()?;
         // Encoded straight from the struct, with no `Value` tree between:
         // the default task is the one every benchmark runs.
         let result = DefaultResult::of(ctx);
+        if let Some(schema) = &schema {
+            let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+            schema.check_value(&value).map_err(|errors| violation(&errors))?;
+        }
         ctx.memory.say("assistant", &result.summary);
         return Ok(RawObject::encode(&result));
     };
+    // With a schema, a `return` that does not match is the one wrong answer
+    // a task may give: the script goes on (its next `return` is the repair);
+    // a second one, or none after it, fails the task.
+    let mut rejected: Option<Vec<String>> = None;
     let Gathered { mut messages, mut children, mut tokens } = gathered;
     let mut returned: Option<JsonObject> = None;
     for (index, step) in steps.into_iter().enumerate().skip(first) {
@@ -155,6 +168,15 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             Step::Progress(text) => ctx.progress(text),
             Step::Fail(text) => return Err(TaskError(text)),
             Step::Return(value) => {
+                if let Some(Err(errors)) = schema.as_ref().map(|schema| schema.check_value(&value)) {
+                    if rejected.is_some() {
+                        return Err(violation(&errors));
+                    }
+                    ctx.progress(format!("{SCHEMA_VIOLATION}: {}; repairing", errors.join("; ")));
+                    rejected = Some(errors);
+                    continue;
+                }
+                rejected = None;
                 returned = Some(match value {
                     Value::Object(object) => object,
                     other => {
@@ -215,6 +237,9 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             ctx.checkpoint(step, serde_json::to_value(&state).unwrap_or(Value::Null));
             Gathered { messages, children, tokens } = state;
         }
+    }
+    if let Some(errors) = rejected {
+        return Err(violation(&errors));
     }
     // (Encoded and read back: this path is not the benchmarks' one.)
     let mut result = returned.unwrap_or_else(|| RawObject::encode(&DefaultResult::of(ctx)).to_object());

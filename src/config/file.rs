@@ -1,6 +1,7 @@
 //! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]`,
 //! `[server]`, `[store]`, `[cluster]`, `[telemetry]`, `[admin]`,
-//! `[[mcp_servers]]` and `[tools]`.
+//! `[[providers]]` (its own file, `providers`), `[[mcp_servers]]` and
+//! `[tools]` (`mcp`).
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file; the layers
@@ -51,6 +52,9 @@ pub struct FileConfig {
     /// The host's tool policy over every tool, MCP ones included.
     #[serde(default)]
     pub tools: ToolsConfig,
+    /// Model providers' limits, shared by the routes that name them.
+    #[serde(default)]
+    pub providers: Vec<super::ProviderConfig>,
 }
 
 /// `[admin]`: the tokens of the operator's page and API (`/ui`,
@@ -254,6 +258,17 @@ pub struct RouteConfig {
     /// `host_restarted`) or `rerun` (it runs again from the start).
     #[serde(default)]
     pub on_restart: Option<OnRestart>,
+    /// `openai`: the `[[providers]]` entry whose gate its calls pass.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// `openai`: how failed calls are retried (default: five attempts,
+    /// 500 ms doubling up to 8 s, full jitter).
+    #[serde(default)]
+    pub retry: Option<super::RetryConfig>,
+    /// `openai`: send a task's `metadata.output_schema` as `response_format`
+    /// (else it goes in the prompt).
+    #[serde(default)]
+    pub structured_output: Option<bool>,
 }
 
 /// `on_restart` of a command route.
@@ -340,6 +355,7 @@ impl FileConfig {
                 format!("invalid config: routes[{index}].model `{}` is not a glob: {err}", route.model)
             })?;
         }
+        super::providers::check(self)?;
         self.check_tools()
     }
 

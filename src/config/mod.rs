@@ -5,6 +5,7 @@
 mod file;
 mod limits;
 mod mcp;
+mod providers;
 
 pub use file::{
     AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,
@@ -13,3 +14,4 @@ pub use limits::Limits;
 pub use mcp::{
     McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_RESULT_BYTES,
 };
+pub use providers::{Jitter, ProviderConfig, RetryConfig};

@@ -14,16 +14,19 @@
 //!
 //! - `registry`: [`Metrics`], every series registered, and [`metrics`].
 //! - `updates`: the updates, one method per thing that happens.
+//! - `provider`: [`ProviderMetrics`], a provider gate's series.
 //! - `task_outcome`: [`TaskOutcome`], the `outcome` label.
 //! - `text_format`: OpenMetrics or the classic text format.
 //! - `sharded`: counters and gauges in per-thread slots.
 
+mod provider;
 mod registry;
 mod sharded;
 mod task_outcome;
 mod text_format;
 mod updates;
 
+pub(crate) use provider::ProviderMetrics;
 pub(crate) use registry::metrics;
 pub(crate) use task_outcome::TaskOutcome;
 pub(crate) use text_format::content_type;

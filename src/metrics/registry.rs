@@ -20,6 +20,8 @@ use crate::protocol::wire::SubagentStatus;
 type Labels<const N: usize> = [(&'static str, &'static str); N];
 /// The label set of per-model token counts (the model is a configured route's).
 type ModelLabels = [(&'static str, String); 2];
+/// The label set of a provider gate's series (a configured provider's name).
+type ProviderLabels = [(&'static str, String); 1];
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 /// Label sets naming configured MCP servers and the tools they list.
 pub(super) type OwnedLabels<const N: usize> = [(&'static str, String); N];
@@ -65,6 +67,10 @@ pub(crate) struct Metrics {
     pub(super) mcp_server_state: Family<OwnedLabels<2>, Gauge>,
     pub(super) tool_calls: Family<OwnedLabels<3>, Counter>,
     pub(super) tool_call_duration: HistogramFamily<OwnedLabels<2>>,
+    pub(super) provider_queued: Family<ProviderLabels, Gauge>,
+    pub(super) provider_wait: HistogramFamily<ProviderLabels>,
+    pub(super) provider_gated: Family<ProviderLabels, Counter>,
+    pub(super) provider_rate_limited: Family<ProviderLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -167,6 +173,14 @@ impl Metrics {
             Unit::Seconds,
             tool_call_duration.clone(),
         );
+        let provider_queued = Family::default();
+        registry.register("provider_queued", PROVIDER_QUEUED_HELP, provider_queued.clone());
+        let provider_wait: HistogramFamily<ProviderLabels> = Family::new_with_constructor(seconds_histogram);
+        registry.register_with_unit("provider_wait", PROVIDER_WAIT_HELP, Unit::Seconds, provider_wait.clone());
+        let provider_gated = Family::default();
+        registry.register("provider_gated", PROVIDER_GATED_HELP, provider_gated.clone());
+        let provider_rate_limited = Family::default();
+        registry.register("provider_rate_limited", PROVIDER_RATE_LIMITED_HELP, provider_rate_limited.clone());
 
         Self {
             registry,
@@ -189,6 +203,10 @@ impl Metrics {
             mcp_server_state,
             tool_calls,
             tool_call_duration,
+            provider_queued,
+            provider_wait,
+            provider_gated,
+            provider_rate_limited,
         }
     }
 
@@ -209,20 +227,29 @@ impl Metrics {
 }
 
 const MODEL_CALLS_HELP: &str = "Model calls, by adapter and outcome (ok, error)";
-const MODEL_CALL_DURATION_HELP: &str = "How long model calls took (retries included), by adapter";
+const MODEL_CALL_DURATION_HELP: &str =
+    "How long model calls took (retries and waits at a provider's gate included), by adapter";
 const TOKENS_HELP: &str = "Model tokens, by configured route model and type (input, output)";
 const BOUNDS_REJECTED_HELP: &str = "Requests or sessions refused at a limit, by the limit's config key";
 const AUTH_FAILURES_HELP: &str = "Refused credentials, by transport";
+const PROVIDER_QUEUED_HELP: &str = "Model calls waiting at a provider's gate now, by provider";
+const PROVIDER_WAIT_HELP: &str = "How long gated model calls waited for their provider's gate, by provider";
+const PROVIDER_GATED_HELP: &str = "Model calls that waited at a provider's gate, by provider";
+const PROVIDER_RATE_LIMITED_HELP: &str = "429 answers from a provider, by provider";
 
 /// The families whose series come with their first sample (their labels are
 /// open-ended: route models, limits), as the encoder names them: `(name,
 /// type, help, unit)`.
-const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 5] = [
+const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 9] = [
     ("subagentd_model_calls", "counter", MODEL_CALLS_HELP, None),
     ("subagentd_model_call_duration_seconds", "histogram", MODEL_CALL_DURATION_HELP, Some("seconds")),
     ("subagentd_tokens", "counter", TOKENS_HELP, None),
     ("subagentd_bounds_rejected", "counter", BOUNDS_REJECTED_HELP, None),
     ("subagentd_auth_failures", "counter", AUTH_FAILURES_HELP, None),
+    ("subagentd_provider_queued", "gauge", PROVIDER_QUEUED_HELP, None),
+    ("subagentd_provider_wait_seconds", "histogram", PROVIDER_WAIT_HELP, Some("seconds")),
+    ("subagentd_provider_gated", "counter", PROVIDER_GATED_HELP, None),
+    ("subagentd_provider_rate_limited", "counter", PROVIDER_RATE_LIMITED_HELP, None),
 ];
 
 /// Describes (`# HELP`, `# TYPE`) each of [`LAZY_FAMILIES`] that has no

@@ -13,7 +13,7 @@
 //! | `failed`, `timeout`, `budget_exceeded` | `RUNNING`, `WAITING` | `FAILED` |
 //! | `cancelled` | `RUNNING`, `WAITING`, `READY` (a queued task) | `CANCELLED` |
 //! | `terminated` | any | `TERMINATED` |
-//! | `progress`, `message_received`, `merged` | any but `TERMINATED` | unchanged |
+//! | `progress`, `throttled`, `message_received`, `merged` | any but `TERMINATED` | unchanged |
 //!
 //! Nothing leaves `TERMINATED`.
 
@@ -75,10 +75,10 @@ const ANY_LIVE: u8 = bit(Ready) | bit(Running) | bit(Waiting) | bit(Completed) |
 
 /// The table above, as `MOVES[event][from]`: the bit set of the statuses
 /// asked for (`to`) that the event allows.
-static MOVES: [[u8; 7]; 14] = {
-    let mut table = [[0u8; 7]; 14];
+static MOVES: [[u8; 7]; EventKind::ALL.len()] = {
+    let mut table = [[0u8; 7]; EventKind::ALL.len()];
     let mut kind = 0;
-    while kind < 14 {
+    while kind < EventKind::ALL.len() {
         let on = EventKind::ALL[kind];
         let mut from = 0;
         while from < 7 {
@@ -111,6 +111,7 @@ const fn allowed(on: EventKind, from: SubagentStatus) -> u8 {
         EventKind::Terminated => bit(Terminated),
         // Not a move: the record keeps its status; nothing leaves TERMINATED.
         EventKind::Progress
+        | EventKind::Throttled
         | EventKind::MessageReceived
         | EventKind::Merged
         | EventKind::ToolCall

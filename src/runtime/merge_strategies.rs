@@ -3,7 +3,9 @@
 //!
 //! A merge first waits for every named subagent to finish, then hands the
 //! `COMPLETED` ones to the strategy; the others are reported under
-//! `not_merged`, never dropped silently.
+//! `not_merged`, never dropped silently, and the `FAILED` ones again under
+//! `failed` with their errors (`partial` says whether any source is
+//! missing from the merge).
 
 use serde_json::{json, Value};
 use std::collections::hash_map::Entry;
@@ -101,6 +103,22 @@ pub(crate) fn run(strategy: &dyn MergeStrategy, name: &str, inputs: &[MergeInput
         })
         .collect();
     merged.insert("not_merged".into(), Value::Array(not_merged));
+    // The sources that ended `FAILED` (a timeout, a spent budget, a model
+    // call that failed after its retries), each with its error: the
+    // siblings' results above are the partial result, kept whole.
+    let failed: Vec<Value> = others
+        .iter()
+        .filter(|input| input.outcome.status == SubagentStatus::Failed)
+        .map(|input| {
+            json!({
+                "subagent_id": input.subagent_id,
+                "name": input.name,
+                "error": input.outcome.error.as_deref().unwrap_or("failed"),
+            })
+        })
+        .collect();
+    merged.insert("partial".into(), json!(!others.is_empty()));
+    merged.insert("failed".into(), Value::Array(failed));
     Ok(merged)
 }
 

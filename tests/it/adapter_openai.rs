@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use subagent_host::adapter::build_route;
-use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig, RetryPolicy};
+use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::config::Limits;
-use subagent_host::config::{FileConfig, RouteConfig};
+use subagent_host::config::{FileConfig, RetryConfig, RouteConfig};
 use subagent_host::event::{Event, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::AdapterRouter;
@@ -24,8 +24,7 @@ const GUARD: Duration = Duration::from_secs(30);
 fn adapter(server: &FakeServer, api_key_env: Option<&str>) -> Arc<OpenAiAdapter> {
     let mut config = OpenAiConfig::new(server.base_url.clone());
     config.api_key_env = api_key_env.map(str::to_owned);
-    config.retry =
-        RetryPolicy { max_retries: 4, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(50) };
+    config.retry = RetryConfig { max_attempts: 5, initial_ms: 10, max_ms: 50, ..Default::default() }.into();
     Arc::new(OpenAiAdapter::new(config).expect("adapter"))
 }
 
@@ -227,8 +226,7 @@ async fn a_dead_model_server_fails_naming_its_url_and_its_route() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"));
     config.route_model = Some("dead-*".into());
-    config.retry =
-        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
+    config.retry = RetryConfig { max_attempts: 2, initial_ms: 10, max_ms: 10, ..Default::default() }.into();
     let adapter = Arc::new(OpenAiAdapter::new(config).expect("adapter"));
     let router = AdapterRouter::default().route("dead-*", adapter).expect("route");
     let host = Host::new(HostConfig { router, ..Default::default() });

@@ -22,6 +22,9 @@
 //! - `teardown`: close, drain, merge, cancel and terminate of large trees
 //!   stay correct where they were made linear.
 //! - `model`: random lifecycle sequences against a reference model (proptest).
+//! - `provider_gates`, `structured_output`: the openai adapter's calls
+//!   through shared provider gates against a fake provider with limits,
+//!   partial merges, and answers checked against `metadata.output_schema`.
 //!
 //! Shared helpers: `common` (actor tests, and `eventually`: the one way to
 //! wait for a condition), `e2e_support` (the binary, the server in process
@@ -65,10 +68,12 @@ mod layers;
 mod mcp_tools;
 mod model;
 pub(crate) mod protocol;
+mod provider_gates;
 mod recovery;
 mod server;
 mod store_resume;
 mod stress;
+mod structured_output;
 mod teardown;
 mod usage;
 mod wire_text;

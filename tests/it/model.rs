@@ -560,6 +560,7 @@ fn the_transition_function_is_the_lifecycle_table() {
             EventKind::Terminated => to == Terminated,
             // not a move: nothing changes, and nothing leaves TERMINATED.
             EventKind::Progress
+            | EventKind::Throttled
             | EventKind::MessageReceived
             | EventKind::Merged
             | EventKind::ToolCall
@@ -579,7 +580,7 @@ fn the_transition_function_is_the_lifecycle_table() {
             }
         }
     }
-    assert_eq!(checked, 7 * 14 * 7);
+    assert_eq!(checked, 7 * 15 * 7);
     // Nothing leaves TERMINATED but to TERMINATED.
     for on in EventKind::ALL {
         for to in SubagentStatus::ALL {

@@ -46,6 +46,9 @@ fn detail() -> impl Strategy<Value = EventDetail> {
         (text(), proptest::collection::vec(id(), 0..80))
             .prop_map(|(strategy, ids)| EventDetail::Merged { strategy: strategy.into(), subagent_ids: ids.into() }),
         any::<u32>().prop_map(|attempt| EventDetail::Resumed { attempt }),
+        (text(), any::<u64>(), any::<u64>()).prop_map(|(provider, position, estimated_wait_ms)| {
+            EventDetail::Throttled { provider: provider.into(), position, estimated_wait_ms }
+        }),
     ]
 }
 

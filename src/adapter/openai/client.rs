@@ -1,16 +1,20 @@
 //! The HTTP side of the openai adapter: one `POST {base_url}/chat/completions`
-//! with bounded retries, and the parsing of its reply.
+//! attempt, and the parsing of its reply (the retries around it are
+//! `retry`'s).
 //!
-//! 429, 5xx and transport errors are retried with exponential backoff that
-//! honours `Retry-After`, at most [`RetryPolicy::max_retries`] times; any
-//! other 4xx fails at once with the upstream's error text. The API key is
-//! scrubbed from every error text this module produces, and never logged.
+//! A 429, a 5xx or a transport error is worth another try, with the
+//! server's `Retry-After` (or OpenAI's `retry-after-ms`); any other 4xx
+//! fails at once with the upstream's error text. The API key is scrubbed
+//! from every error text this module produces, and never logged.
 
 use awc::http::header;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+pub use super::retry::RetryPolicy;
 use super::stream::StreamedReply;
+use crate::adapter::provider::Gate;
 use crate::runtime::task::TaskError;
 
 /// A route's own TLS client config (`ca_file`); `None`: the defaults.
@@ -24,37 +28,6 @@ pub(crate) type Tls = Option<std::convert::Infallible>;
 const MAX_BODY_BYTES: usize = 16 << 20;
 /// Longest piece of an upstream error body quoted in a task error.
 const MAX_ERROR_TEXT: usize = 500;
-/// Longest `Retry-After` honoured; a server asking for more gets this.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-
-/// How failed calls to the model server are retried.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt (so `max_retries + 1` calls at most).
-    pub max_retries: u32,
-    /// Wait before the first retry; doubled for each further one.
-    pub base_delay: Duration,
-    /// Longest computed backoff (a server's `Retry-After` is honoured instead, up to 60 s).
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// Four retries, 500 ms doubling up to 8 s.
-    fn default() -> Self {
-        Self { max_retries: 4, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(8) }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `attempt` (0-based), given the server's
-    /// `Retry-After` if any.
-    fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        match retry_after {
-            Some(asked) => asked.min(MAX_RETRY_AFTER),
-            None => self.base_delay.saturating_mul(1u32 << attempt.min(16)).min(self.max_delay),
-        }
-    }
-}
 
 /// One tool call the model asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,12 +103,14 @@ impl Completion {
 pub(crate) struct ChatClient {
     // Not Send: lives on the session's arbiter with the task.
     http: awc::Client,
-    url: String,
+    pub(super) url: String,
     // The config route that chose this server (its `model` glob), for errors.
-    route: String,
+    pub(super) route: String,
     // Only ever put in the Authorization header, and scrubbed from errors.
     api_key: Option<String>,
-    retry: RetryPolicy,
+    pub(super) retry: RetryPolicy,
+    // The provider gate every attempt passes, and the session it waits for.
+    pub(super) gate: Option<(Arc<Gate>, Arc<str>)>,
 }
 
 impl ChatClient {
@@ -159,48 +134,21 @@ impl ChatClient {
         let () = tls.map_or((), |never: std::convert::Infallible| match never {});
         let http = awc::Client::builder().disable_timeout().connector(connector).finish();
         let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-        Self { http, url, route: route.to_owned(), api_key, retry }
+        Self { http, url, route: route.to_owned(), api_key, retry, gate: None }
     }
 
-    /// Calls the model once (retrying as the policy allows); `on_retry` hears
-    /// why each retry happens. With `on_text`, the body asked for a stream
-    /// (`stream: true`) and `on_text` hears its text as it arrives (a server
-    /// that answers with one JSON reply instead is read as such).
-    pub(crate) async fn complete(
+    /// Sends every attempt through `gate`, waiting there as `session`.
+    pub(crate) fn gated(mut self, gate: Option<Arc<Gate>>, session: Arc<str>) -> Self {
+        self.gate = gate.map(|gate| (gate, session));
+        self
+    }
+
+    /// One call, no retry: its reply, why it may be retried, or why not.
+    pub(super) async fn attempt(
         &self,
-        body: &Value,
-        on_retry: impl Fn(&str),
-        mut on_text: Option<&mut dyn FnMut(&str)>,
-    ) -> Result<Completion, TaskError> {
-        let payload = serde_json::to_vec(body).map_err(|err| TaskError(format!("cannot encode the request: {err}")))?;
-        let mut attempt = 0;
-        loop {
-            let on_text: Option<&mut dyn FnMut(&str)> = match &mut on_text {
-                Some(on_text) => Some(&mut **on_text),
-                None => None,
-            };
-            let (reason, retry_after) = match self.attempt(payload.clone(), on_text).await? {
-                Attempt::Done(completion) => return Ok(completion),
-                Attempt::Retry { reason, retry_after } => (reason, retry_after),
-            };
-            if attempt >= self.retry.max_retries {
-                // Named in full: a newcomer's first failure is often a route
-                // to a server that is not running.
-                let text = format!(
-                    "model server {} (route `{}`) failed after {attempt} retries: {reason}",
-                    self.url, self.route
-                );
-                log::warn!("{text}");
-                return Err(TaskError(text));
-            }
-            let wait = self.retry.delay(attempt, retry_after);
-            on_retry(&format!("model server: {reason}; retrying in {} ms", wait.as_millis()));
-            tokio::time::sleep(wait).await;
-            attempt += 1;
-        }
-    }
-
-    async fn attempt(&self, payload: Vec<u8>, on_text: Option<&mut dyn FnMut(&str)>) -> Result<Attempt, TaskError> {
+        payload: Vec<u8>,
+        on_text: Option<&mut dyn FnMut(&str)>,
+    ) -> Result<Attempt, TaskError> {
         let mut request = self.http.post(&self.url).insert_header((header::CONTENT_TYPE, "application/json"));
         if let Some(key) = &self.api_key {
             request = request.insert_header((header::AUTHORIZATION, format!("Bearer {key}")));
@@ -211,15 +159,17 @@ impl ChatClient {
                 return Err(TaskError(self.scrub(format!("bad model server url {}: {err}", self.url))));
             }
             Err(err) => {
-                return Ok(Attempt::Retry { reason: self.scrub(format!("request failed: {err}")), retry_after: None });
+                let reason = self.scrub(format!("request failed: {err}"));
+                return Ok(Attempt::Retry { reason, retry_after: None, rate_limited: false });
             }
         };
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(header::RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|text| parse_retry_after(text, SystemTime::now()));
+        // OpenAI's `retry-after-ms` (finer) wins over `Retry-After`.
+        let header_text = |name| response.headers().get(name).and_then(|value| value.to_str().ok());
+        let retry_after = header_text(header::HeaderName::from_static("retry-after-ms"))
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .or_else(|| header_text(header::RETRY_AFTER).and_then(|text| parse_retry_after(text, SystemTime::now())));
         let streamed = response
             .headers()
             .get(header::CONTENT_TYPE)
@@ -234,6 +184,7 @@ impl ChatClient {
                 return Ok(Attempt::Retry {
                     reason: self.scrub(format!("reading the reply failed: {err}")),
                     retry_after,
+                    rate_limited: false,
                 });
             }
             Err(_) => Default::default(),
@@ -245,7 +196,7 @@ impl ChatClient {
         }
         let text = self.scrub(format!("{status}: {}", error_text(&body)));
         if status.as_u16() == 429 || status.is_server_error() {
-            Ok(Attempt::Retry { reason: text, retry_after })
+            Ok(Attempt::Retry { reason: text, retry_after, rate_limited: status.as_u16() == 429 })
         } else {
             Err(TaskError(format!("model server refused the request: {text}")))
         }
@@ -269,7 +220,7 @@ impl ChatClient {
                 Ok(chunk) => chunk,
                 Err(err) => {
                     let reason = self.scrub(format!("reading the stream failed: {err}"));
-                    return Ok(Attempt::Retry { reason, retry_after: None });
+                    return Ok(Attempt::Retry { reason, retry_after: None, rate_limited: false });
                 }
             };
             read = read.saturating_add(chunk.len());
@@ -300,9 +251,12 @@ impl std::fmt::Debug for ChatClient {
 }
 
 /// How one attempt went, when it did not fail for good.
-enum Attempt {
+pub(super) enum Attempt {
+    /// The reply.
     Done(Completion),
-    Retry { reason: String, retry_after: Option<Duration> },
+    /// Worth another try: why, the server's `Retry-After`, and whether it
+    /// was a 429.
+    Retry { reason: String, retry_after: Option<Duration>, rate_limited: bool },
 }
 
 /// A `Retry-After` value: whole seconds (`120`) or an HTTP date
@@ -387,16 +341,6 @@ pub(crate) fn parse_completion(value: &Value) -> Result<Completion, TaskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_after_wins_over_a_shorter_backoff_and_is_capped() {
-        let policy = RetryPolicy::default();
-        assert_eq!(policy.delay(0, None), Duration::from_millis(500));
-        assert_eq!(policy.delay(10, None), Duration::from_secs(8));
-        assert_eq!(policy.delay(0, Some(Duration::from_secs(3))), Duration::from_secs(3));
-        assert_eq!(policy.delay(0, Some(Duration::ZERO)), Duration::ZERO);
-        assert_eq!(policy.delay(0, Some(Duration::from_secs(3600))), MAX_RETRY_AFTER);
-    }
 
     #[test]
     fn retry_after_is_read_as_seconds_or_as_an_http_date() {

@@ -9,7 +9,9 @@ use super::checkpoint::{save, unanswered_calls, Saved};
 use super::client::{self, ChatClient, Usage};
 use super::mcp_calls::Toolbox;
 use super::prompt::{history, inbox_text, system_prompt};
-use super::{allowed_mcp_tools, allowed_tools, schemas, tool_calls, OpenAiConfig};
+use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
+use crate::adapter::output_schema::OutputSchema;
+use crate::adapter::provider::Throttle;
 use crate::metrics::metrics;
 use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
 use crate::runtime::task::{TaskContext, TaskError};
@@ -29,7 +31,10 @@ pub(super) async fn conversation(
         None => None,
     };
     let route = config.route_model.as_deref().unwrap_or(&ctx.config.model);
-    let client = ChatClient::new(&config.base_url, route, api_key, config.retry.clone(), tls);
+    let client = ChatClient::new(&config.base_url, route, api_key, config.retry.clone(), tls)
+        .gated(config.gate.clone(), ctx.session_key());
+    let schema = OutputSchema::of(&ctx.task)?;
+    let mut repaired = false;
     let allowed = allowed_tools(&ctx.config, &config.policy);
     let orchestration_definitions = schemas::definitions(&allowed);
     let toolbox = Toolbox::for_task(&config.tools, ctx).await;
@@ -55,6 +60,9 @@ pub(super) async fn conversation(
         None => {
             let any_tool = !allowed.is_empty() || !toolbox.catalog().is_empty();
             let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, any_tool) })];
+            messages.extend(
+                schema.as_ref().and_then(|schema| structured::prompt_message(schema, config.structured_output)),
+            );
             messages.extend(history(&ctx.memory.values()));
             say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
             (messages, Usage::default())
@@ -79,6 +87,9 @@ pub(super) async fn conversation(
         if !definitions.is_empty() {
             body["tools"] = Value::Array(definitions);
         }
+        if let Some(schema) = &schema {
+            structured::shape_request(&mut body, schema, config.structured_output);
+        }
         let span = trace::chat(ctx.span(), "openai", &model);
         if config.record_content && !span.is_disabled() {
             span.record("gen_ai.input.messages", body["messages"].to_string());
@@ -92,7 +103,12 @@ pub(super) async fn conversation(
         let completion = {
             let mut on_text = |text: &str| streamed.push(text);
             let on_text: Option<&mut dyn FnMut(&str)> = if config.stream { Some(&mut on_text) } else { None };
-            client.complete(&body, |note| ctx.progress(note), on_text).await
+            let on_throttle = |wait: Throttle| {
+                if let Some(gate) = &config.gate {
+                    ctx.throttled(gate.name(), wait.position, wait.estimated_wait);
+                }
+            };
+            client.complete(&body, |note| ctx.progress(note), on_throttle, on_text).await
         };
         streamed.flush();
         metrics().model_call("openai", completion.is_ok(), started.elapsed());
@@ -117,6 +133,17 @@ pub(super) async fn conversation(
         usage.add(completion.usage);
         say(completion.assistant_message(), &mut messages);
         save(ctx, &messages, usage);
+        if let (true, Some(schema)) = (completion.tool_calls.is_empty(), &schema) {
+            let text = completion.content.as_deref().unwrap_or_default();
+            match structured::check(schema, text, &mut repaired)? {
+                structured::Checked::Valid(result) => return Ok(result),
+                structured::Checked::Repair(message) => {
+                    say(message, &mut messages);
+                    save(ctx, &messages, usage);
+                    continue;
+                }
+            }
+        }
         if completion.tool_calls.is_empty() {
             let mut result = JsonObject::new();
             result.insert("summary".into(), json!(completion.content.unwrap_or_default()));

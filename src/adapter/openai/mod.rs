@@ -9,13 +9,20 @@
 //! hands the model any mailbox messages that arrived, then calls
 //! `POST {base_url}/chat/completions`; tool calls are carried out and
 //! answered, and a reply without tool calls ends the task with
-//! `{"summary", "steps", "usage"}`. Everything said is appended to memory.
+//! `{"summary", "steps", "usage"}` (with `metadata.output_schema`: the
+//! answer's JSON, checked; see `structured`). Everything said is appended
+//! to memory. A route naming a provider sends every call through that
+//! provider's gate ([`crate::adapter::provider`]).
 //!
 //! - `openai_adapter`: [`OpenAiConfig`] and [`OpenAiAdapter`].
 //! - `conversation`: the tool-calling loop of one task.
 //! - `prompt`: the system prompt, mailbox messages and memory as history.
 //! - `checkpoint`: what a task saves, and what a resumed one still owes.
-//! - `client`: the HTTP call, retries (429, 5xx) and reply parsing.
+//! - `client`: the HTTP call and reply parsing.
+//! - `retry`: [`RetryPolicy`] and the retry loop, through the route's
+//!   provider gate.
+//! - `structured`: `metadata.output_schema` in the request, and the
+//!   check (and one repair round) of the answer.
 //! - [`schemas`]: the tools a model may be offered, their names and JSON
 //!   schemas.
 //! - [`policy`]: which of them a subagent may call: the host's
@@ -44,8 +51,10 @@ mod mcp_calls;
 mod openai_adapter;
 pub mod policy;
 mod prompt;
+mod retry;
 pub mod schemas;
 mod stream;
+mod structured;
 #[cfg(feature = "tls")]
 mod tls;
 mod tool_calls;

@@ -10,6 +10,7 @@ use super::conversation::conversation;
 #[cfg(feature = "tls")]
 use super::tls;
 use super::ToolPolicy;
+use crate::adapter::provider::Gate;
 use crate::protocol::wire::RawObject;
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::tools::ToolHost;
@@ -45,6 +46,12 @@ pub struct OpenAiConfig {
     /// The MCP servers whose tools are offered beside the orchestration
     /// tools (`{server}__{tool}`), as `[tools]` and `tool_scope` allow.
     pub tools: Arc<ToolHost>,
+    /// The gate of the route's provider (`provider = "…"`), shared with
+    /// every route naming it; `None`: calls go straight out.
+    pub gate: Option<Arc<Gate>>,
+    /// Send a task's `metadata.output_schema` as `response_format` (else
+    /// it goes in the prompt).
+    pub structured_output: bool,
 }
 
 impl PartialEq for OpenAiConfig {
@@ -59,6 +66,8 @@ impl PartialEq for OpenAiConfig {
             && self.stream == other.stream
             && self.progress_every == other.progress_every
             && self.ca_file == other.ca_file
+            && self.gate == other.gate
+            && self.structured_output == other.structured_output
             && Arc::ptr_eq(&self.tools, &other.tools)
     }
 }
@@ -79,6 +88,8 @@ impl OpenAiConfig {
             progress_every: Duration::from_millis(100),
             ca_file: None,
             tools: Arc::new(ToolHost::default()),
+            gate: None,
+            structured_output: false,
         }
     }
 }

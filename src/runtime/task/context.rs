@@ -231,6 +231,35 @@ impl TaskContext {
         Arc::downgrade(&log)
     }
 
+    /// Emits a `throttled` event: a model call waits at `provider`'s gate,
+    /// `position` in line (1: next), for about `estimated_wait`.
+    pub fn throttled(&self, provider: &Arc<str>, position: usize, estimated_wait: std::time::Duration) {
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::Throttled,
+            status: SubagentStatus::Running,
+            result: None,
+            error: None,
+            detail: EventDetail::Throttled {
+                provider: provider.clone(),
+                position: position as u64,
+                estimated_wait_ms: u64::try_from(estimated_wait.as_millis()).unwrap_or(u64::MAX),
+            },
+            idle: None,
+            ticket: self.ticket,
+        });
+    }
+
+    /// A name of the session the task runs in, what a provider gate's fair
+    /// queue serves round-robin: its id, or for a tree opened in-process
+    /// without one, its supervisor's address.
+    pub fn session_key(&self) -> Arc<str> {
+        match self.log.id() {
+            id if id.is_empty() => format!("tree@{:p}", Arc::as_ptr(&self.supervisor)).into(),
+            id => id.clone(),
+        }
+    }
+
     /// Marks the task `WAITING` (on a child or the mailbox) or `RUNNING` again.
     pub fn set_waiting(&self, waiting: bool) {
         // The task runs on its actor's thread: the flag is the actor's view at

@@ -8,6 +8,10 @@
 
 #![allow(dead_code)]
 
+mod limits;
+
+pub use limits::{Counts, ProviderLimits};
+
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +37,8 @@ pub enum Reply {
     Status { code: u16, retry_after: Option<u64>, body: Value },
     /// This status with this exact `Retry-After` text (e.g. an HTTP date).
     RetryAfter { code: u16, header: String, body: Value },
+    /// 429 with OpenAI's `retry-after-ms` (and `Retry-After` in whole seconds).
+    RateLimitedMs(u64),
     /// 200 with a body that is not JSON.
     Garbage,
     /// Never answers; reports when the client closes the connection.
@@ -60,6 +66,8 @@ struct State {
     model: Box<Model>,
     seen: Mutex<Vec<Seen>>,
     closed: mpsc::UnboundedSender<()>,
+    // A provider's limits, when the fake enforces some.
+    limited: Option<limits::Limited>,
 }
 
 /// A running fake server.
@@ -73,7 +81,18 @@ pub struct FakeServer {
 impl FakeServer {
     /// Starts a server whose replies come from `model(body, call_index)`.
     pub fn start(model: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static) -> Self {
-        Self::listen(Box::new(model), None)
+        Self::listen(Box::new(model), None, None)
+    }
+
+    /// [`FakeServer::start`] behaving as a provider with these limits;
+    /// the counts say what it let through and refused.
+    pub fn start_limited(
+        limits: ProviderLimits,
+        model: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static,
+    ) -> (Self, Arc<Counts>) {
+        let counts = Arc::new(Counts::default());
+        let limited = limits::Limited { limits, counts: counts.clone() };
+        (Self::listen(Box::new(model), None, Some(limited)), counts)
     }
 
     /// [`FakeServer::start`] over TLS: `https://localhost:PORT/v1`, with a
@@ -91,19 +110,19 @@ impl FakeServer {
             .with_single_cert(vec![certified.cert.der().clone()], key)
             .expect("server config");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        (Self::listen(Box::new(model), Some(acceptor)), ca)
+        (Self::listen(Box::new(model), Some(acceptor), None), ca)
     }
 
     // Serves on a loopback port from a thread and runtime of its own, over
     // TLS when an acceptor is given.
-    fn listen(model: Box<Model>, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+    fn listen(model: Box<Model>, tls: Option<tokio_rustls::TlsAcceptor>, limited: Option<limits::Limited>) -> Self {
         // The certificate names `localhost`.
         let (scheme, host) = if tls.is_some() { ("https", "localhost") } else { ("http", "127.0.0.1") };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("addr").port();
         let (closed_tx, closed_rx) = mpsc::unbounded_channel();
-        let state = Arc::new(State { model, seen: Mutex::new(Vec::new()), closed: closed_tx });
+        let state = Arc::new(State { model, seen: Mutex::new(Vec::new()), closed: closed_tx, limited });
         let serving = state.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -156,11 +175,36 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut socket: S, state: Arc<Stat
             seen.push(Seen { body: body.clone(), authorization, at: Instant::now() });
             seen.len() - 1
         };
+        let admitted = match &state.limited {
+            Some(limited) => match limited.admit() {
+                Some(in_flight) => Some((limited, in_flight)),
+                None => {
+                    if socket.write_all(limited.refusal().as_bytes()).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            },
+            None => None,
+        };
         let (code, retry_after, text) = match (state.model)(&body, index) {
             Reply::Json(value) => (200, None, value.to_string()),
             Reply::Status { code, retry_after, body } => (code, retry_after.map(|s| s.to_string()), body.to_string()),
             Reply::RetryAfter { code, header, body } => (code, Some(header), body.to_string()),
             Reply::Garbage => (200, None, "<html>not json</html>".to_owned()),
+            Reply::RateLimitedMs(ms) => {
+                let body = r#"{"error":{"message":"slow down"}}"#;
+                let head = format!(
+                    "HTTP/1.1 429 X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                     retry-after-ms: {ms}\r\nretry-after: {}\r\n\r\n{body}",
+                    body.len(),
+                    ms.div_ceil(1000)
+                );
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                continue;
+            }
             Reply::Hang => {
                 let mut sink = [0u8; 1024];
                 while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
@@ -194,6 +238,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut socket: S, state: Arc<Stat
                 return;
             }
         };
+        // An admitted call takes its time, then leaves the in-flight count
+        // as its reply goes out.
+        if let Some((limited, in_flight)) = admitted {
+            tokio::time::sleep(limited.limits.call_time).await;
+            let used = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["usage"]["total_tokens"].as_u64());
+            limited.answered(used.unwrap_or(0));
+            drop(in_flight);
+        }
         let mut head =
             format!("HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", text.len());
         if let Some(value) = retry_after {
