@@ -30,6 +30,9 @@
 //!   call of a route naming a `[[providers]]` entry passes, and the check
 //!   of a task's `output_schema`. → ops, runtime, store. `admin`:
 //!   the operator's side (open sessions, the event hub). → runtime.
+//! - [`tools`]: MCP servers (`[[mcp_servers]]`) and one tool call done
+//!   properly. → config, metrics, protocol, `child_process` (programs die
+//!   with the host).
 //! - [`ops`]: the table of operations (spawn, delegate, await, message,
 //!   mailbox, list, cancel, terminate, merge), one file per verb, with the
 //!   [`Tree`] and [`TaskContext`] methods that carry each out. → runtime.
@@ -51,13 +54,14 @@
 //! - `error` ([`ErrorCode`], [`HostError`]) and `ids` ([`SubagentId`]).
 //!   `telemetry` (feature `otlp`): the OTLP span exporter.
 
-// One exception, allowed where it is: the command adapter's pre-exec hook
-// (`adapter::command::die_with_host`).
+// One exception, allowed where it is: the pre-exec hook that makes started
+// programs die with the host (`child_process::die_with_host`).
 #![deny(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]
 
 pub mod adapter;
 mod admin;
+mod child_process;
 pub mod config;
 mod entries;
 mod error;

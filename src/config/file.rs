@@ -367,16 +367,10 @@ impl FileConfig {
                 return Err(format!("invalid config: mcp_servers[{index}]: the name `{}` is taken", server.name));
             }
         }
-        if let Some(globs) = &self.tools.restricted {
-            if self.policy.restricted_tools.is_some() {
-                return Err("invalid config: set either [tools] restricted or [policy] restricted_tools, \
-                            not both ([tools] restricted covers MCP tools too)"
-                    .into());
-            }
-            for glob in globs {
-                glob::Pattern::new(glob)
-                    .map_err(|err| format!("invalid config: tools.restricted `{glob}` is not a glob: {err}"))?;
-            }
+        // `[tools] restricted` replaces `[policy] restricted_tools` when both are set.
+        for glob in self.tools.restricted.iter().flatten() {
+            glob::Pattern::new(glob)
+                .map_err(|err| format!("invalid config: tools.restricted `{glob}` is not a glob: {err}"))?;
         }
         Ok(())
     }

@@ -141,9 +141,10 @@ impl McpServerConfig {
 #[serde(deny_unknown_fields)]
 pub struct ToolsConfig {
     /// Globs over tool names (`fs__read_*`, `list_subagents`): what the
-    /// `restricted` tool scope allows. Default: the orchestration tools
-    /// `[policy] restricted_tools` allows, plus every MCP tool whose
-    /// annotations say `readOnlyHint: true`.
+    /// `restricted` tool scope allows (replacing `[policy]
+    /// restricted_tools`). Default: the orchestration tools `[policy]
+    /// restricted_tools` allows, plus every MCP tool whose annotations say
+    /// `readOnlyHint: true`.
     #[serde(default)]
     pub restricted: Option<Vec<String>>,
 }

@@ -159,17 +159,13 @@ impl Metrics {
         );
 
         let mcp_server_state = Family::default();
-        registry.register(
-            "mcp_server_state",
-            "MCP servers by state (connecting, ready, failed): 1 for each server's current state, else 0",
-            mcp_server_state.clone(),
-        );
+        registry.register("mcp_server_state", MCP_SERVER_STATE_HELP, mcp_server_state.clone());
         let tool_calls = Family::default();
-        registry.register("tool_calls", "MCP tool calls, by server, tool and outcome", tool_calls.clone());
+        registry.register("tool_calls", TOOL_CALLS_HELP, tool_calls.clone());
         let tool_call_duration: HistogramFamily<OwnedLabels<2>> = Family::new_with_constructor(seconds_histogram);
         registry.register_with_unit(
             "tool_call_duration",
-            "How long MCP tool calls took, by server and tool",
+            TOOL_CALL_DURATION_HELP,
             Unit::Seconds,
             tool_call_duration.clone(),
         );
@@ -236,11 +232,15 @@ const PROVIDER_QUEUED_HELP: &str = "Model calls waiting at a provider's gate now
 const PROVIDER_WAIT_HELP: &str = "How long gated model calls waited for their provider's gate, by provider";
 const PROVIDER_GATED_HELP: &str = "Model calls that waited at a provider's gate, by provider";
 const PROVIDER_RATE_LIMITED_HELP: &str = "429 answers from a provider, by provider";
+const MCP_SERVER_STATE_HELP: &str =
+    "MCP servers by state (connecting, ready, failed): 1 for each server's current state, else 0";
+const TOOL_CALLS_HELP: &str = "MCP tool calls, by server, tool and outcome";
+const TOOL_CALL_DURATION_HELP: &str = "How long MCP tool calls took, by server and tool";
 
 /// The families whose series come with their first sample (their labels are
 /// open-ended: route models, limits), as the encoder names them: `(name,
 /// type, help, unit)`.
-const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 9] = [
+const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 12] = [
     ("subagentd_model_calls", "counter", MODEL_CALLS_HELP, None),
     ("subagentd_model_call_duration_seconds", "histogram", MODEL_CALL_DURATION_HELP, Some("seconds")),
     ("subagentd_tokens", "counter", TOKENS_HELP, None),
@@ -250,6 +250,9 @@ const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 9] = [
     ("subagentd_provider_wait_seconds", "histogram", PROVIDER_WAIT_HELP, Some("seconds")),
     ("subagentd_provider_gated", "counter", PROVIDER_GATED_HELP, None),
     ("subagentd_provider_rate_limited", "counter", PROVIDER_RATE_LIMITED_HELP, None),
+    ("subagentd_mcp_server_state", "gauge", MCP_SERVER_STATE_HELP, None),
+    ("subagentd_tool_calls", "counter", TOOL_CALLS_HELP, None),
+    ("subagentd_tool_call_duration_seconds", "histogram", TOOL_CALL_DURATION_HELP, Some("seconds")),
 ];
 
 /// Describes (`# HELP`, `# TYPE`) each of [`LAZY_FAMILIES`] that has no

@@ -166,16 +166,11 @@ struct Listener {
 }
 
 impl rmcp::ClientHandler for Listener {
-    fn on_tool_list_changed(
-        &self,
-        context: NotificationContext<RoleClient>,
-    ) -> impl std::future::Future<Output = ()> + Send + '_ {
-        async move {
-            if let Some(shared) = self.shared.upgrade() {
-                log::info!("mcp server {}: its tool list changed", shared.name);
-                if let Err(why) = shared.relist(&context.peer).await {
-                    log::warn!("mcp server {}: {why}", shared.name);
-                }
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        if let Some(shared) = self.shared.upgrade() {
+            log::info!("mcp server {}: its tool list changed", shared.name);
+            if let Err(why) = shared.relist(&context.peer).await {
+                log::warn!("mcp server {}: {why}", shared.name);
             }
         }
     }
@@ -248,6 +243,8 @@ async fn connect(shared: &Arc<Shared>, stop: CancellationToken) -> Result<Runnin
             if let Some(cwd) = &config.cwd {
                 program.current_dir(cwd);
             }
+            // A host killed outright takes its servers along.
+            crate::child_process::die_with_host(&mut program);
             let (transport, stderr) = TokioChildProcess::builder(program)
                 .stderr(Stdio::piped())
                 .spawn()

@@ -237,7 +237,7 @@ fn the_full_config_example_loads_shows_the_defaults_and_starts_the_host() {
 /// `Deserialize`, and each variant (lower-cased) of such an enum.
 fn config_keys() -> Vec<(String, String)> {
     let mut keys = Vec::new();
-    for file in ["src/config/file.rs", "src/config/limits.rs"] {
+    for file in ["src/config/file.rs", "src/config/limits.rs", "src/config/mcp.rs", "src/config/providers.rs"] {
         let text = read(file);
         let mut deserialized = false;
         let mut current: Option<(String, bool)> = None;

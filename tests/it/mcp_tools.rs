@@ -51,8 +51,12 @@ fn tool_host(configs: Vec<McpServerConfig>) -> Arc<ToolHost> {
 
 fn host_with(server: &FakeServer, tools: &Arc<ToolHost>, policy: Option<&[&str]>) -> Host {
     let mut config = OpenAiConfig::new(server.base_url.clone());
-    config.retry =
-        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
+    config.retry = RetryPolicy {
+        max_retries: 1,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(10),
+        ..RetryPolicy::default()
+    };
     config.tools = tools.clone();
     if let Some(globs) = policy {
         config.policy = subagent_host::adapter::openai::ToolPolicy::globs(globs).expect("globs");

@@ -155,9 +155,13 @@ pub(super) async fn conversation(
         for call in &completion.tool_calls {
             ctx.progress(format!("step {step}: tool {}", call.name));
             let output = traced_call(ctx, config, &names, &toolbox, call, false).await;
-            // Checkpointed before the model sees it (the next call).
             say(tool_message(&call.id, output), &mut messages);
             save(ctx, &messages, usage);
+        }
+        // An MCP call's result is committed before the model sees it, so a
+        // task resumed after a crash answers it from the store.
+        if completion.tool_calls.iter().any(|call| !schemas::TOOL_NAMES.contains(&call.name.as_str())) {
+            ctx.flush_checkpoints().await;
         }
     }
 }
@@ -246,7 +250,7 @@ async fn traced_call(
     if config.record_content && !span.is_disabled() {
         span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
     }
-    let output = if !allowed.iter().any(|name| *name == call.name) {
+    let output = if !allowed.contains(&call.name) {
         json!({ "error": format!("tool `{}` is not available to this agent", call.name) })
     } else if schemas::TOOL_NAMES.contains(&call.name.as_str()) {
         tool_calls::call(ctx, allowed, call).await

@@ -87,7 +87,7 @@ fn parse_id(ctx: &TaskContext, text: &str) -> Result<SubagentId, Value> {
 /// Carries out one tool call; `allowed` is what this subagent may call
 /// (MCP tools included: a child it spawns inherits them).
 pub(crate) async fn call(ctx: &TaskContext, allowed: &[String], call: &ToolCall) -> Value {
-    if !allowed.iter().any(|name| *name == call.name) {
+    if !allowed.contains(&call.name) {
         return failure(format!("tool `{}` is not available to this agent", call.name));
     }
     let operation = match decode(ctx, allowed, call) {

@@ -24,7 +24,8 @@ impl Supervisor {
             let entry = &self.index[&msg.id];
             return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
         }
-        if !matches!(msg.kind, EventKind::Progress | EventKind::Throttled | EventKind::ToolCall | EventKind::ToolResult) {
+        if !matches!(msg.kind, EventKind::Progress | EventKind::Throttled | EventKind::ToolCall | EventKind::ToolResult)
+        {
             entry.apply(msg.kind, msg.status);
             self.listed = None;
         }
