@@ -124,7 +124,12 @@ pub async fn run(
     // MCP servers connect while the rest starts; their tools are offered once ready.
     settings.tools.start();
     let handles = workers.iter().map(|worker| worker.handle()).collect();
-    let config = HostConfig { limits: settings.limits, router: settings.router, ..Default::default() };
+    let config = HostConfig {
+        limits: settings.limits,
+        router: settings.router,
+        tools: settings.tools.clone(),
+        ..Default::default()
+    };
     let store = settings.store.clone();
     let service = Service::with_store(Host::with_workers(config, handles), settings.auth, settings.store);
     let admin = http::admin_routes::AdminApi::new(service.clone(), settings.admin_tokens);

@@ -15,4 +15,5 @@ pub mod multi_agent;
 pub mod raw;
 pub mod request;
 pub(crate) mod text;
+pub mod tool;
 pub mod wire;

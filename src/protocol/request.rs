@@ -92,11 +92,15 @@ pub enum Request {
     AgentList(AgentListRequest),
     /// `multi_agent/terminate`.
     AgentTerminate(AgentTargetRequest),
+    /// `tool/list/req` (the SDK's `tool/*` namespace).
+    ToolList(super::tool::ToolListRequest),
+    /// `tool/call/req`.
+    ToolCall(super::tool::ToolCallRequest),
 }
 
 impl Request {
     /// Every request type's wire name, in [`Request::type_index`] order.
-    pub const WIRE_TYPES: [&'static str; 16] = [
+    pub const WIRE_TYPES: [&'static str; 18] = [
         "handshake/req",
         "ping",
         "shutdown",
@@ -113,6 +117,8 @@ impl Request {
         "multi_agent/await",
         "multi_agent/list",
         "multi_agent/terminate",
+        "tool/list/req",
+        "tool/call/req",
     ];
 
     /// This request's wire name (`SUBAGENT_SPAWN_REQ` …).
@@ -128,7 +134,12 @@ impl Request {
 
     /// Whether this is a request of the SDK's `multi_agent/*` namespace.
     pub fn is_multi_agent(&self) -> bool {
-        self.type_index() >= 11
+        (11..16).contains(&self.type_index())
+    }
+
+    /// Whether this is a request of the SDK's `tool/*` namespace.
+    pub fn is_tool(&self) -> bool {
+        self.type_index() >= 16
     }
 
     /// This request's place in [`Request::WIRE_TYPES`].
@@ -150,6 +161,8 @@ impl Request {
             Self::AgentAwait(_) => 13,
             Self::AgentList(_) => 14,
             Self::AgentTerminate(_) => 15,
+            Self::ToolList(_) => 16,
+            Self::ToolCall(_) => 17,
         }
     }
 }
@@ -194,6 +207,8 @@ fn lookup(kind: &str, source: impl BodySource) -> Result<Option<Request>, HostEr
         ma::AWAIT => Request::AgentAwait(source.body()?),
         ma::LIST => Request::AgentList(source.body()?),
         ma::TERMINATE => Request::AgentTerminate(source.body()?),
+        super::tool::LIST => Request::ToolList(source.body()?),
+        super::tool::CALL => Request::ToolCall(source.body()?),
         "handshake/req" => Request::Handshake(source.body()?),
         "ping" => Request::Ping,
         "shutdown" => Request::Shutdown(source.body()?),

@@ -16,6 +16,7 @@ use crate::config::Limits;
 use crate::event::EventSink;
 use crate::ids::{IdRegistry, SubagentId};
 use crate::store::{SessionLog, StoreHandle};
+use crate::tools::ToolHost;
 
 /// What a host is built from.
 #[derive(Debug, Default)]
@@ -28,6 +29,9 @@ pub struct HostConfig {
     pub strategies: StrategyRegistry,
     /// The id registry (tests inject one with a fixed id source).
     pub ids: IdRegistry,
+    /// The MCP servers whose tools the session's clients may list and call
+    /// (`tool/*`); the openai routes of `router` hold the same.
+    pub tools: Arc<ToolHost>,
 }
 
 /// Host-wide state every session shares (read-only but for the id registry).
@@ -37,6 +41,7 @@ pub(crate) struct HostContext {
     pub router: AdapterRouter,
     pub strategies: StrategyRegistry,
     pub ids: IdRegistry,
+    pub tools: Arc<ToolHost>,
 }
 
 impl HostContext {
@@ -95,6 +100,7 @@ impl Host {
             router: config.router,
             strategies: config.strategies,
             ids: config.ids,
+            tools: config.tools,
         };
         Self { shared: Arc::new(shared), workers, next_worker: AtomicUsize::new(0) }
     }
@@ -111,13 +117,16 @@ impl Host {
 
     /// Opens a session whose events go to `sink`; nothing of it is stored.
     pub fn open_tree(&self, sink: Arc<dyn EventSink>) -> Tree {
-        self.open_logged_tree(sink, SessionLog::new("", StoreHandle::memory()))
+        // A name of its own: what its session-scoped MCP servers are kept by.
+        let name = format!("local-{}", uuid::Uuid::new_v4().simple());
+        self.open_logged_tree(sink, SessionLog::new(name, StoreHandle::memory()))
     }
 
     /// Opens a session whose events go to `sink` and whose state changes
     /// are recorded on `log`.
     pub fn open_logged_tree(&self, sink: Arc<dyn EventSink>, log: Arc<SessionLog>) -> Tree {
         let stats = Arc::new(TreeStats::default());
+        let (tools, session) = (self.shared.tools.clone(), log.id().clone());
         let shared = self.shared.clone();
         let supervisor_stats = stats.clone();
         let make = move |ctx: &mut Context<Supervisor>| {
@@ -131,6 +140,6 @@ impl Host {
             let slot = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len();
             Supervisor::start_in_arbiter(&self.workers[slot], make)
         };
-        Tree::new(addr, stats)
+        Tree::new(addr, stats, tools, session)
     }
 }

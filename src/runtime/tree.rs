@@ -15,10 +15,14 @@ use super::supervisor::{self, Supervisor};
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::store::StoredSubagent;
+use crate::tools::{McpServer, ToolHost};
 
 struct TreeInner {
     addr: Addr<Supervisor>,
     stats: Arc<TreeStats>,
+    // The host's MCP servers, and the session's name they know it by.
+    tools: Arc<ToolHost>,
+    session: Arc<str>,
 }
 
 impl Drop for TreeInner {
@@ -43,8 +47,18 @@ impl fmt::Debug for Tree {
 }
 
 impl Tree {
-    pub(super) fn new(addr: Addr<Supervisor>, stats: Arc<TreeStats>) -> Self {
-        Self { inner: Arc::new(TreeInner { addr, stats }) }
+    pub(super) fn new(addr: Addr<Supervisor>, stats: Arc<TreeStats>, tools: Arc<ToolHost>, session: Arc<str>) -> Self {
+        Self { inner: Arc::new(TreeInner { addr, stats, tools, session }) }
+    }
+
+    /// The MCP servers this session may call: the host's, and its own
+    /// (`scope = "session"`, started now on first use).
+    pub(crate) fn tool_servers(&self) -> Vec<Arc<McpServer>> {
+        let inner = Arc::downgrade(&self.inner);
+        self.inner.tools.servers_for(&self.inner.session, move || {
+            let alive: std::sync::Weak<dyn std::any::Any + Send + Sync> = inner;
+            alive
+        })
     }
 
     /// The session's supervisor, to which every operation is sent.

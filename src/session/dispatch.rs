@@ -4,6 +4,7 @@
 
 use super::face_multi_agent;
 use super::face_subagent;
+use super::face_tools;
 use super::outbox::Outbox;
 use super::reply::{ListSize, Replies, Reply};
 use crate::error::HostError;
@@ -12,7 +13,7 @@ use crate::protocol::request::Request;
 use crate::runtime::Tree;
 
 /// Serves a subagent request of either namespace (`SUBAGENT_*`,
-/// `multi_agent/*`) and returns its reply.
+/// `multi_agent/*`), or a `tool/*` request, and returns its reply.
 pub(crate) async fn serve(
     tree: Tree,
     outbox: &Outbox,
@@ -23,6 +24,9 @@ pub(crate) async fn serve(
 ) -> Reply {
     let replies = Replies { outbox, lists, req_id: &req_id };
     let caller = Caller::Client { tree: &tree, frame };
+    if request.is_tool() {
+        return face_tools::serve(&tree, &replies, request).await;
+    }
     if request.is_multi_agent() {
         let outcome = match face_multi_agent::decode(request) {
             Ok(operation) => operation.run(caller).await,

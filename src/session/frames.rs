@@ -170,13 +170,13 @@ impl Connection {
                 let grace = Duration::try_from_secs_f64(seconds).unwrap_or_default();
                 Some(Ending::Drain { end: ConnectionEnd::Shutdown, grace, req_id: Some(id) })
             }
-            request if !grant.multi_agent => {
+            request if !(if request.is_tool() { grant.tools } else { grant.multi_agent }) => {
+                let capability = if request.is_tool() { crate::protocol::tool::CAPABILITY } else { CAPABILITY };
                 let err = HostError::new(
                     ErrorCode::Unauthorized,
-                    format!("capability `{CAPABILITY}` was not requested in the handshake"),
+                    format!("capability `{capability}` was not requested in the handshake"),
                 )
-                .with_detail(json!({ "capability": CAPABILITY }));
-                let _ = request;
+                .with_detail(json!({ "capability": capability }));
                 self.outbox.push(error_line(&err, &id));
                 None
             }

@@ -21,6 +21,18 @@ pub(crate) const HANDSHAKE: &str = "handshake/req";
 pub(crate) struct Grant {
     /// The subagent requests may be served.
     pub multi_agent: bool,
+    /// The `tool/*` requests may be served (capability `tools`).
+    pub tools: bool,
+}
+
+impl Grant {
+    /// What a client asking for `caps` is granted.
+    pub(crate) fn for_caps(caps: &[String]) -> Self {
+        Self {
+            multi_agent: caps.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS),
+            tools: caps.iter().any(|cap| cap == crate::protocol::tool::CAPABILITY),
+        }
+    }
 }
 
 /// Answers a handshake; `None` grant when auth failed.
@@ -34,12 +46,14 @@ pub(crate) fn answer(
     if !auth.check(req.auth_token.as_deref()) {
         return (refuse(limits, session_id, req_id, "auth_failed"), None);
     }
-    let multi_agent = req.agent_caps.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
-    let accepted: Vec<_> = if multi_agent {
-        vec![json!({ "capability": CAPABILITY, "enabled": true, "metadata": metadata(limits) })]
-    } else {
-        Vec::new()
-    };
+    let grant = Grant::for_caps(&req.agent_caps);
+    let mut accepted = Vec::new();
+    if grant.multi_agent {
+        accepted.push(json!({ "capability": CAPABILITY, "enabled": true, "metadata": metadata(limits) }));
+    }
+    if grant.tools {
+        accepted.push(json!({ "capability": crate::protocol::tool::CAPABILITY, "enabled": true, "metadata": {} }));
+    }
     let body = json!({
         "session_id": session_id,
         "accepted_caps": accepted,
@@ -48,7 +62,7 @@ pub(crate) fn answer(
         // The SDK declares `reason: str`: `null` would get the reply dropped.
         "reason": "",
     });
-    (encode::message("handshake/resp", Some(req_id), &body), Some(Grant { multi_agent }))
+    (encode::message("handshake/resp", Some(req_id), &body), Some(grant))
 }
 
 /// A `handshake/resp` with `ok: false` and `reason` (`auth_failed`,

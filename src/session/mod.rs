@@ -38,6 +38,7 @@ mod dispatch;
 mod drain;
 mod face_multi_agent;
 mod face_subagent;
+mod face_tools;
 mod frames;
 mod handshake;
 mod input;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use super::handshake::{Grant, CAPABILITY, CAPABILITY_ALIAS};
+use super::handshake::Grant;
 use super::input;
 use super::outbox::Outbox;
 use super::outbox_ends::OutboxSink;
@@ -171,8 +171,7 @@ impl Service {
         let stop = self.shutdown.child_token();
         std::mem::forget(claim);
         self.serve_session(id, &log, &stop);
-        let multi_agent = stored.row.capabilities.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS);
-        let grant = handshaken.then_some((Grant { multi_agent }, stored.row.agent_id));
+        let grant = handshaken.then_some((Grant::for_caps(&stored.row.capabilities), stored.row.agent_id));
         let connection = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
             .restored(grant, stored.last_inbound);

@@ -46,6 +46,9 @@ struct Reply {
 enum CapabilityName {
     #[serde(rename = "multi_agent")]
     MultiAgent,
+    // The SDK's `A2ECapability.TOOLS` (`a2e/caps/base/protocol.py`).
+    #[serde(rename = "tools")]
+    Tools,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +222,83 @@ fn fits<'a, T: Deserialize<'a>>(value: &'a Value) -> Result<(), String> {
 
 /// Checks one message the host sent against the contract: `Err` says what
 /// does not fit.
+// The SDK's `tool/*` namespace (`a2e/caps/tools/protocol.py`), with
+// `a2e/caps/base/protocol.py`'s `A2EEvent` for `tool/event`.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolParameter {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    description: String,
+    #[serde(default)]
+    required: bool,
+    #[serde(default)]
+    r#enum: Option<Vec<String>>,
+    #[serde(default)]
+    properties: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolDefinition {
+    name: String,
+    description: String,
+    #[serde(default)]
+    input_parameters: Vec<ToolParameter>,
+    #[serde(default)]
+    output_parameters: Vec<ToolParameter>,
+    #[serde(default)]
+    streaming: bool,
+    #[serde(default)]
+    idempotent: bool,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    toolkit: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolListResponse {
+    tools: Vec<ToolDefinition>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolResult {
+    success: bool,
+    tool_name: String,
+    data: Option<Value>,
+    summary: Option<Value>,
+    truncated: Option<bool>,
+    exit_code: Option<i64>,
+    error: Option<String>,
+    error_code: Option<String>,
+    duration_ms: i64,
+    #[serde(default)]
+    events: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolCallResponse {
+    data: ToolResult,
+    #[serde(default)]
+    created_at: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolEvent {
+    kind: String,
+    req_id: String,
+    data: serde_json::Map<String, Value>,
+    seq: i64,
+}
+
 pub fn check(value: &Value) -> Result<(), String> {
     let envelope = Envelope::deserialize(value).map_err(|err| format!("envelope: {err}"))?;
     let kind = envelope.kind.as_str();
@@ -244,6 +324,9 @@ pub fn check(value: &Value) -> Result<(), String> {
         "multi_agent/await/resp" => fits::<AwaitResponse<AgentStatus>>(value),
         "multi_agent/list/resp" => fits::<ListResponse<AgentStatus>>(value),
         "multi_agent/terminate/resp" => fits::<AgentTerminateResponse>(value),
+        "tool/list/resp" => fits::<ToolListResponse>(value),
+        "tool/call/resp" => fits::<ToolCallResponse>(value),
+        "tool/event" => fits::<ToolEvent>(value),
         other => Err(format!("`{other}` is not a type the host may send")),
     }
     .map_err(|err| format!("{kind}: {err}"))

@@ -19,7 +19,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("config", &["error", "ids", "protocol"][..]),
         ("store", &["error", "ids", "protocol", "entries", "metrics", "config"][..]),
         ("tools", &["error", "ids", "protocol", "metrics", "config", "child_process"][..]),
-        ("runtime", &["error", "ids", "protocol", "entries", "event", "metrics", "config", "store"][..]),
+        ("runtime", &["error", "ids", "protocol", "entries", "event", "metrics", "config", "store", "tools"][..]),
         ("ops", &["error", "ids", "protocol", "entries", "event", "metrics", "config", "store", "runtime"][..]),
         ("admin", &["error", "ids", "protocol", "entries", "event", "metrics", "config", "store", "runtime"][..]),
         (
@@ -41,14 +41,16 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ),
         (
             "session",
-            &["error", "ids", "protocol", "entries", "event", "metrics", "config", "store", "runtime", "ops", "admin"]
-                [..],
+            &[
+                "error", "ids", "protocol", "entries", "event", "metrics", "config", "store", "runtime", "ops",
+                "admin", "tools",
+            ][..],
         ),
         (
             "transport",
             &[
                 "error", "ids", "protocol", "entries", "event", "metrics", "config", "store", "runtime", "ops",
-                "admin", "session",
+                "admin", "session", "tools",
             ][..],
         ),
     ])

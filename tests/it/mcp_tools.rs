@@ -337,3 +337,50 @@ async fn a_crashed_stdio_server_is_restarted_and_serves_again() {
     assert_eq!(summary(&done), "Echo: again");
     std::fs::remove_file(&pid_file).ok();
 }
+
+#[test]
+fn a2e_clients_list_and_call_the_same_tools_over_tool_namespace() {
+    let config = everything("every");
+    let server = crate::e2e_support::InProcess::start(&["--tcp", "127.0.0.1:0"], Some(&config));
+    let mut client = crate::e2e_support::LineClient::connect(server.tcp.as_deref().unwrap());
+    client.send(&json!({"type": "handshake/req", "id": "h", "agent_id": "a", "agent_caps": ["tools"]}));
+    let handshake = client.reply("h");
+    assert_eq!(handshake["accepted_caps"][0]["capability"], "tools", "{handshake}");
+    // Without `multi_agent`, the subagent requests are refused; tool/* are served.
+    client.send(&json!({"type": "multi_agent/list", "id": "l"}));
+    assert_eq!(client.reply("l")["code"], "unauthorized");
+
+    client.send(&json!({"type": "tool/list/req", "id": "t", "filter_kind": "", "filter_tags": []}));
+    let listed = client.reply("t");
+    assert_eq!(listed["type"], "tool/list/resp");
+    let tools = listed["tools"].as_array().unwrap();
+    let echo = tools.iter().find(|tool| tool["name"] == "every__echo").expect("every__echo is listed");
+    assert_eq!(echo["toolkit"], "every");
+    assert_eq!(echo["idempotent"], true);
+    assert!(echo["tags"].as_array().unwrap().contains(&json!("read_only")), "{echo}");
+    let message = echo["input_parameters"].as_array().unwrap().iter().find(|p| p["name"] == "message").unwrap();
+    assert_eq!((message["type"].as_str(), message["required"].as_bool()), (Some("string"), Some(true)));
+    client.send(&json!({"type": "tool/list/req", "id": "t2", "filter_tags": ["destructive"]}));
+    let destructive = client.reply("t2");
+    assert!(destructive["tools"].as_array().unwrap().iter().all(|tool| tool["name"] != "every__echo"));
+
+    client.send(&json!({"type": "tool/call/req", "id": "c", "tool_name": "every__echo", "arguments": {"message": "via A2E"}, "streaming": true, "correlation_id": "turn-1"}));
+    let event = client.next().expect("a tool/event");
+    assert_eq!((event["type"].as_str(), event["req_id"].as_str()), (Some("tool/event"), Some("c")), "{event}");
+    let called = client.reply("c");
+    assert_eq!(called["type"], "tool/call/resp");
+    assert_eq!(called["data"]["success"], true, "{called}");
+    assert_eq!(called["data"]["data"], "Echo: via A2E");
+
+    client.send(
+        &json!({"type": "tool/call/req", "id": "bad", "tool_name": "every__get-sum", "arguments": {"a": "x", "b": 1}}),
+    );
+    let refused = client.reply("bad");
+    assert_eq!(
+        (refused["data"]["success"].as_bool(), refused["data"]["error_code"].as_str()),
+        (Some(false), Some("invalid_arguments"))
+    );
+    client.send(&json!({"type": "tool/call/req", "id": "none", "tool_name": "every__nope", "arguments": {}}));
+    assert_eq!(client.reply("none")["data"]["error_code"], "unknown_tool");
+    server.shutdown().expect("clean shutdown");
+}

@@ -252,7 +252,7 @@ async fn requests_before_the_handshake_are_unauthorized() {
 #[actix_rt::test]
 async fn the_alias_subagents_is_accepted_under_the_canonical_name_with_limits() {
     let (_service, mut client) = opened(limits(), Auth::open());
-    let reply = client.handshake(&["subagents", "tools"]).await;
+    let reply = client.handshake(&["subagents", "memory"]).await;
     assert_eq!(reply["type"], "handshake/resp");
     assert_eq!(reply["ok"], true);
     assert!(reply["session_id"].as_str().is_some_and(|s| !s.is_empty()));
@@ -271,7 +271,8 @@ async fn the_alias_subagents_is_accepted_under_the_canonical_name_with_limits() 
 #[actix_rt::test]
 async fn a_handshake_without_the_capability_leaves_subagent_requests_unauthorized() {
     let (_service, mut client) = opened(limits(), Auth::open());
-    let reply = client.handshake(&["tools"]).await;
+    // `memory` is a capability this host does not serve.
+    let reply = client.handshake(&["memory"]).await;
     assert_eq!(reply["ok"], true);
     assert_eq!(reply["accepted_caps"], json!([]));
     let reply = client.request(json!({ "type": "SUBAGENT_LIST_REQ" }), "l").await;
