@@ -44,6 +44,7 @@ impl ToolAnswer {
 pub async fn call(server: &McpServer, tool: &McpTool, arguments: Value, cancel: &CancellationToken) -> ToolAnswer {
     let started = Instant::now();
     let answer = attempt(server, tool, arguments, cancel, started).await;
+    log::debug!("mcp server {}: {} {} in {:?}", tool.server, tool.name, answer.outcome, answer.took);
     metrics().tool_call(&tool.server, &tool.name, answer.outcome, answer.took);
     answer
 }
