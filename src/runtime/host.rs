@@ -87,6 +87,11 @@ impl fmt::Debug for Host {
 }
 
 impl Host {
+    /// The MCP servers of the host (`[[mcp_servers]]`).
+    pub(crate) fn tools(&self) -> &Arc<ToolHost> {
+        &self.shared.tools
+    }
+
     /// A host whose sessions all live on the calling arbiter (tests, embedding).
     pub fn new(config: HostConfig) -> Self {
         Self::with_workers(config, Vec::new())

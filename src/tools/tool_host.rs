@@ -7,7 +7,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::connection::McpServer;
+use super::connection::{McpServer, ServerState};
 use crate::config::{McpScope, McpServerConfig};
 
 /// What shows that a session still lives: a weak handle to something the
@@ -65,6 +65,15 @@ impl ToolHost {
                 .map(|config| McpServer::start(config.clone(), runtime))
                 .collect()
         });
+    }
+
+    /// Each host-scoped server's name, state and how many tools it lists
+    /// (what the live view shows).
+    pub fn states(&self) -> Vec<(Arc<str>, ServerState, usize)> {
+        self.shared_servers()
+            .iter()
+            .map(|server| (server.name().clone(), server.state(), server.tools().len()))
+            .collect()
     }
 
     /// The host-scoped servers (empty until started).

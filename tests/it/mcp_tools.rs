@@ -384,3 +384,26 @@ fn a2e_clients_list_and_call_the_same_tools_over_tool_namespace() {
     assert_eq!(client.reply("none")["data"]["error_code"], "unknown_tool");
     server.shutdown().expect("clean shutdown");
 }
+
+#[test]
+fn the_admin_api_behind_the_live_view_shows_each_servers_state() {
+    let config = format!(
+        "{}\n[[mcp_servers]]\nname = \"broken\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\n",
+        everything("every")
+    );
+    let server = crate::e2e_support::InProcess::start(&["--http", "127.0.0.1:0"], Some(&config));
+    let addr = server.http.clone().unwrap();
+    let servers =
+        |addr: &str| crate::e2e_support::http(addr, "GET", "/admin/sessions", &[], "").1["mcp_servers"].clone();
+    crate::common::eventually_blocking("both servers settle", GUARD, || {
+        let listed = servers(&addr);
+        let state = |name: &str| listed.as_array()?.iter().find(|s| s["name"] == name).map(|s| s["state"].clone());
+        (state("every") == Some(json!("ready")) && state("broken") == Some(json!("failed"))).then_some(listed)
+    });
+    let listed = servers(&addr);
+    let every = listed.as_array().unwrap().iter().find(|s| s["name"] == "every").unwrap();
+    assert!(every["tools"].as_u64().unwrap() > 5, "{every}");
+    let broken = listed.as_array().unwrap().iter().find(|s| s["name"] == "broken").unwrap();
+    assert!(broken["reason"].as_str().unwrap().contains("cannot start `/nonexistent/mcp-server`"), "{broken}");
+    server.shutdown().expect("clean shutdown");
+}

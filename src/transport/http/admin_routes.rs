@@ -170,7 +170,24 @@ async fn sessions(req: HttpRequest, api: web::Data<AdminApi>) -> HttpResponse {
     let listed = api.service.admin().sessions();
     // Each count asks one supervisor; they answer side by side.
     let summaries = tokio::task::unconstrained(join_all(listed.iter().map(|session| summary(session)))).await;
-    HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(json!({ "sessions": summaries }))
+    // The host's MCP servers, for the page's header.
+    let servers: Vec<_> = api
+        .service
+        .host()
+        .tools()
+        .states()
+        .into_iter()
+        .map(|(name, state, tools)| {
+            let reason = match &state {
+                crate::tools::ServerState::Failed(why) => Some(why.clone()),
+                _ => None,
+            };
+            json!({ "name": name, "state": state.as_str(), "reason": reason, "tools": tools })
+        })
+        .collect();
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(json!({ "sessions": summaries, "mcp_servers": servers }))
 }
 
 fn unknown_session(id: &str) -> HttpResponse {

@@ -42,6 +42,7 @@ async function loadSessions() {
   try {
     const body = await api("/admin/sessions");
     state.sessions = body.sessions || [];
+    state.mcpServers = body.mcp_servers || [];
     drawSessions();
     // The page opens on a session: the one the address names, else the
     // first listed (once there is one).
@@ -78,7 +79,14 @@ function drawSessions() {
     })
     .join("");
   const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
-  $("host-summary").textContent = `${plural(state.sessions.length, "session")} · ${plural(total, "subagent")}`;
+  // Each MCP server with its state: "fs ready (14 tools)", "web failed: why".
+  const servers = (state.mcpServers || []).map((server) =>
+    server.state === "ready"
+      ? `${server.name} ready (${plural(server.tools, "tool")})`
+      : `${server.name} ${server.state}${server.reason ? `: ${server.reason}` : ""}`,
+  );
+  const mcp = servers.length ? ` · MCP: ${servers.join(", ")}` : "";
+  $("host-summary").textContent = `${plural(state.sessions.length, "session")} · ${plural(total, "subagent")}${mcp}`;
 }
 
 function chooseSession(id) {
