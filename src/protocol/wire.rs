@@ -334,6 +334,9 @@ pub struct BudgetRemaining {
     /// Steps its subtree may still take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<u64>,
+    /// MCP tool calls its subtree may still make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
     /// Seconds until its wall-clock budget runs out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_seconds: Option<u64>,

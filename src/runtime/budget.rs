@@ -1,5 +1,5 @@
 //! A subagent's budget as its config states it: `metadata.budget` with any
-//! of `max_tokens`, `max_steps_total` and `max_wall_seconds`, each a
+//! of `max_tokens`, `max_steps_total`, `max_tool_calls` and `max_wall_seconds`, each a
 //! non-negative integer. Tokens and steps are kept by the usage meters
 //! (`usage`); the wall-clock part is a deadline every task of the subtree
 //! is held to.
@@ -15,7 +15,7 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::{BudgetRemaining, JsonObject};
 
 /// The keys `metadata.budget` takes.
-const KEYS: [&str; 3] = ["max_tokens", "max_steps_total", "max_wall_seconds"];
+const KEYS: [&str; 4] = ["max_tokens", "max_steps_total", "max_tool_calls", "max_wall_seconds"];
 
 /// A budget read from a config.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,6 +42,7 @@ pub(crate) fn parse(metadata: &JsonObject) -> Result<Option<Budget>, HostError> 
         match key.as_str() {
             "max_tokens" => budget.limits.tokens = Some(amount),
             "max_steps_total" => budget.limits.steps = Some(amount),
+            "max_tool_calls" => budget.limits.tool_calls = Some(amount),
             "max_wall_seconds" => budget.wall = Some(Duration::from_secs(amount.min(365 * 24 * 3600))),
             other => return Err(invalid(format!("unknown key `{other}` (known: {})", KEYS.join(", ")))),
         }
@@ -84,6 +85,7 @@ pub(crate) fn remaining(id: SubagentId, usage: &UsageMeter, wall: Option<&WallBu
     Some(Box::new(BudgetRemaining {
         tokens: usage.remaining(Resource::Tokens),
         steps: usage.remaining(Resource::Steps),
+        tool_calls: usage.remaining(Resource::ToolCalls),
         wall_seconds,
     }))
 }
@@ -102,7 +104,7 @@ mod tests {
     fn a_budget_reads_any_subset_of_its_keys() {
         assert_eq!(parse(&JsonObject::new()).unwrap(), None);
         let budget = parse(&metadata(json!({ "max_tokens": 10000, "max_wall_seconds": 30 }))).unwrap().unwrap();
-        assert_eq!(budget.limits, Limits { tokens: Some(10_000), steps: None });
+        assert_eq!(budget.limits, Limits { tokens: Some(10_000), ..Limits::default() });
         assert_eq!(budget.wall, Some(Duration::from_secs(30)));
     }
 

@@ -11,7 +11,7 @@
 //!
 //! # Budgets
 //!
-//! A meter may carry a budget of tokens and of steps (the wall-clock part of
+//! A meter may carry a budget of tokens, steps and tool calls (the wall-clock part of
 //! a budget is a deadline, kept by the actor). A child with a budget has its
 //! allowance *reserved* from its parent's remainder when it is spawned, so
 //! siblings cannot spend it; what it has not used flows back when its task
@@ -33,19 +33,19 @@ use crate::protocol::wire::Usage;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resource {
     /// Model tokens, input and output together.
-    Tokens,
+    Tokens = 0,
     /// Steps (`TaskContext::step`), summed over every task of the subtree.
-    Steps,
+    Steps = 1,
+    /// MCP tool calls (`TaskContext::tool_call`), summed likewise.
+    ToolCalls = 2,
 }
 
 impl Resource {
-    const ALL: [Resource; 2] = [Resource::Tokens, Resource::Steps];
+    const ALL: [Resource; 3] = [Resource::Tokens, Resource::Steps, Resource::ToolCalls];
 
+    // Its place in a meter's per-resource arrays.
     fn index(self) -> usize {
-        match self {
-            Self::Tokens => 0,
-            Self::Steps => 1,
-        }
+        self as usize
     }
 
     /// The budget key that limits it (`metadata.budget.<key>`).
@@ -53,6 +53,7 @@ impl Resource {
         match self {
             Self::Tokens => "max_tokens",
             Self::Steps => "max_steps_total",
+            Self::ToolCalls => "max_tool_calls",
         }
     }
 }
@@ -64,6 +65,8 @@ pub(crate) struct Limits {
     pub tokens: Option<u64>,
     /// `max_steps_total`.
     pub steps: Option<u64>,
+    /// `max_tool_calls`.
+    pub tool_calls: Option<u64>,
 }
 
 impl Limits {
@@ -71,6 +74,7 @@ impl Limits {
         match resource {
             Resource::Tokens => self.tokens,
             Resource::Steps => self.steps,
+            Resource::ToolCalls => self.tool_calls,
         }
     }
 }
@@ -109,16 +113,16 @@ pub(crate) struct UsageMeter {
     own_output: AtomicU64,
     subtree_input: AtomicU64,
     subtree_output: AtomicU64,
-    accounts: [Account; 2],
+    accounts: [Account; 3],
     limits: Limits,
     // Who owns the budget (for the error text): a subagent id or `session`.
     owner: Arc<str>,
     // Per resource: whether this meter's unspent allowance is still
     // reserved at its holders (see `holders`).
-    reserving: [AtomicBool; 2],
+    reserving: [AtomicBool; 3],
     // Per resource: whether it or an ancestor budgets it. Spending is
     // charged to budgets only then: an unbudgeted tree walks nothing.
-    limited: [bool; 2],
+    limited: [bool; 3],
     parent: Option<Arc<UsageMeter>>,
 }
 
@@ -214,6 +218,12 @@ impl UsageMeter {
         self.check(Resource::Steps)
     }
 
+    /// Counts one MCP tool call of this subagent's task likewise.
+    pub(crate) fn tool_call(&self) -> Result<(), Exceeded> {
+        self.charge(Resource::ToolCalls, 1);
+        self.check(Resource::ToolCalls)
+    }
+
     // Adds `amount` to what this meter's subtree, and every ancestor's, has
     // spent of `resource`; what a budgeted meter spends within its
     // allowance is no longer reserved for it above.
@@ -300,7 +310,7 @@ impl UsageMeter {
 }
 
 /// Per resource: whether `limits` or any budget above `parent` limits it.
-fn limited(limits: Limits, parent: Option<&UsageMeter>) -> [bool; 2] {
+fn limited(limits: Limits, parent: Option<&UsageMeter>) -> [bool; 3] {
     Resource::ALL
         .map(|resource| limits.get(resource).is_some() || parent.is_some_and(|parent| parent.limited[resource.index()]))
 }
@@ -345,7 +355,7 @@ mod tests {
     }
 
     fn budget(tokens: u64) -> Limits {
-        Limits { tokens: Some(tokens), steps: None }
+        Limits { tokens: Some(tokens), ..Limits::default() }
     }
 
     #[test]
@@ -426,7 +436,7 @@ mod tests {
     #[test]
     fn steps_are_budgeted_across_the_subtree() {
         let session = UsageMeter::session(Limits::default());
-        let parent = UsageMeter::budgeted("p".into(), Limits { tokens: None, steps: Some(3) }, session).unwrap();
+        let parent = UsageMeter::budgeted("p".into(), Limits { steps: Some(3), ..Limits::default() }, session).unwrap();
         let child = UsageMeter::new(Some(parent.clone()));
         parent.step().unwrap();
         child.step().unwrap();

@@ -52,7 +52,7 @@ fn spend(input_tokens: u64, output_tokens: u64) -> Value {
 }
 
 fn remaining(tokens: u64) -> Option<Box<BudgetRemaining>> {
-    Some(Box::new(BudgetRemaining { tokens: Some(tokens), steps: None, wall_seconds: None }))
+    Some(Box::new(BudgetRemaining { tokens: Some(tokens), steps: None, tool_calls: None, wall_seconds: None }))
 }
 
 async fn row(tree: &Tree, id: SubagentId) -> SubagentInfo {
@@ -223,7 +223,7 @@ async fn steps_wall_time_and_the_session_budget_stop_a_task_too() {
     );
     assert_eq!(
         done.budget_remaining,
-        Some(Box::new(BudgetRemaining { tokens: None, steps: Some(0), wall_seconds: None }))
+        Some(Box::new(BudgetRemaining { tokens: None, steps: Some(0), tool_calls: None, wall_seconds: None }))
     );
 
     let slow = spawn(&tree, agent("slow", Some(json!({ "max_wall_seconds": 1 }))), None).await.unwrap();

@@ -407,3 +407,18 @@ fn the_admin_api_behind_the_live_view_shows_each_servers_state() {
     assert!(broken["reason"].as_str().unwrap().contains("cannot start `/nonexistent/mcp-server`"), "{broken}");
     server.shutdown().expect("clean shutdown");
 }
+
+#[actix_rt::test]
+async fn max_tool_calls_is_a_budget_and_a_spent_one_ends_the_task() {
+    let tools = tool_host(servers(&everything("every")));
+    let model = one_round(vec![("every__echo", json!({"message": "one"})), ("every__echo", json!({"message": "two"}))]);
+    let host = host_with(&model, &tools, None);
+    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let mut capped = agent("AGENT:capped", ToolScope::Shared);
+    capped.metadata.insert("budget".into(), json!({"max_tool_calls": 1}));
+    let (_, done) = run(&session, capped, "echo twice").await;
+    assert_eq!(done.status, SubagentStatus::Failed);
+    let error = done.error.unwrap_or_default();
+    assert!(error.starts_with("budget_exceeded: max_tool_calls of sub_") && error.ends_with("(1) is spent"), "{error}");
+    assert_eq!(model.requests().len(), 1, "no model call after the budget is spent");
+}

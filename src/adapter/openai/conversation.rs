@@ -76,6 +76,11 @@ pub(super) async fn conversation(
         save(ctx, &messages, usage);
     }
     loop {
+        // A budget spent by a tool call (or a cancel) stops the task before
+        // its next model call goes out.
+        if ctx.cancel.is_cancelled() {
+            return Err(TaskError::new("cancelled"));
+        }
         for message in ctx.mailbox.drain() {
             say(json!({ "role": "user", "content": inbox_text(&message) }), &mut messages);
         }

@@ -83,6 +83,10 @@ impl Toolbox {
             Ok(arguments) => arguments,
             Err(err) => return json!({ "error": format!("bad arguments for {}: not JSON: {err}", tool.qualified) }),
         };
+        // Counted before it is made: a spent `max_tool_calls` ends the task.
+        if let Err(spent) = ctx.tool_call() {
+            return json!({ "error": spent.0 });
+        }
         ctx.tool_event(detail(None));
         if !tool.hints.safe_to_repeat() {
             // The request for this call is durable before it is made.

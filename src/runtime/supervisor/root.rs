@@ -76,8 +76,10 @@ impl Supervisor {
         own: Addr<Supervisor>,
         log: Arc<SessionLog>,
     ) -> Self {
-        let session_budget =
-            usage::Limits { tokens: Some(host.limits.max_tokens_per_session).filter(|max| *max > 0), steps: None };
+        let session_budget = usage::Limits {
+            tokens: Some(host.limits.max_tokens_per_session).filter(|max| *max > 0),
+            ..usage::Limits::default()
+        };
         Self {
             host,
             sink,

@@ -148,6 +148,13 @@ impl TaskContext {
         Ok(taken)
     }
 
+    /// Counts one MCP tool call toward every `max_tool_calls` budget above
+    /// it; fails once one is spent (the task then ends `budget_exceeded`,
+    /// as for steps).
+    pub fn tool_call(&self) -> Result<(), TaskError> {
+        self.usage.tool_call().map_err(|exceeded| self.overspent(&exceeded))
+    }
+
     // Ends this task `budget_exceeded`: its error is recorded where the
     // actor finds it, and its cancel signal fires so the adapter stops.
     fn overspent(&self, exceeded: &Exceeded) -> TaskError {
