@@ -290,13 +290,16 @@ async fn a_call_past_its_timeout_answers_the_model_and_a_cancel_stops_a_call_at_
 #[actix_rt::test]
 async fn a_streamable_http_server_serves_the_same_tools() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = std::process::Command::new("node")
-        .args([npm_server("server-everything").as_str(), "streamableHttp"])
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("node");
+    // Killed when the test ends, passed or failed.
+    let _node = KillOnDrop(
+        std::process::Command::new("node")
+            .args([npm_server("server-everything").as_str(), "streamableHttp"])
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node"),
+    );
     let config =
         format!("[[mcp_servers]]\nname = \"web\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
     let tools = tool_host(servers(&config));
@@ -308,8 +311,16 @@ async fn a_streamable_http_server_serves_the_same_tools() {
     let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
     let (_, done) = run(&session, agent("AGENT:web", ToolScope::Shared), "echo").await;
     assert_eq!(summary(&done), "Echo: over http");
-    child.kill().ok();
-    child.wait().ok();
+}
+
+/// A child process killed (and reaped) on drop.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[actix_rt::test]
