@@ -68,7 +68,7 @@ impl Settings {
             0 => Workers::PerCpu,
             n => Workers::Count(n),
         };
-        let tools = Arc::new(ToolHost::new(file.mcp_servers.clone()));
+        let tools = Arc::new(ToolHost::new(file.mcp_servers.clone()).with_client_policy(file.mcp.clone()));
         Ok(Self {
             limits: file.limits.clone(),
             router: crate::adapter::router_with_tools(file, &tools)?,

@@ -11,7 +11,7 @@
 use serde::Deserialize;
 use std::path::Path;
 
-use super::mcp::{McpServerConfig, ToolsConfig};
+use super::mcp::{McpClientConfig, McpServerConfig, ToolsConfig};
 use super::Limits;
 
 /// The whole config file.
@@ -49,6 +49,9 @@ pub struct FileConfig {
     /// MCP servers whose tools subagents may call.
     #[serde(default)]
     pub mcp_servers: Vec<McpServerConfig>,
+    /// What a client may register through `mcp/server/register`.
+    #[serde(default)]
+    pub mcp: McpClientConfig,
     /// The host's tool policy over every tool, MCP ones included.
     #[serde(default)]
     pub tools: ToolsConfig,
@@ -367,6 +370,7 @@ impl FileConfig {
                 return Err(format!("invalid config: mcp_servers[{index}]: the name `{}` is taken", server.name));
             }
         }
+        self.mcp.check().map_err(|err| format!("invalid config: {err}"))?;
         // `[tools] restricted` replaces `[policy] restricted_tools` when both are set.
         for glob in self.tools.restricted.iter().flatten() {
             glob::Pattern::new(glob)

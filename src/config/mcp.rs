@@ -1,5 +1,6 @@
-//! `[[mcp_servers]]` and `[tools]`: the MCP servers whose tools subagents
-//! may call, and which of those tools the `restricted` scope allows.
+//! `[[mcp_servers]]`, `[mcp]` and `[tools]`: the MCP servers whose tools
+//! subagents may call, which servers a client may register for its own
+//! session, and which of those tools the `restricted` scope allows.
 //!
 //! Like `[[routes]]`, an entry is one flat table checked as a whole
 //! ([`McpServerConfig::check`]): a key its transport does not take, a
@@ -75,6 +76,18 @@ pub struct McpServerConfig {
     /// result is cut there and says so (default 1 MiB).
     #[serde(default = "default_max_result_bytes")]
     pub max_result_bytes: usize,
+    /// Environment values set for a stdio program (never read from the
+    /// config file: a client's `mcp/server/register` sets them).
+    #[serde(skip)]
+    pub env_values: BTreeMap<String, String>,
+    /// Header values sent to an http server (a client's registration;
+    /// never logged).
+    #[serde(skip)]
+    pub headers: BTreeMap<String, String>,
+    /// When not empty, only the tools matching one of these globs are
+    /// listed (a client's `tool_allow_list`).
+    #[serde(skip)]
+    pub tool_allow_list: Vec<String>,
 }
 
 fn default_call_timeout_ms() -> u64 {
@@ -133,6 +146,46 @@ impl McpServerConfig {
             return Err("max_result_bytes must be at least 1".into());
         }
         Ok(())
+    }
+}
+
+/// The default of `[mcp] max_client_servers`.
+pub const DEFAULT_MAX_CLIENT_SERVERS: usize = 4;
+
+/// `[mcp]`: what a client may do through `mcp/server/register`. A remote
+/// client must not start programs on the host, nor reach any URL it likes
+/// from inside the host's network: both are refused until allowed here.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpClientConfig {
+    /// Whether a client may register a stdio server: a program the host
+    /// starts (default false).
+    pub allow_client_stdio: bool,
+    /// Globs over the URLs a client may register an http server at
+    /// (`https://mcp.example.com/*`); none by default.
+    pub allowed_urls: Vec<String>,
+    /// How many servers one session may register (default 4).
+    pub max_client_servers: usize,
+}
+
+impl Default for McpClientConfig {
+    fn default() -> Self {
+        Self { allow_client_stdio: false, allowed_urls: Vec::new(), max_client_servers: DEFAULT_MAX_CLIENT_SERVERS }
+    }
+}
+
+impl McpClientConfig {
+    /// Checks the globs.
+    pub fn check(&self) -> Result<(), String> {
+        for glob in &self.allowed_urls {
+            glob::Pattern::new(glob).map_err(|err| format!("mcp.allowed_urls `{glob}` is not a glob: {err}"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a client may register an http server at `url`.
+    pub fn allows_url(&self, url: &str) -> bool {
+        self.allowed_urls.iter().any(|glob| glob::Pattern::new(glob).is_ok_and(|glob| glob.matches(url)))
     }
 }
 

@@ -12,6 +12,7 @@ pub use file::{
 };
 pub use limits::Limits;
 pub use mcp::{
-    McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_RESULT_BYTES,
+    McpClientConfig, McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_MAX_CLIENT_SERVERS, DEFAULT_MAX_RESULT_BYTES,
 };
 pub use providers::{Jitter, ProviderConfig, RetryConfig};

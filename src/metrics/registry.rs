@@ -56,7 +56,7 @@ pub(crate) struct Metrics {
     pub(super) model_calls: Family<Labels<2>, Counter>,
     pub(super) model_call_duration: HistogramFamily<Labels<1>>,
     pub(super) tokens: Family<ModelLabels, Counter>,
-    pub(super) requests: [ShardedCounter; 18],
+    pub(super) requests: [ShardedCounter; Request::WIRE_TYPES.len()],
     pub(super) errors: [Counter; 15],
     pub(super) outbox_bytes: ShardedGauge,
     pub(super) bounds_rejected: Family<Labels<1>, Counter>,

@@ -11,6 +11,7 @@
 
 pub mod codec;
 pub mod encode;
+pub mod mcp;
 pub mod multi_agent;
 pub mod raw;
 pub mod request;

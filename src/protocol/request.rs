@@ -96,11 +96,17 @@ pub enum Request {
     ToolList(super::tool::ToolListRequest),
     /// `tool/call/req`.
     ToolCall(super::tool::ToolCallRequest),
+    /// `mcp/server/list/req` (the SDK's `mcp/*` namespace).
+    McpServerList(super::mcp::ServerListRequest),
+    /// `mcp/server/register/req`.
+    McpServerRegister(super::mcp::ServerRegisterRequest),
+    /// `mcp/server/unregister/req`.
+    McpServerUnregister(super::mcp::ServerUnregisterRequest),
 }
 
 impl Request {
     /// Every request type's wire name, in [`Request::type_index`] order.
-    pub const WIRE_TYPES: [&'static str; 18] = [
+    pub const WIRE_TYPES: [&'static str; 21] = [
         "handshake/req",
         "ping",
         "shutdown",
@@ -119,6 +125,9 @@ impl Request {
         "multi_agent/terminate",
         "tool/list/req",
         "tool/call/req",
+        "mcp/server/list/req",
+        "mcp/server/register/req",
+        "mcp/server/unregister/req",
     ];
 
     /// This request's wire name (`SUBAGENT_SPAWN_REQ` …).
@@ -139,7 +148,12 @@ impl Request {
 
     /// Whether this is a request of the SDK's `tool/*` namespace.
     pub fn is_tool(&self) -> bool {
-        self.type_index() >= 16
+        (16..18).contains(&self.type_index())
+    }
+
+    /// Whether this is a request of the SDK's `mcp/*` namespace.
+    pub fn is_mcp(&self) -> bool {
+        self.type_index() >= 18
     }
 
     /// This request's place in [`Request::WIRE_TYPES`].
@@ -163,6 +177,9 @@ impl Request {
             Self::AgentTerminate(_) => 15,
             Self::ToolList(_) => 16,
             Self::ToolCall(_) => 17,
+            Self::McpServerList(_) => 18,
+            Self::McpServerRegister(_) => 19,
+            Self::McpServerUnregister(_) => 20,
         }
     }
 }
@@ -209,6 +226,9 @@ fn lookup(kind: &str, source: impl BodySource) -> Result<Option<Request>, HostEr
         ma::TERMINATE => Request::AgentTerminate(source.body()?),
         super::tool::LIST => Request::ToolList(source.body()?),
         super::tool::CALL => Request::ToolCall(source.body()?),
+        super::mcp::LIST => Request::McpServerList(source.body()?),
+        super::mcp::REGISTER => Request::McpServerRegister(source.body()?),
+        super::mcp::UNREGISTER => Request::McpServerUnregister(source.body()?),
         "handshake/req" => Request::Handshake(source.body()?),
         "ping" => Request::Ping,
         "shutdown" => Request::Shutdown(source.body()?),

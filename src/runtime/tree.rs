@@ -15,7 +15,7 @@ use super::supervisor::{self, Supervisor};
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::store::StoredSubagent;
-use crate::tools::{McpServer, ToolHost};
+use crate::tools::{McpServer, SessionAlive, ToolHost};
 
 struct TreeInner {
     addr: Addr<Supervisor>,
@@ -54,11 +54,20 @@ impl Tree {
     /// The MCP servers this session may call: the host's, and its own
     /// (`scope = "session"`, started now on first use).
     pub(crate) fn tool_servers(&self) -> Vec<Arc<McpServer>> {
+        self.inner.tools.servers_for(&self.inner.session, || self.alive())
+    }
+
+    /// The host's MCP servers and this session's name among them (for the
+    /// `mcp/*` requests).
+    pub(crate) fn tool_host(&self) -> (&Arc<ToolHost>, &Arc<str>) {
+        (&self.inner.tools, &self.inner.session)
+    }
+
+    /// What shows this tree still lives, for servers that stop with it.
+    pub(crate) fn alive(&self) -> SessionAlive {
         let inner = Arc::downgrade(&self.inner);
-        self.inner.tools.servers_for(&self.inner.session, move || {
-            let alive: std::sync::Weak<dyn std::any::Any + Send + Sync> = inner;
-            alive
-        })
+        let alive: std::sync::Weak<dyn std::any::Any + Send + Sync> = inner;
+        alive
     }
 
     /// The session's supervisor, to which every operation is sent.

@@ -2,6 +2,7 @@
 //! tree: its face decodes it into an operation, the operations table runs
 //! it, and the face encodes the outcome as exactly one reply line.
 
+use super::face_mcp;
 use super::face_multi_agent;
 use super::face_subagent;
 use super::face_tools;
@@ -26,6 +27,9 @@ pub(crate) async fn serve(
     let caller = Caller::Client { tree: &tree, frame };
     if request.is_tool() {
         return face_tools::serve(&tree, &replies, request).await;
+    }
+    if request.is_mcp() {
+        return face_mcp::serve(&tree, &replies, request).await;
     }
     if request.is_multi_agent() {
         let outcome = match face_multi_agent::decode(request) {

@@ -170,8 +170,8 @@ impl Connection {
                 let grace = Duration::try_from_secs_f64(seconds).unwrap_or_default();
                 Some(Ending::Drain { end: ConnectionEnd::Shutdown, grace, req_id: Some(id) })
             }
-            request if !(if request.is_tool() { grant.tools } else { grant.multi_agent }) => {
-                let capability = if request.is_tool() { crate::protocol::tool::CAPABILITY } else { CAPABILITY };
+            request if grant.missing_for(&request).is_some() => {
+                let capability = grant.missing_for(&request).unwrap_or(CAPABILITY);
                 let err = HostError::new(
                     ErrorCode::Unauthorized,
                     format!("capability `{capability}` was not requested in the handshake"),

@@ -23,6 +23,8 @@ pub(crate) struct Grant {
     pub multi_agent: bool,
     /// The `tool/*` requests may be served (capability `tools`).
     pub tools: bool,
+    /// The `mcp/*` requests may be served (capability `mcp`).
+    pub mcp: bool,
 }
 
 impl Grant {
@@ -31,7 +33,20 @@ impl Grant {
         Self {
             multi_agent: caps.iter().any(|cap| cap == CAPABILITY || cap == CAPABILITY_ALIAS),
             tools: caps.iter().any(|cap| cap == crate::protocol::tool::CAPABILITY),
+            mcp: caps.iter().any(|cap| cap == crate::protocol::mcp::CAPABILITY),
         }
+    }
+
+    /// The capability `request` needs, if this grant lacks it.
+    pub(crate) fn missing_for(&self, request: &crate::protocol::request::Request) -> Option<&'static str> {
+        let (granted, capability) = if request.is_tool() {
+            (self.tools, crate::protocol::tool::CAPABILITY)
+        } else if request.is_mcp() {
+            (self.mcp, crate::protocol::mcp::CAPABILITY)
+        } else {
+            (self.multi_agent, CAPABILITY)
+        };
+        (!granted).then_some(capability)
     }
 }
 
@@ -53,6 +68,10 @@ pub(crate) fn answer(
     }
     if grant.tools {
         accepted.push(json!({ "capability": crate::protocol::tool::CAPABILITY, "enabled": true, "metadata": {} }));
+    }
+    if grant.mcp {
+        let served = [crate::protocol::mcp::LIST, crate::protocol::mcp::REGISTER, crate::protocol::mcp::UNREGISTER];
+        accepted.push(json!({ "capability": crate::protocol::mcp::CAPABILITY, "enabled": true, "metadata": { "served": served } }));
     }
     let body = json!({
         "session_id": session_id,

@@ -36,6 +36,7 @@ mod bounds;
 mod connection;
 mod dispatch;
 mod drain;
+mod face_mcp;
 mod face_multi_agent;
 mod face_subagent;
 mod face_tools;

@@ -59,6 +59,21 @@ struct Shared {
     state: watch::Sender<ServerState>,
     tools: RwLock<Arc<Vec<McpTool>>>,
     peer: RwLock<Option<Peer<RoleClient>>>,
+    // Who answered the last handshake, and when (for `mcp/server/list`).
+    met: RwLock<Option<Met>>,
+}
+
+/// What the server said of itself at its last handshake.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Met {
+    /// The MCP protocol version agreed.
+    pub protocol_version: String,
+    /// The server's own name and version.
+    pub server_name: String,
+    /// Its version.
+    pub server_version: String,
+    /// When the connection became ready, in seconds since the Unix epoch.
+    pub connected_at: f64,
 }
 
 impl Shared {
@@ -73,7 +88,13 @@ impl Shared {
 
     async fn relist(&self, peer: &Peer<RoleClient>) -> Result<(), String> {
         let listed = peer.list_all_tools().await.map_err(|err| format!("tools/list failed: {err}"))?;
-        let tools: Vec<McpTool> = listed.iter().filter_map(|tool| McpTool::from_listed(&self.name, tool)).collect();
+        let allowed: Vec<glob::Pattern> =
+            self.config.tool_allow_list.iter().filter_map(|glob| glob::Pattern::new(glob).ok()).collect();
+        let tools: Vec<McpTool> = listed
+            .iter()
+            .filter(|tool| allowed.is_empty() || allowed.iter().any(|glob| glob.matches(&tool.name)))
+            .filter_map(|tool| McpTool::from_listed(&self.name, tool))
+            .collect();
         log::info!("mcp server {}: {} tools", self.name, tools.len());
         *self.tools.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(tools);
         Ok(())
@@ -104,8 +125,14 @@ impl McpServer {
     pub fn start(config: McpServerConfig, runtime: &tokio::runtime::Handle) -> Arc<Self> {
         let name: Arc<str> = config.name.as_str().into();
         let (state, _) = watch::channel(ServerState::Connecting);
-        let shared =
-            Arc::new(Shared { config, name, state, tools: RwLock::new(Arc::new(Vec::new())), peer: RwLock::new(None) });
+        let shared = Arc::new(Shared {
+            config,
+            name,
+            state,
+            tools: RwLock::new(Arc::new(Vec::new())),
+            peer: RwLock::new(None),
+            met: RwLock::new(None),
+        });
         metrics().mcp_server_state(&shared.name, "connecting");
         let stop = CancellationToken::new();
         runtime.spawn(supervise(shared.clone(), stop.clone()));
@@ -130,6 +157,19 @@ impl McpServer {
     /// Its tools as last listed (empty until it is first ready).
     pub fn tools(&self) -> Arc<Vec<McpTool>> {
         self.shared.tools.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// What the server said of itself when it was last ready.
+    pub fn met(&self) -> Option<Met> {
+        self.shared.met.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Waits up to `wait` for the server's state to settle (ready or
+    /// failed), then answers it.
+    pub async fn settled(&self, wait: Duration) -> ServerState {
+        let mut state = self.shared.state.subscribe();
+        drop(tokio::time::timeout(wait, state.wait_for(|state| *state != ServerState::Connecting)).await);
+        self.state()
     }
 
     /// Waits up to `wait` for the server to be ready; its tools then, or
@@ -198,6 +238,7 @@ async fn supervise(shared: Arc<Shared>, stop: CancellationToken) {
                 match shared.relist(&peer).await {
                     Ok(()) => {
                         backoff = FIRST_BACKOFF;
+                        *shared.met.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(met(&peer));
                         *shared.peer.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(peer);
                         shared.set_state(ServerState::Ready);
                         let quit = service.waiting().await;
@@ -223,6 +264,26 @@ async fn supervise(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
+fn met(peer: &Peer<RoleClient>) -> Met {
+    let info = peer.peer_info();
+    let connected_at =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|at| at.as_secs_f64()).unwrap_or(0.0);
+    Met {
+        protocol_version: info.as_ref().map(|info| info.protocol_version.to_string()).unwrap_or_default(),
+        server_name: info
+            .as_ref()
+            .and_then(|info| info.server_info.as_ref())
+            .map(|me| me.name.clone())
+            .unwrap_or_default(),
+        server_version: info
+            .as_ref()
+            .and_then(|info| info.server_info.as_ref())
+            .map(|me| me.version.clone())
+            .unwrap_or_default(),
+        connected_at,
+    }
+}
+
 type Running = rmcp::service::RunningService<RoleClient, Listener>;
 
 async fn connect(shared: &Arc<Shared>, stop: CancellationToken) -> Result<Running, String> {
@@ -240,6 +301,7 @@ async fn connect(shared: &Arc<Shared>, stop: CancellationToken) -> Result<Runnin
                     program.env(var, value);
                 }
             }
+            program.envs(&config.env_values);
             if let Some(cwd) = &config.cwd {
                 program.current_dir(cwd);
             }
@@ -264,6 +326,13 @@ async fn connect(shared: &Arc<Shared>, stop: CancellationToken) -> Result<Runnin
                     .map_err(|_| format!("headers_env: `{header}` is not a header name"))?;
                 let value = http::HeaderValue::try_from(value)
                     .map_err(|_| format!("headers_env: the value of `{var}` is not a header value"))?;
+                headers.insert(name, value);
+            }
+            for (header, value) in &config.headers {
+                let name = http::HeaderName::try_from(header.as_str())
+                    .map_err(|_| format!("headers: `{header}` is not a header name"))?;
+                let value = http::HeaderValue::try_from(value.as_str())
+                    .map_err(|_| format!("headers: the value of `{header}` is not a header value"))?;
                 headers.insert(name, value);
             }
             let mut transport_config =

@@ -20,6 +20,6 @@ mod invoke;
 mod tool_host;
 
 pub use catalog::{qualified_name, Hints, McpTool, SEPARATOR};
-pub use connection::{McpServer, ServerState};
+pub use connection::{McpServer, Met, ServerState};
 pub use invoke::{call, ToolAnswer};
-pub use tool_host::{SessionAlive, ToolHost};
+pub use tool_host::{ListedServer, SessionAlive, ToolHost};

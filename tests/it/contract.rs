@@ -49,6 +49,9 @@ enum CapabilityName {
     // The SDK's `A2ECapability.TOOLS` (`a2e/caps/base/protocol.py`).
     #[serde(rename = "tools")]
     Tools,
+    // The SDK's `MCPPlugin.name` (`a2e/caps/mcp/plugin.py`).
+    #[serde(rename = "mcp")]
+    Mcp,
 }
 
 #[derive(Deserialize)]
@@ -299,6 +302,47 @@ struct ToolEvent {
     seq: i64,
 }
 
+// The SDK's `mcp/*` server management (`a2e/caps/mcp/protocol.py`).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct McpServerInfo {
+    server_id: String,
+    name: String,
+    transport: String,
+    status: String,
+    mcp_version: String,
+    server_name: String,
+    server_version: String,
+    tools_count: i64,
+    resources_count: i64,
+    prompts_count: i64,
+    last_ping_ms: f64,
+    error: String,
+    connected_at: f64,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct McpServerListResponse {
+    servers: Vec<McpServerInfo>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct McpServerRegisterResponse {
+    ok: bool,
+    // `dict` in the SDK, read by `MCPAPI` as `MCPServerInfo`.
+    server: McpServerInfo,
+    error: String,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct McpServerUnregisterResponse {
+    ok: bool,
+    server_id: String,
+}
+
 pub fn check(value: &Value) -> Result<(), String> {
     let envelope = Envelope::deserialize(value).map_err(|err| format!("envelope: {err}"))?;
     let kind = envelope.kind.as_str();
@@ -327,6 +371,9 @@ pub fn check(value: &Value) -> Result<(), String> {
         "tool/list/resp" => fits::<ToolListResponse>(value),
         "tool/call/resp" => fits::<ToolCallResponse>(value),
         "tool/event" => fits::<ToolEvent>(value),
+        "mcp/server/list/resp" => fits::<McpServerListResponse>(value),
+        "mcp/server/register/resp" => fits::<McpServerRegisterResponse>(value),
+        "mcp/server/unregister/resp" => fits::<McpServerUnregisterResponse>(value),
         other => Err(format!("`{other}` is not a type the host may send")),
     }
     .map_err(|err| format!("{kind}: {err}"))

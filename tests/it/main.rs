@@ -66,6 +66,7 @@ mod e2e_ui;
 mod golden;
 mod layers;
 mod mcp_durable;
+mod mcp_registry;
 mod mcp_tools;
 mod model;
 pub(crate) mod protocol;

@@ -10,7 +10,7 @@
 
 use crate::e2e_support::{LineClient, Server};
 use crate::fake_openai::*;
-use crate::mcp_tools::npm_server;
+use crate::mcp_tools::{npm_server, tool_texts};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,11 +23,6 @@ fn scratch(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("subagentd-{what}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The texts of a request's tool messages.
-fn tool_texts(body: &Value) -> Vec<String> {
-    messages(body).iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap_or("").into()).collect()
 }
 
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {

@@ -87,7 +87,7 @@ async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 }
 
 /// The raw texts of a request's tool messages.
-fn tool_texts(body: &Value) -> Vec<String> {
+pub(crate) fn tool_texts(body: &Value) -> Vec<String> {
     messages(body).iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap_or("").into()).collect()
 }
 
