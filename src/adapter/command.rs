@@ -8,6 +8,10 @@
 //! non-zero exit, a death by signal, or an output that is not a JSON object
 //! fails the task with a clear error. The whole run is one step.
 //!
+//! When the host has MCP servers, the program may call the tools its
+//! subagent's `tool_scope` allows through a socket named in its
+//! environment (`SUBAGENTD_TOOLS`; see `command_tools`).
+//!
 //! The program runs in its own process group. A cancel sends the group
 //! SIGTERM and lets it wind up within the host's grace period; when the task
 //! is dropped (terminate, timeout, grace expired) the group gets SIGKILL, so
@@ -26,9 +30,12 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
+use super::command_tools::{CommandTools, Endpoint};
+use super::openai::ToolPolicy;
 use crate::protocol::wire::{JsonObject, RawObject};
 use crate::runtime::task::{AgentAdapter, TaskContext, TaskError, TaskFuture};
 use crate::store::Checkpoint;
+use crate::tools::ToolHost;
 
 /// Largest stdout kept; a program printing more fails its task.
 const MAX_STDOUT_BYTES: usize = 16 << 20;
@@ -55,6 +62,7 @@ pub struct CommandConfig {
 #[derive(Debug, Clone)]
 pub struct CommandAdapter {
     config: Arc<CommandConfig>,
+    tools: Option<CommandTools>,
 }
 
 impl CommandAdapter {
@@ -63,7 +71,14 @@ impl CommandAdapter {
         if config.program.trim().is_empty() {
             return Err("the command adapter needs a program".to_owned());
         }
-        Ok(Self { config: Arc::new(config) })
+        Ok(Self { config: Arc::new(config), tools: None })
+    }
+
+    /// The same adapter, whose programs may call the tools of `host`'s MCP
+    /// servers that their subagent's scope allows under `policy`.
+    pub fn with_tools(mut self, host: Arc<ToolHost>, policy: ToolPolicy) -> Self {
+        self.tools = Some(CommandTools { host, policy });
+        self
     }
 
     /// The config in use.
@@ -91,7 +106,8 @@ impl AgentAdapter for CommandAdapter {
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {
         let config = self.config.clone();
-        Box::pin(async move { run_program(&config, &ctx).await.map(RawObject::from) })
+        let tools = self.tools.clone();
+        Box::pin(async move { run_program(&config, tools.as_ref(), &ctx).await.map(RawObject::from) })
     }
 }
 
@@ -164,7 +180,11 @@ fn kill_left_behind(state: &Value) {
     }
 }
 
-async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonObject, TaskError> {
+async fn run_program(
+    config: &CommandConfig,
+    tools: Option<&CommandTools>,
+    ctx: &TaskContext,
+) -> Result<JsonObject, TaskError> {
     ctx.step()?;
     let input = json!({
         "subagent_id": ctx.subagent_id,
@@ -174,6 +194,10 @@ async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonOb
     });
     let input = serde_json::to_vec(&input).map_err(|err| TaskError(format!("cannot encode the task: {err}")))?;
     ctx.memory.push(json!({ "role": "user", "content": ctx.task.instruction }));
+    let endpoint = match tools {
+        Some(tools) => Endpoint::open(tools, ctx).await?,
+        None => None,
+    };
 
     let program = &config.program;
     let mut command = tokio::process::Command::new(program);
@@ -184,6 +208,9 @@ async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonOb
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(endpoint) = &endpoint {
+        command.env(super::command_tools::ENV_VAR, endpoint.path());
+    }
     die_with_host(&mut command);
     let mut child = command.spawn().map_err(|err| TaskError(format!("cannot start `{program}`: {err}")))?;
     let pgid = child.id().ok_or_else(|| TaskError(format!("`{program}` exited before it could be watched")))?;
@@ -210,6 +237,17 @@ async fn run_program(config: &CommandConfig, ctx: &TaskContext) -> Result<JsonOb
         let (_, (stdout, stdout_overflow), last_stderr) =
             tokio::join!(write, read_stdout(stdout), forward_stderr(stderr, ctx));
         Finished { status: child.wait().await, stdout, stdout_overflow, last_stderr }
+    };
+    // The program's tool calls are served for as long as it runs.
+    let run = async move {
+        let Some(endpoint) = &endpoint else { return run.await };
+        tokio::pin!(run);
+        tokio::select! {
+            finished = &mut run => finished,
+            // The endpoint serves until dropped; were it to end, the
+            // program still runs to its end.
+            () = endpoint.serve(ctx) => run.await,
+        }
     };
     // Declared after `run` so it drops first: the group is killed while its
     // leader is still unreaped, so the group id cannot have been reused.

@@ -11,13 +11,17 @@
 //!   a route naming one passes.
 //! - [`build_route`], [`router`] (file `routing`): the adapter a route
 //!   names, and the table.
+//! - `toolbox`: a task's MCP tool calls, for the openai adapter's model and
+//!   the command adapter's program (`command_tools`) alike.
 
 pub mod command;
+mod command_tools;
 pub mod openai;
 pub mod output_schema;
 pub mod provider;
 mod routing;
 pub mod scripted;
+mod toolbox;
 
 pub use routing::{
     build_route, build_route_with_gates, build_route_with_policy, build_route_with_tools, router, router_with_tools,

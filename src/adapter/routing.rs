@@ -130,7 +130,8 @@ fn build(
                 args: route.args.clone(),
                 rerun_on_restart: route.on_restart == Some(crate::config::OnRestart::Rerun),
             };
-            Ok(Arc::new(command::CommandAdapter::new(config).map_err(fail)?))
+            let adapter = command::CommandAdapter::new(config).map_err(fail)?;
+            Ok(Arc::new(adapter.with_tools(tools.clone(), policy.clone())))
         }
         AdapterKind::Scripted => Ok(Arc::new(ScriptedAdapter)),
     }

@@ -65,6 +65,7 @@ mod e2e_traces;
 mod e2e_ui;
 mod golden;
 mod layers;
+mod mcp_command;
 mod mcp_durable;
 mod mcp_registry;
 mod mcp_tools;

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{save, unanswered_calls, Saved};
 use super::client::{self, ChatClient, Usage};
-use super::mcp_calls::Toolbox;
 use super::prompt::{history, inbox_text, system_prompt};
 use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::provider::Throttle;
+use crate::adapter::toolbox::Toolbox;
 use crate::metrics::metrics;
 use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
 use crate::runtime::task::{TaskContext, TaskError};
@@ -260,7 +260,9 @@ async fn traced_call(
     } else if schemas::TOOL_NAMES.contains(&call.name.as_str()) {
         tool_calls::call(ctx, allowed, call).await
     } else {
-        toolbox.call(ctx, call, resumed).await
+        let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+        let arguments = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"));
+        toolbox.call(ctx, &call.id, &call.name, arguments, resumed).await
     };
     if config.record_content && !span.is_disabled() {
         span.record("gen_ai.tool.call.result", output.to_string());

@@ -28,7 +28,8 @@
 //! - [`policy`]: which of them a subagent may call: the host's
 //!   [`ToolPolicy`] and the `tool_scope` filter.
 //! - `tool_calls`: carrying out one orchestration tool call against the
-//!   runtime; `mcp_calls`: one MCP tool call (`{server}__{tool}`), crash-safe.
+//!   runtime; MCP tool calls (`{server}__{tool}`) go through the adapters'
+//!   shared `toolbox`, crash-safe.
 //! - `stream`: a streamed reply read as it arrives.
 //! - `tls` (feature `tls`): the TLS client config of a route with `ca_file`.
 //!
@@ -47,7 +48,6 @@
 mod checkpoint;
 mod client;
 mod conversation;
-mod mcp_calls;
 mod openai_adapter;
 pub mod policy;
 mod prompt;

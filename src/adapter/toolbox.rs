@@ -1,5 +1,7 @@
-//! The model's calls of MCP tools (`{server}__{tool}`): the servers a task
-//! may reach ([`Toolbox`]), and one call with its events and its place in
+//! A task's calls of MCP tools (`{server}__{tool}`), whichever adapter
+//! makes them (a model's through the openai adapter, a program's through
+//! the command adapter's endpoint): the servers a task may reach
+//! ([`Toolbox`]), and one call with its budget, its events and its place in
 //! the task's checkpoints.
 //!
 //! Crash safety: before a call that is not safe to repeat (its annotations
@@ -14,7 +16,6 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::ToolCall;
 use crate::event::{ToolDetail, ToolEnded};
 use crate::runtime::task::TaskContext;
 use crate::tools::{self, McpServer, McpTool, ToolHost};
@@ -23,14 +24,14 @@ use crate::tools::{self, McpServer, McpTool, ToolHost};
 const FIRST_READY_WAIT: Duration = Duration::from_secs(10);
 
 /// The MCP servers one task may reach.
-pub(super) struct Toolbox {
+pub(crate) struct Toolbox {
     servers: Vec<Arc<McpServer>>,
 }
 
 impl Toolbox {
     /// The servers of `host` for `ctx`'s session, once those still
     /// connecting are ready (or [`FIRST_READY_WAIT`] has passed).
-    pub(super) async fn for_task(host: &Arc<ToolHost>, ctx: &TaskContext) -> Self {
+    pub(crate) async fn for_task(host: &Arc<ToolHost>, ctx: &TaskContext) -> Self {
         if host.is_empty() {
             return Self { servers: Vec::new() };
         }
@@ -45,7 +46,7 @@ impl Toolbox {
     }
 
     /// Every tool of every server, as last listed.
-    pub(super) fn catalog(&self) -> Vec<McpTool> {
+    pub(crate) fn catalog(&self) -> Vec<McpTool> {
         self.servers.iter().flat_map(|server| server.tools().iter().cloned().collect::<Vec<_>>()).collect()
     }
 
@@ -57,17 +58,25 @@ impl Toolbox {
         })
     }
 
-    /// Carries out the model's call of an MCP tool; `resumed`: it was in
-    /// flight when the host stopped. The answer is the tool message's
-    /// content: the result's text, or `{"error": …}`.
-    pub(super) async fn call(&self, ctx: &TaskContext, call: &ToolCall, resumed: bool) -> Value {
-        let Some((server, tool)) = self.find(&call.name) else {
-            return json!({ "error": format!("tool `{}` is not available now (its server may be down)", call.name) });
+    /// Carries out a call of MCP tool `name` (`{server}__{tool}`), whose
+    /// `arguments` were read (or why not); `resumed`: it was in flight when
+    /// the host stopped. The answer is the result's text, or
+    /// `{"error": …}`. The caller has checked the task may use the tool.
+    pub(crate) async fn call(
+        &self,
+        ctx: &TaskContext,
+        call_id: &str,
+        name: &str,
+        arguments: Result<Value, String>,
+        resumed: bool,
+    ) -> Value {
+        let Some((server, tool)) = self.find(name) else {
+            return json!({ "error": format!("tool `{name}` is not available now (its server may be down)") });
         };
         let detail = |ended: Option<ToolEnded>| ToolDetail {
             tool: tool.name.clone(),
             server: tool.server.to_string(),
-            call_id: call.id.clone(),
+            call_id: call_id.to_owned(),
             ended,
         };
         if resumed && !tool.hints.safe_to_repeat() {
@@ -78,10 +87,9 @@ impl Toolbox {
                 tool.qualified
             ) });
         }
-        let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
-        let arguments: Value = match serde_json::from_str(text) {
+        let arguments = match arguments {
             Ok(arguments) => arguments,
-            Err(err) => return json!({ "error": format!("bad arguments for {}: not JSON: {err}", tool.qualified) }),
+            Err(why) => return json!({ "error": format!("bad arguments for {}: {why}", tool.qualified) }),
         };
         // Counted before it is made: a spent `max_tool_calls` ends the task.
         if let Err(spent) = ctx.tool_call() {
