@@ -4,6 +4,11 @@
 //! tests/mcp`), over stdio both ways.
 //!
 //! - `mcp_tool/direct`: an `rmcp` client calling the server.
+//! - `mcp_tool/in_host`: the host's own path for a subagent's call
+//!   (`subagent_host::tools::call`: schema check, timeout, size cut, cancel,
+//!   metrics), made from this thread to a connection the host's `ToolHost`
+//!   keeps on a runtime of its own, as a subagent's call from its session's
+//!   thread is.
 //! - `mcp_tool/via_host`: an A2E client sending `tool/call/req` over TCP to
 //!   `subagentd`, which checks the arguments and calls the same server
 //!   through its own connection; the round trip ends at `tool/call/resp`.
@@ -135,9 +140,47 @@ fn mcp_tool(c: &mut Criterion) {
     let call = json!({"type": "tool/call/req", "tool_name": "every__echo", "arguments": {"message": "bench"}});
     assert_eq!(client.request(call.clone())["data"]["data"], "Echo: bench");
 
+    // The host's connection, kept on its own runtime's thread.
+    let config = format!(
+        "[[mcp_servers]]\nname = \"every\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n",
+        everything()
+    );
+    let tool_host = std::sync::Arc::new(subagent_host::tools::ToolHost::new(
+        subagent_host::config::FileConfig::parse(&config).expect("config").mcp_servers,
+    ));
+    let starting = tool_host.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            starting.start();
+            std::future::pending::<()>().await
+        })
+    });
+    let server = loop {
+        if let Some(server) = tool_host.shared_servers().first() {
+            break server.clone();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let tool = runtime
+        .block_on(server.ready_tools(Duration::from_secs(20)))
+        .expect("ready")
+        .iter()
+        .find(|tool| tool.name == "echo")
+        .expect("echo")
+        .clone();
+    let cancel = tokio_util::sync::CancellationToken::new();
+
     let mut group = c.benchmark_group("mcp_tool");
     group.bench_function("direct", |b| {
         b.iter(|| runtime.block_on(async { direct.peer().call_tool(echo()).await.expect("call") }))
+    });
+    group.bench_function("in_host", |b| {
+        b.iter(|| {
+            let answer =
+                runtime.block_on(subagent_host::tools::call(&server, &tool, json!({"message": "bench"}), &cancel));
+            assert!(answer.is_ok(), "{}", answer.text);
+        })
     });
     group.bench_function("via_host", |b| b.iter(|| client.request(call.clone())));
     group.finish();
