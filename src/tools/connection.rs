@@ -219,6 +219,9 @@ impl rmcp::ClientHandler for Listener {
         let mut info = ClientConfig::default();
         info.client_info.name = "subagentd".into();
         info.client_info.version = env!("CARGO_PKG_VERSION").into();
+        // The host speaks the initialize handshake: it offers the latest
+        // version that has one (rmcp's LATEST is the stateless draft).
+        info.protocol_version = rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE;
         info
     }
 }
