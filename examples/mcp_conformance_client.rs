@@ -14,7 +14,7 @@ use subagent_host::tools::{call, ToolHost};
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     env_logger::init();
-    let Some(url) = std::env::args().last().filter(|url| url.starts_with("http")) else {
+    let Some(url) = std::env::args().next_back().filter(|url| url.starts_with("http")) else {
         eprintln!("usage: mcp_conformance_client <server url>");
         std::process::exit(2);
     };
