@@ -15,8 +15,8 @@
 //!   result with `isError: true` saying why, as MCP has it.
 //!
 //! A call goes through the same path as a model's (schema check, timeout,
-//! size cut, cancel, `tool_call` / `tool_result` events, metrics,
-//! `max_tool_calls`). Lines are bounded ([`MAX_LINE_BYTES`]), and so are
+//! size cut, cancel, `tool_call` / `tool_result` events, its `execute_tool`
+//! span, metrics, `max_tool_calls`). Lines are bounded ([`MAX_LINE_BYTES`]), and so are
 //! connections at once ([`MAX_CONNECTIONS`]); the socket and its directory
 //! (mode 0700) are removed when the task ends.
 
@@ -31,6 +31,7 @@ use tokio::net::{UnixListener, UnixStream};
 use super::openai::{allowed_mcp_tools, ToolPolicy};
 use super::toolbox::Toolbox;
 use crate::runtime::task::{TaskContext, TaskError};
+use crate::runtime::trace;
 use crate::tools::ToolHost;
 
 /// The environment variable holding the socket's path.
@@ -171,6 +172,8 @@ impl Endpoint {
                     allowed_mcp_tools(&ctx.config, &self.policy, &catalog).iter().any(|tool| tool.qualified == name);
                 let output = if may {
                     let call_id = format!("cmd-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1);
+                    // The call's OTel span lasts as long as the call.
+                    let _span = trace::execute_tool(ctx.span(), name, &call_id);
                     self.toolbox.call(ctx, &call_id, name, arguments, false).await
                 } else {
                     json!({ "error": format!("tool `{name}` is not available to this agent ({} are)", allowed()) })
