@@ -65,13 +65,13 @@ impl Drop for Endpoint {
 }
 
 impl Endpoint {
-    /// Opens the endpoint of `ctx`'s task, or `None` when the host has no
-    /// MCP server (the program then gets no `SUBAGENTD_TOOLS`).
+    /// Opens the endpoint of `ctx`'s task, or `None` when its session
+    /// reaches no MCP server (the program then gets no `SUBAGENTD_TOOLS`).
     pub(super) async fn open(tools: &CommandTools, ctx: &TaskContext) -> Result<Option<Self>, TaskError> {
-        if tools.host.is_empty() && tools.host.listing(ctx.session_id()).is_empty() {
+        let toolbox = Toolbox::for_task(&tools.host, ctx).await;
+        if toolbox.is_empty() {
             return Ok(None);
         }
-        let toolbox = Toolbox::for_task(&tools.host, ctx).await;
         let unique = uuid::Uuid::new_v4().simple().to_string();
         let dir = std::env::temp_dir().join(format!("subagentd-tools-{}", &unique[..12]));
         let made = {
@@ -141,12 +141,13 @@ impl Endpoint {
             Err(err) => return rpc_error(Value::Null, -32700, format!("not JSON: {err}")),
         };
         let id = request.get("id").cloned().unwrap_or(Value::Null);
-        let allowed = || allowed_mcp_tools(&ctx.config, &self.policy, &self.toolbox.catalog()).len();
+        // What the subagent's scope allows of the tools listed now.
+        let catalog = self.toolbox.catalog();
+        let allowed = allowed_mcp_tools(&ctx.config, &self.policy, &catalog);
         let result = match request["method"].as_str() {
             Some("tools/list") => {
-                let catalog = self.toolbox.catalog();
-                let tools: Vec<Value> = allowed_mcp_tools(&ctx.config, &self.policy, &catalog)
-                    .into_iter()
+                let tools: Vec<Value> = allowed
+                    .iter()
                     .map(|tool| {
                         json!({
                             "name": tool.qualified,
@@ -167,16 +168,13 @@ impl Endpoint {
                     arguments @ Value::Object(_) => Ok(arguments.clone()),
                     _ => Err("params.arguments must be an object".to_owned()),
                 };
-                let catalog = self.toolbox.catalog();
-                let may =
-                    allowed_mcp_tools(&ctx.config, &self.policy, &catalog).iter().any(|tool| tool.qualified == name);
-                let output = if may {
+                let output = if allowed.iter().any(|tool| tool.qualified == name) {
                     let call_id = format!("cmd-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1);
                     // The call's OTel span lasts as long as the call.
                     let _span = trace::execute_tool(ctx.span(), name, &call_id);
                     self.toolbox.call(ctx, &call_id, name, arguments, false).await
                 } else {
-                    json!({ "error": format!("tool `{name}` is not available to this agent ({} are)", allowed()) })
+                    json!({ "error": format!("tool `{name}` is not available to this agent ({} are)", allowed.len()) })
                 };
                 match output {
                     Value::String(text) => json!({ "content": [{"type": "text", "text": text}], "isError": false }),

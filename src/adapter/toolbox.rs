@@ -31,10 +31,9 @@ pub(crate) struct Toolbox {
 impl Toolbox {
     /// The servers of `host` for `ctx`'s session, once those still
     /// connecting are ready (or [`FIRST_READY_WAIT`] has passed).
+    /// (A host with no configured server still gives the servers the
+    /// session registered.)
     pub(crate) async fn for_task(host: &Arc<ToolHost>, ctx: &TaskContext) -> Self {
-        if host.is_empty() {
-            return Self { servers: Vec::new() };
-        }
         let servers = host.servers_for(ctx.session_id(), || ctx.session_alive());
         let waits = servers.iter().map(|server| server.ready_tools(FIRST_READY_WAIT));
         for (server, ready) in servers.iter().zip(futures_util::future::join_all(waits).await) {
@@ -43,6 +42,11 @@ impl Toolbox {
             }
         }
         Self { servers }
+    }
+
+    /// Whether the task may reach no server at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.servers.is_empty()
     }
 
     /// Every tool of every server, as last listed.

@@ -116,15 +116,14 @@ fn server_config(name: String, registration: &RegisterConfig) -> Result<McpServe
     let call_timeout_ms = registration
         .timeout
         .map_or(DEFAULT_CALL_TIMEOUT_MS, |seconds| seconds.saturating_mul(1000).clamp(1, MAX_CALL_TIMEOUT_MS));
-    let pick = |present: bool| present.then_some(());
     Ok(McpServerConfig {
         name,
         transport,
         command,
         args,
-        cwd: pick(stdio && !registration.cwd.is_empty()).map(|()| PathBuf::from(&registration.cwd)),
+        cwd: (stdio && !registration.cwd.is_empty()).then(|| PathBuf::from(&registration.cwd)),
         env: Vec::new(),
-        url: pick(!stdio && !registration.url.is_empty()).map(|()| registration.url.clone()),
+        url: (!stdio && !registration.url.is_empty()).then(|| registration.url.clone()),
         headers_env: BTreeMap::new(),
         scope: crate::config::McpScope::Session,
         call_timeout_ms,

@@ -128,12 +128,7 @@ impl ToolHost {
         }
         let Some(runtime) = self.runtime.get() else { return servers };
         let mut sessions = self.lock_sessions();
-        sessions.retain(|_, own| own.alive.strong_count() > 0);
-        let own = sessions.entry(session.clone()).or_insert_with(|| SessionServers {
-            alive: alive(),
-            configured: None,
-            registered: Vec::new(),
-        });
+        let own = own_servers(&mut sessions, session, alive);
         let configured = own.configured.get_or_insert_with(|| {
             self.configs
                 .iter()
@@ -213,12 +208,7 @@ impl ToolHost {
             return Err("the host's MCP runtime is not running".into());
         };
         let mut sessions = self.lock_sessions();
-        sessions.retain(|_, own| own.alive.strong_count() > 0);
-        let own = sessions.entry(session.clone()).or_insert_with(|| SessionServers {
-            alive: alive(),
-            configured: None,
-            registered: Vec::new(),
-        });
+        let own = own_servers(&mut sessions, session, alive);
         if own.registered.len() >= self.clients.max_client_servers {
             return Err(format!(
                 "this session has registered {} servers, as many as `[mcp] max_client_servers` allows",
@@ -262,6 +252,21 @@ impl ToolHost {
         sessions.retain(|_, own| own.alive.strong_count() > 0);
         sessions.len()
     }
+}
+
+// Session `session`'s own servers, made empty on its first use; sessions
+// found gone on the way are dropped, which stops their servers.
+fn own_servers<'a>(
+    sessions: &'a mut HashMap<Arc<str>, SessionServers>,
+    session: &Arc<str>,
+    alive: impl FnOnce() -> SessionAlive,
+) -> &'a mut SessionServers {
+    sessions.retain(|_, own| own.alive.strong_count() > 0);
+    sessions.entry(session.clone()).or_insert_with(|| SessionServers {
+        alive: alive(),
+        configured: None,
+        registered: Vec::new(),
+    })
 }
 
 // Stops the servers of ended sessions every few seconds, for as long as
