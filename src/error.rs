@@ -40,6 +40,8 @@ pub enum ErrorCode {
     UnknownStrategy,
     /// The target's mailbox is at capacity.
     MailboxFull,
+    /// No such pending approval or question (or it timed out).
+    UnknownApproval,
 }
 
 impl ErrorCode {
@@ -61,6 +63,7 @@ impl ErrorCode {
             Self::InvalidState => "invalid_state",
             Self::UnknownStrategy => "unknown_strategy",
             Self::MailboxFull => "mailbox_full",
+            Self::UnknownApproval => "unknown_approval",
         }
     }
 
@@ -77,7 +80,8 @@ impl ErrorCode {
             | Self::QuotaExceeded
             | Self::InvalidState
             | Self::UnknownStrategy
-            | Self::MailboxFull => Some("multi_agent"),
+            | Self::MailboxFull
+            | Self::UnknownApproval => Some("multi_agent"),
             _ => None,
         }
     }

@@ -55,11 +55,19 @@ pub enum EventKind {
     /// A model call of the task waits at its provider's gate (content:
     /// `provider`, `position`, `estimated_wait_ms`); the status stays.
     Throttled,
+    /// A tool call waits for a person's approval (content: `approval_id`,
+    /// `subagent_id`, `path`, `tool`, `server`, `arguments`, `reason`,
+    /// `requested_at`, `expires_at`); the subagent is `WAITING`.
+    ApprovalRequested,
+    /// A model asked its person a question (`ask_user`; content:
+    /// `request_id`, `subagent_id`, `path`, `question`, `choices`,
+    /// `requested_at`, `expires_at`); the subagent is `WAITING`.
+    InputRequested,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 19] = [
         Self::Spawned,
         Self::Delegated,
         Self::StatusChanged,
@@ -77,6 +85,8 @@ impl EventKind {
         Self::ToolCall,
         Self::ToolResult,
         Self::Throttled,
+        Self::ApprovalRequested,
+        Self::InputRequested,
     ];
 
     /// Whether the event ends a task (or the subagent): its content then
@@ -93,7 +103,14 @@ impl EventKind {
     pub fn is_note(self) -> bool {
         matches!(
             self,
-            Self::Progress | Self::Throttled | Self::MessageReceived | Self::Merged | Self::ToolCall | Self::ToolResult
+            Self::Progress
+                | Self::Throttled
+                | Self::MessageReceived
+                | Self::Merged
+                | Self::ToolCall
+                | Self::ToolResult
+                | Self::ApprovalRequested
+                | Self::InputRequested
         )
     }
 
@@ -117,6 +134,8 @@ impl EventKind {
             Self::ToolCall => "tool_call",
             Self::ToolResult => "tool_result",
             Self::Throttled => "throttled",
+            Self::ApprovalRequested => "approval_requested",
+            Self::InputRequested => "input_requested",
         }
     }
 }
@@ -160,6 +179,10 @@ pub enum EventDetail {
     },
     /// An MCP tool call, and for `tool_result` how it ended.
     Tool(Box<ToolDetail>),
+    /// What a person is asked (`approval_requested`, `input_requested`):
+    /// its content fields, built once by the asking task (shared by the
+    /// event and its announcements again).
+    Asked(Arc<JsonObject>),
 }
 
 /// An MCP tool call as its events tell it (never its arguments or result:
@@ -331,6 +354,14 @@ impl WireEvent<'_> {
                     text.name(ended.outcome);
                 }
             }
+            EventDetail::Asked(fields) => {
+                for (key, value) in fields.iter() {
+                    text.raw(b",");
+                    text.string(key);
+                    text.raw(b":");
+                    text.value(value);
+                }
+            }
             EventDetail::Throttled { provider, position, estimated_wait_ms } => {
                 text.raw(b",\"provider\":");
                 text.string(provider);
@@ -388,6 +419,11 @@ impl Serialize for WireContent<'_> {
                     map.serialize_entry("bytes", &ended.bytes)?;
                     map.serialize_entry("ok", &(ended.outcome == "ok"))?;
                     map.serialize_entry("outcome", ended.outcome)?;
+                }
+            }
+            EventDetail::Asked(fields) => {
+                for (key, value) in fields.iter() {
+                    map.serialize_entry(key, value)?;
                 }
             }
             EventDetail::Throttled { provider, position, estimated_wait_ms } => {

@@ -333,6 +333,7 @@ impl FileConfig {
             ("mailbox_capacity", limits.mailbox_capacity),
             ("session_idle_seconds", limits.session_idle_seconds as usize),
             ("handshake_timeout_ms", limits.handshake_timeout_ms as usize),
+            ("approval_timeout_ms", limits.approval_timeout_ms as usize),
             ("max_unauthenticated_sessions", limits.max_unauthenticated_sessions),
             ("max_failed_handshakes", limits.max_failed_handshakes as usize),
             ("http_body_timeout_ms", limits.http_body_timeout_ms as usize),
@@ -375,6 +376,9 @@ impl FileConfig {
         for glob in self.tools.restricted.iter().flatten() {
             glob::Pattern::new(glob)
                 .map_err(|err| format!("invalid config: tools.restricted `{glob}` is not a glob: {err}"))?;
+        }
+        for (index, rule) in self.tools.approval.iter().enumerate() {
+            rule.check().map_err(|err| format!("invalid config: tools.approval[{index}]: {err}"))?;
         }
         Ok(())
     }

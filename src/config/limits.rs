@@ -105,6 +105,10 @@ pub struct Limits {
     pub max_running_per_session: usize,
     /// Tasks of one parent's children that may run at once (0: no cap).
     pub max_running_per_parent: usize,
+    /// How long a tool call waits for a person's approval (or `ask_user`
+    /// for an answer) before it is denied with reason `timeout`. The task's
+    /// own clocks stop meanwhile.
+    pub approval_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -141,6 +145,7 @@ impl Default for Limits {
             max_tokens_per_session: 0,
             max_running_per_session: 0,
             max_running_per_parent: 0,
+            approval_timeout_ms: 600_000,
         }
     }
 }
@@ -159,6 +164,11 @@ impl Limits {
     /// `handshake_timeout_ms` as a duration.
     pub fn handshake_timeout(&self) -> Duration {
         Duration::from_millis(self.handshake_timeout_ms)
+    }
+
+    /// `approval_timeout_ms` as a duration.
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_millis(self.approval_timeout_ms)
     }
 
     /// `http_body_timeout_ms` as a duration.

@@ -200,4 +200,7 @@ pub struct ToolsConfig {
     /// `readOnlyHint: true`.
     #[serde(default)]
     pub restricted: Option<Vec<String>>,
+    /// `[[tools.approval]]`: the calls that wait for a person's approval.
+    #[serde(default)]
+    pub approval: Vec<super::ApprovalRule>,
 }

@@ -2,11 +2,13 @@
 //! and the TOML config file ([`FileConfig`]). Plain data, below every other
 //! layer: it names adapters and tokens, others build them.
 
+mod approval;
 mod file;
 mod limits;
 mod mcp;
 mod providers;
 
+pub use approval::{ApprovalRule, Require};
 pub use file::{
     AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,
 };

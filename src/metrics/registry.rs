@@ -27,7 +27,7 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 pub(super) type OwnedLabels<const N: usize> = [(&'static str, String); N];
 
 /// Every error code, for the `errors_total` series made at start.
-pub(super) const ERROR_CODES: [ErrorCode; 15] = [
+pub(super) const ERROR_CODES: [ErrorCode; 16] = [
     ErrorCode::ParseError,
     ErrorCode::InvalidMessage,
     ErrorCode::SchemaViolation,
@@ -43,6 +43,7 @@ pub(super) const ERROR_CODES: [ErrorCode; 15] = [
     ErrorCode::InvalidState,
     ErrorCode::UnknownStrategy,
     ErrorCode::MailboxFull,
+    ErrorCode::UnknownApproval,
 ];
 
 /// The process-wide metrics.
@@ -57,7 +58,7 @@ pub(crate) struct Metrics {
     pub(super) model_call_duration: HistogramFamily<Labels<1>>,
     pub(super) tokens: Family<ModelLabels, Counter>,
     pub(super) requests: [ShardedCounter; Request::WIRE_TYPES.len()],
-    pub(super) errors: [Counter; 15],
+    pub(super) errors: [Counter; 16],
     pub(super) outbox_bytes: ShardedGauge,
     pub(super) bounds_rejected: Family<Labels<1>, Counter>,
     pub(super) auth_failures: Family<Labels<1>, Counter>,

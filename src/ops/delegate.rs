@@ -23,7 +23,7 @@ impl TaskContext {
     /// by this task's.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
         self.supervisor
-            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline), parent_span: self.span.clone() })
+            .send(msg::Delegate { id, task, deadline_cap: Some(self.deadline_cap()), parent_span: self.span.clone() })
             .await?
     }
 }

@@ -33,6 +33,13 @@ impl JsonText<'_> {
         }
     }
 
+    /// Any JSON value, as serde_json writes it.
+    pub(crate) fn value(&mut self, value: &serde_json::Value) {
+        if serde_json::to_writer(&mut *self.0, value).is_err() {
+            self.0.extend_from_slice(b"null");
+        }
+    }
+
     /// A string the host itself names, that needs no escape (a status, an
     /// event kind, a message type), copied as it is.
     pub(crate) fn name(&mut self, text: &str) {

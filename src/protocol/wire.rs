@@ -213,6 +213,20 @@ pub struct SubagentInfo {
     /// What its budget has left, when it has one (`metadata.budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_remaining: Option<Box<BudgetRemaining>>,
+    /// What its `WAITING` task waits for, when it is a person: `approval`
+    /// or `input` (an addition to the spec's fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<WaitingFor>,
+}
+
+/// What a `WAITING` subagent waits for, when it is a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitingFor {
+    /// A person's approval of a tool call.
+    Approval,
+    /// A person's answer to a question (`ask_user`).
+    Input,
 }
 
 /// `SubagentMessagePayload`: what one agent sends another.
@@ -309,6 +323,10 @@ pub struct AwaitResponse {
     /// What its budget has left, when it has one (`metadata.budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_remaining: Option<Box<BudgetRemaining>>,
+    /// What its `WAITING` task waits for, when it is a person: `approval`
+    /// or `input` (an addition to the spec's fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<WaitingFor>,
 }
 
 /// Model tokens used (by a subagent's own tasks, or by its whole subtree):

@@ -51,10 +51,13 @@ pub(crate) fn parse(metadata: &JsonObject) -> Result<Option<Budget>, HostError> 
 }
 
 /// A wall-clock budget in force: when it runs out, whose it is, how long it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct WallBudget {
-    /// When the subtree's time is up.
-    pub deadline: Instant,
+    /// When the subtree's time is up, before the time its clock is held
+    /// (see [`WallBudget::deadline`]).
+    pub base: Instant,
+    /// Held while a task of the subtree waits for a person.
+    pub clock: Arc<crate::runtime::clock::PauseClock>,
     /// The subagent whose budget it is (an ancestor's, when inherited).
     pub owner: Arc<str>,
     /// Its `max_wall_seconds`.
@@ -64,7 +67,13 @@ pub(crate) struct WallBudget {
 impl WallBudget {
     /// `owner`'s budget of `length`, from now.
     pub(crate) fn starting_now(owner: Arc<str>, length: Duration) -> Self {
-        Self { deadline: Instant::now() + length, owner, seconds: length.as_secs() }
+        Self { base: Instant::now() + length, clock: Arc::default(), owner, seconds: length.as_secs() }
+    }
+
+    /// When the subtree's time is up: the base moved on by the time a
+    /// person was waited for.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.clock.deadline(self.base)
     }
 
     /// The error of a task stopped by it.
@@ -77,7 +86,7 @@ impl WallBudget {
 /// budget has left (`None` without a budget of its own).
 pub(crate) fn remaining(id: SubagentId, usage: &UsageMeter, wall: Option<&WallBudget>) -> Option<Box<BudgetRemaining>> {
     let own_wall = wall.filter(|wall| *wall.owner == *id.to_string());
-    let wall_seconds = own_wall.map(|wall| wall.deadline.saturating_duration_since(Instant::now()).as_secs());
+    let wall_seconds = own_wall.map(|wall| wall.deadline().saturating_duration_since(Instant::now()).as_secs());
     if usage.limits() == Limits::default() && wall_seconds.is_none() {
         return None;
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::memory;
 use super::merge_strategies::StrategyRegistry;
+use super::people::{ApprovalPolicy, Desk};
 use super::supervisor::Supervisor;
 use super::task::AdapterRouter;
 use super::tree::Tree;
@@ -32,6 +33,8 @@ pub struct HostConfig {
     /// The MCP servers whose tools the session's clients may list and call
     /// (`tool/*`); the openai routes of `router` hold the same.
     pub tools: Arc<ToolHost>,
+    /// Which tool calls wait for a person's approval (`[[tools.approval]]`).
+    pub approvals: ApprovalPolicy,
 }
 
 /// Host-wide state every session shares (read-only but for the id registry).
@@ -42,6 +45,10 @@ pub(crate) struct HostContext {
     pub strategies: StrategyRegistry,
     pub ids: IdRegistry,
     pub tools: Arc<ToolHost>,
+    /// Which tool calls wait for a person's approval.
+    pub approvals: ApprovalPolicy,
+    /// Every request waiting for a person, across sessions.
+    pub desk: Arc<Desk>,
 }
 
 impl HostContext {
@@ -92,6 +99,11 @@ impl Host {
         &self.shared.tools
     }
 
+    /// Every request of the host's sessions waiting for a person.
+    pub fn desk(&self) -> &Arc<Desk> {
+        &self.shared.desk
+    }
+
     /// A host whose sessions all live on the calling arbiter (tests, embedding).
     pub fn new(config: HostConfig) -> Self {
         Self::with_workers(config, Vec::new())
@@ -106,6 +118,8 @@ impl Host {
             strategies: config.strategies,
             ids: config.ids,
             tools: config.tools,
+            approvals: config.approvals,
+            desk: Arc::default(),
         };
         Self { shared: Arc::new(shared), workers, next_worker: AtomicUsize::new(0) }
     }

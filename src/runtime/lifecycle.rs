@@ -115,7 +115,9 @@ const fn allowed(on: EventKind, from: SubagentStatus) -> u8 {
         | EventKind::MessageReceived
         | EventKind::Merged
         | EventKind::ToolCall
-        | EventKind::ToolResult => match from {
+        | EventKind::ToolResult
+        | EventKind::ApprovalRequested
+        | EventKind::InputRequested => match from {
             Terminated => STAYS | bit(Terminated),
             _ => STAYS | ANY_LIVE | bit(Terminated),
         },

@@ -5,7 +5,6 @@
 use actix::prelude::*;
 use actix::WeakAddr;
 use std::sync::Arc;
-use tokio::time::Instant;
 
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
@@ -45,7 +44,7 @@ pub(crate) struct SpawnKeyed {
 pub(crate) struct Delegate {
     pub id: SubagentId,
     pub task: TaskDefinition,
-    pub deadline_cap: Option<Instant>,
+    pub deadline_cap: Option<crate::runtime::clock::DeadlineCap>,
     // The span of the task that delegates it (its task's span's parent).
     pub parent_span: Option<tracing::Span>,
 }
@@ -125,6 +124,11 @@ pub(crate) struct Close;
 #[rtype(result = "Vec<SubagentId>")]
 pub(crate) struct BusyIds;
 
+/// A subagent's ancestors and itself, root first (empty when unknown).
+#[derive(Message)]
+#[rtype(result = "Vec<SubagentId>")]
+pub(crate) struct PathOf(pub SubagentId);
+
 // ---- reports from subagent actors to the supervisor ---------------------------
 
 /// A subagent's status changed, or something worth an event happened to it.
@@ -162,7 +166,7 @@ pub(crate) struct Idle {
 #[rtype(result = "()")]
 pub(crate) struct RunTask {
     pub task: TaskDefinition,
-    pub deadline_cap: Option<Instant>,
+    pub deadline_cap: Option<crate::runtime::clock::DeadlineCap>,
     pub parent_span: Option<tracing::Span>,
     pub reply: DelegateReply,
     // Set when the task ran before the host restarted: it resumes.

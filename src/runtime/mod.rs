@@ -22,12 +22,14 @@
 //!   spent, and the budgets they are held to; `budget`: a config's budget.
 
 pub(crate) mod budget;
+pub(crate) mod clock;
 mod host;
 pub(crate) mod inspect;
 pub mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod merge_strategies;
 pub(crate) mod messages;
+pub mod people;
 pub(crate) mod subagent;
 pub(crate) mod supervisor;
 pub(crate) mod task;
@@ -37,4 +39,5 @@ pub(crate) mod usage;
 
 pub(crate) use host::HostContext;
 pub use host::{Host, HostConfig, TreeStats};
+pub use people::{ApprovalPolicy, Desk};
 pub use tree::Tree;

@@ -564,7 +564,9 @@ fn the_transition_function_is_the_lifecycle_table() {
             | EventKind::MessageReceived
             | EventKind::Merged
             | EventKind::ToolCall
-            | EventKind::ToolResult => {
+            | EventKind::ToolResult
+            | EventKind::ApprovalRequested
+            | EventKind::InputRequested => {
                 return (from != Terminated || to == Terminated).then_some(from);
             }
         };

@@ -190,6 +190,10 @@ impl SubagentActor {
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
             budget_remaining: budget::remaining(self.id, &self.usage, self.wall.as_deref()),
+            waiting_for: match &self.task {
+                Some(task) if task.shared.waiting.get() => task.shared.person.get(),
+                _ => None,
+            },
         }
     }
 

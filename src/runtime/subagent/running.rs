@@ -17,6 +17,7 @@ use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
+use crate::runtime::clock::{self, DeadlineCap, TaskClocks};
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
 use crate::runtime::task::{TaskContext, TaskShared};
 use crate::runtime::trace;
@@ -118,7 +119,7 @@ impl SubagentActor {
     pub(super) fn start_task(
         &mut self,
         task: TaskDefinition,
-        deadline_cap: Option<Instant>,
+        deadline_cap: Option<DeadlineCap>,
         parent_span: Option<tracing::Span>,
         resume: Option<Resume>,
         ctx: &mut Context<Self>,
@@ -140,13 +141,30 @@ impl SubagentActor {
         let timeout_seconds = self.config.timeout_seconds;
         let started = Instant::now();
         let mut deadline = started + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
-        if let Some(cap) = deadline_cap {
+        let (cap, parent_clocks) = match deadline_cap {
+            Some(cap) => (Some(cap.at), Some(cap.clocks)),
+            None => (None, None),
+        };
+        if let Some(cap) = cap {
             deadline = deadline.min(cap);
         }
-        let wall_deadline = self.wall.as_ref().is_some_and(|wall| wall.deadline < deadline);
-        if let Some(wall) = self.wall.as_ref().filter(|_| wall_deadline) {
-            deadline = wall.deadline;
+        let wall_now = self.wall.as_ref().map(|wall| wall.deadline());
+        let wall_deadline = wall_now.is_some_and(|wall| wall < deadline);
+        if let Some(wall) = wall_now.filter(|_| wall_deadline) {
+            deadline = wall;
         }
+        // The clock the deadline runs on: the wall budget's when it binds
+        // (it is shared by the subtree and already moved on by its holds:
+        // its base is what is left of it from here), else the task's own.
+        let clocks = Arc::new(TaskClocks {
+            own: Arc::default(),
+            wall: self.wall.as_ref().map(|wall| wall.clock.clone()),
+            parent: parent_clocks,
+        });
+        let (deadline_base, deadline_clock) = match self.wall.as_ref().filter(|_| wall_deadline) {
+            Some(wall) => (wall.base, wall.clock.clone()),
+            None => (deadline, clocks.own.clone()),
+        };
         let cancel = CancellationToken::new();
         let shared = Rc::new(TaskShared::default());
         let span = trace::invoke_agent(parent_span.as_ref(), self.log.id(), self.id, &self.config);
@@ -159,6 +177,8 @@ impl SubagentActor {
             mailbox: self.mailbox.clone(),
             cancel: cancel.clone(),
             deadline,
+            clocks,
+            host: self.host.clone(),
             shared: shared.clone(),
             steps: Cell::new(resume.as_ref().and_then(|r| r.checkpoint.as_ref()).map_or(0, |c| c.step)),
             supervisor: self.supervisor.clone(),
@@ -180,7 +200,8 @@ impl SubagentActor {
         // it and `_live` ends with the block.
         let run = async move {
             let _live = live;
-            let guarded = Abortable::new(tokio::time::timeout_at(deadline, adapter.run(task_ctx)), abort_registration);
+            let timed = clock::run_until(deadline_base, deadline_clock, adapter.run(task_ctx));
+            let guarded = Abortable::new(timed, abort_registration);
             match AssertUnwindSafe(guarded).catch_unwind().await {
                 Ok(Ok(Ok(Ok(result)))) => Outcome::Completed(result),
                 Ok(Ok(Ok(Err(err)))) => Outcome::Failed(err.0),

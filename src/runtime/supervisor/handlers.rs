@@ -100,6 +100,22 @@ impl Handler<BusyIds> for Supervisor {
     }
 }
 
+impl Handler<PathOf> for Supervisor {
+    type Result = MessageResult<PathOf>;
+
+    fn handle(&mut self, msg: PathOf, _ctx: &mut Self::Context) -> Self::Result {
+        let mut path = Vec::new();
+        let mut at = Some(msg.0);
+        while let Some(id) = at {
+            let Some(entry) = self.index.get(&id) else { break };
+            path.push(id);
+            at = entry.parent;
+        }
+        path.reverse();
+        MessageResult(path)
+    }
+}
+
 impl Handler<Cancel> for Supervisor {
     type Result = Response<Result<Vec<SubagentId>, HostError>>;
 

@@ -11,6 +11,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, Budget, WallBudget};
+use crate::runtime::people::inherit_rules;
 use crate::runtime::usage::UsageMeter;
 use crate::store::Change;
 
@@ -46,7 +47,7 @@ impl Supervisor {
     /// quota checks.
     pub(super) fn spawn(
         &mut self,
-        request: SpawnRequest,
+        mut request: SpawnRequest,
         spawn_key: Option<Arc<str>>,
     ) -> Result<SpawnResponse, HostError> {
         if self.closing {
@@ -98,6 +99,9 @@ impl Supervisor {
             .with_detail(serde_json::json!({ "max_subagents_per_session": limits.max_subagents_per_session })));
         }
         let budget = budget::parse(&request.agent.metadata)?;
+        // Its parent's approval rules hold for it too (it may add its own).
+        let parent_metadata = parent.map(|parent| &self.index[&parent].config.metadata);
+        inherit_rules(&mut request.agent.metadata, parent_metadata)?;
         let id = self.host.ids.allocate().ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
         let (usage, wall) = match self.budget_for(id, parent, budget) {
             Ok(granted) => granted,
@@ -147,6 +151,7 @@ impl Supervisor {
             task_time: Default::default(),
             last_task: None,
             ticket: 0,
+            waiting_for: None,
         };
         crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;
@@ -185,9 +190,9 @@ impl Supervisor {
             None => inherited,
             Some(asked) => {
                 let wall = WallBudget::starting_now(owner, asked);
-                if let Some(above) = inherited.as_ref().filter(|above| above.deadline < wall.deadline) {
+                if let Some(above) = inherited.as_ref().filter(|above| above.deadline() < wall.deadline()) {
                     meter.release();
-                    let left = above.deadline.saturating_duration_since(tokio::time::Instant::now()).as_secs();
+                    let left = above.deadline().saturating_duration_since(tokio::time::Instant::now()).as_secs();
                     return Err(HostError::new(
                         ErrorCode::QuotaExceeded,
                         format!(

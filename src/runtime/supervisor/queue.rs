@@ -12,7 +12,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use tokio::time::Instant;
 
 use super::AwaitReply;
 use super::Supervisor;
@@ -40,7 +39,7 @@ impl Dequeued {
 pub(super) struct Queued {
     pub id: SubagentId,
     pub task: TaskDefinition,
-    pub deadline_cap: Option<Instant>,
+    pub deadline_cap: Option<crate::runtime::clock::DeadlineCap>,
     pub parent_span: Option<tracing::Span>,
     // Awaits that came while it waited: handed to its actor after the task.
     pub awaiters: Vec<AwaitReply>,

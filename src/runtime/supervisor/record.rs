@@ -18,6 +18,7 @@ use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::Ticket;
 use crate::runtime::subagent::SubagentActor;
+use crate::runtime::people::AskKind;
 use crate::runtime::usage::UsageMeter;
 
 /// A subagent actor's address, shared so that forwarding a request clones an
@@ -187,6 +188,8 @@ pub(super) struct Entry {
     // Its newest task's number (`Ticket`): reports with an older one leave
     // the record as it is.
     pub(super) ticket: Ticket,
+    // What its `WAITING` task waits for, when it is a person.
+    pub(super) waiting_for: Option<AskKind>,
 }
 
 /// When a subagent's current or last task started and ended (the operator's
@@ -276,7 +279,14 @@ impl Entry {
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
             budget_remaining: budget::remaining(id, &self.usage, self.wall.as_deref()),
+            waiting_for: self.waiting_for(),
         }
+    }
+
+    /// What it waits for (`waiting_for` in its rows), while it is `WAITING`
+    /// for a person.
+    pub(super) fn waiting_for(&self) -> Option<WaitingFor> {
+        self.waiting_for.filter(|_| self.status == SubagentStatus::Waiting).map(AskKind::waiting_for)
     }
 
     /// Its stored row.
@@ -310,6 +320,7 @@ impl Entry {
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
             budget_remaining: budget::remaining(id, &self.usage, self.wall.as_deref()),
+            waiting_for: self.waiting_for(),
         }
     }
 }

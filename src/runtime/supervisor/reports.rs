@@ -10,6 +10,7 @@ use crate::event::EventKind;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::messages::*;
+use crate::runtime::people::AskKind;
 
 impl Supervisor {
     pub(super) fn on_report(&mut self, msg: Report, ctx: &mut Context<Self>) {
@@ -24,10 +25,21 @@ impl Supervisor {
             let entry = &self.index[&msg.id];
             return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
         }
-        if !matches!(msg.kind, EventKind::Progress | EventKind::Throttled | EventKind::ToolCall | EventKind::ToolResult)
-        {
-            entry.apply(msg.kind, msg.status);
-            self.listed = None;
+        match msg.kind {
+            EventKind::Progress | EventKind::Throttled | EventKind::ToolCall | EventKind::ToolResult => {}
+            // Its task waits for a person now (it reported `WAITING` just before).
+            EventKind::ApprovalRequested | EventKind::InputRequested => {
+                let kind = if msg.kind == EventKind::ApprovalRequested { AskKind::Approval } else { AskKind::Question };
+                entry.waiting_for = Some(kind);
+                self.listed = None;
+            }
+            _ => {
+                entry.apply(msg.kind, msg.status);
+                if entry.status != SubagentStatus::Waiting {
+                    entry.waiting_for = None;
+                }
+                self.listed = None;
+            }
         }
         // A task that waits gives its running slot up; going on, it takes one back.
         let (release, retake) = match (msg.kind, msg.status) {

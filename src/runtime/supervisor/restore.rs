@@ -89,6 +89,7 @@ impl Supervisor {
                 caps: Caps::default(),
                 task_time: Default::default(),
                 last_task: None,
+                waiting_for: None,
                 // Task numbers go on from the last one started.
                 ticket: row.tasks_started,
             };

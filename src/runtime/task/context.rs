@@ -28,6 +28,8 @@ use super::adapter::TaskError;
 pub(crate) struct TaskShared {
     /// Set while the task waits (`WAITING`).
     pub waiting: Cell<bool>,
+    /// Set while it waits for a person: for what.
+    pub person: Cell<Option<WaitingFor>>,
     /// Set when the task spent past a budget: the error it ends with.
     pub overspent: RefCell<Option<String>>,
 }
@@ -50,8 +52,14 @@ pub struct TaskContext {
     pub mailbox: Arc<Mailbox>,
     /// Fires on cancel (graceful: wind up within the grace period) and terminate.
     pub cancel: CancellationToken,
-    /// When the task's time is up (its own timeout, capped by its parent's).
+    /// When the task's time is up (its own timeout, capped by its parent's),
+    /// before the time spent waiting for a person: see
+    /// [`TaskContext::deadline_now`].
     pub deadline: Instant,
+    // Its clocks, stopped while it (or a task below it) waits for a person.
+    pub(crate) clocks: Arc<crate::runtime::clock::TaskClocks>,
+    // The host's shared state (the desk of questions for people, limits).
+    pub(crate) host: Arc<crate::runtime::HostContext>,
     // Shared with the subagent actor: whether the task waits, and why it
     // overspent (one allocation for both).
     pub(crate) shared: Rc<TaskShared>,
@@ -88,6 +96,17 @@ impl fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
+    /// When the task's time is up now: [`TaskContext::deadline`] moved on
+    /// by the time it waited for a person.
+    pub fn deadline_now(&self) -> Instant {
+        self.clocks.own.deadline(self.deadline)
+    }
+
+    /// What caps the deadline of a task this task delegates.
+    pub(crate) fn deadline_cap(&self) -> crate::runtime::clock::DeadlineCap {
+        crate::runtime::clock::DeadlineCap { at: self.deadline_now(), clocks: self.clocks.clone() }
+    }
+
     /// The run number of this task: 1, or more when it was running when the
     /// host stopped and now runs again.
     pub fn attempt(&self) -> u32 {
@@ -202,8 +221,8 @@ impl TaskContext {
         self.note(kind, EventDetail::Tool(Box::new(detail)));
     }
 
-    // An event that reports without moving the subagent's status.
-    fn note(&self, kind: EventKind, detail: EventDetail) {
+    /// Emits an event that reports without moving the subagent's status.
+    pub(crate) fn note(&self, kind: EventKind, detail: EventDetail) {
         self.supervisor.do_send(Report {
             id: self.subagent_id,
             kind,

@@ -1,0 +1,201 @@
+//! Clocks that stop while a person is asked: a task's `timeout_seconds`
+//! and a subtree's `max_wall_seconds` do not run while the task (or a
+//! descendant it waits on) waits for an approval or an answer.
+//!
+//! A [`PauseClock`] counts how long it has been held: a deadline set on it
+//! is its base instant plus that. [`run_until`] runs a future against such
+//! a deadline, sleeping again when the clock was held meanwhile.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+#[derive(Debug, Default)]
+struct Held {
+    // Holds taken and not yet released (several descendants may wait at once).
+    holds: u32,
+    // When the first of the current holds was taken.
+    since: Option<Instant>,
+    // Time held before `since`.
+    total: Duration,
+}
+
+/// A clock that can be held (stopped) and released; see the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct PauseClock {
+    held: Mutex<Held>,
+    released: Notify,
+}
+
+impl PauseClock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stops the clock until the hold is dropped.
+    pub(crate) fn hold(self: &Arc<Self>) -> ClockHold {
+        let mut held = self.lock();
+        held.holds += 1;
+        if held.holds == 1 {
+            held.since = Some(Instant::now());
+        }
+        ClockHold(self.clone())
+    }
+
+    fn release(&self) {
+        let mut held = self.lock();
+        held.holds = held.holds.saturating_sub(1);
+        if held.holds == 0 {
+            if let Some(since) = held.since.take() {
+                held.total += since.elapsed();
+            }
+            drop(held);
+            self.released.notify_waiters();
+        }
+    }
+
+    /// How long the clock has been held in all (the current hold included),
+    /// and whether it is held now.
+    pub(crate) fn held_for(&self) -> (Duration, bool) {
+        let held = self.lock();
+        let current = held.since.map_or(Duration::ZERO, |since| since.elapsed());
+        (held.total + current, held.holds > 0)
+    }
+
+    /// `base` moved on by the time the clock has been held.
+    pub(crate) fn deadline(&self, base: Instant) -> Instant {
+        base + self.held_for().0
+    }
+}
+
+/// A hold on a [`PauseClock`]: the clock runs again when it is dropped.
+#[derive(Debug)]
+pub(crate) struct ClockHold(Arc<PauseClock>);
+
+impl Drop for ClockHold {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// The clocks a person-wait of one task stops: its own, its wall-clock
+/// budget's, and those of the tasks above it that delegated to it (they
+/// wait on it). One per task.
+#[derive(Debug, Default)]
+pub(crate) struct TaskClocks {
+    /// The task's own (`timeout_seconds`).
+    pub own: Arc<PauseClock>,
+    /// Its subtree's `max_wall_seconds`, when it has one.
+    pub wall: Option<Arc<PauseClock>>,
+    /// The delegating task's, for a task delegated by its parent's task.
+    pub parent: Option<Arc<TaskClocks>>,
+}
+
+impl TaskClocks {
+    /// Stops every clock of this task and of the tasks above it (each
+    /// wall-clock budget once) until the hold is dropped.
+    pub(crate) fn hold_all(&self) -> Vec<ClockHold> {
+        let mut holds: Vec<ClockHold> = Vec::new();
+        let mut walls: Vec<&Arc<PauseClock>> = Vec::new();
+        let mut clocks = Some(self);
+        while let Some(at) = clocks {
+            holds.push(at.own.hold());
+            if let Some(wall) = at.wall.as_ref().filter(|wall| !walls.iter().any(|seen| Arc::ptr_eq(seen, wall))) {
+                holds.push(wall.hold());
+                walls.push(wall);
+            }
+            clocks = at.parent.as_deref();
+        }
+        holds
+    }
+}
+
+/// A delegating task's deadline, which caps its child's, and its clocks,
+/// which a person-wait of the child stops too.
+#[derive(Debug, Clone)]
+pub(crate) struct DeadlineCap {
+    /// The delegating task's deadline when it delegated.
+    pub at: Instant,
+    /// Its clocks.
+    pub clocks: Arc<TaskClocks>,
+}
+
+/// Runs `work` until it ends, or until `base` (moved on by the time
+/// `clock` was held) passes while the clock runs: then `Err(())`.
+pub(crate) async fn run_until<F: Future>(base: Instant, clock: Arc<PauseClock>, work: F) -> Result<F::Output, ()> {
+    tokio::pin!(work);
+    loop {
+        let released = clock.released.notified();
+        tokio::pin!(released);
+        // Registered before the state is read: a release in between wakes it.
+        released.as_mut().enable();
+        let (held_for, held) = clock.held_for();
+        if held {
+            tokio::select! {
+                output = &mut work => return Ok(output),
+                _ = &mut released => continue,
+            }
+        }
+        tokio::select! {
+            output = &mut work => return Ok(output),
+            _ = tokio::time::sleep_until(base + held_for) => {
+                // Held meanwhile: the deadline has moved on.
+                let (now_held_for, now_held) = clock.held_for();
+                if !now_held && now_held_for == held_for {
+                    return Err(());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_clock_moves_the_deadline_on_by_the_time_held() {
+        let clock = Arc::new(PauseClock::default());
+        let base = Instant::now() + Duration::from_secs(1);
+        let work = {
+            let clock = clock.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let hold = clock.hold();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                drop(hold);
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                "done"
+            }
+        };
+        // 0.9 s of running time against a 1 s deadline: it ends in time.
+        assert_eq!(run_until(base, clock.clone(), work).await, Ok("done"));
+        assert_eq!(clock.held_for(), (Duration::from_secs(5), false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_clock_times_out_at_its_deadline() {
+        let clock = Arc::new(PauseClock::default());
+        let base = Instant::now() + Duration::from_secs(1);
+        let started = Instant::now();
+        let work = tokio::time::sleep(Duration::from_secs(10));
+        assert_eq!(run_until(base, clock, work).await, Err(()));
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn overlapping_holds_count_once() {
+        let clock = Arc::new(PauseClock::default());
+        let first = clock.hold();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = clock.hold();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(first);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(second);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(clock.held_for(), (Duration::from_secs(3), false));
+    }
+}
