@@ -206,7 +206,8 @@ pub struct ToolEnded {
     pub duration_ms: u64,
     /// The result's size in bytes.
     pub bytes: u64,
-    /// `ok`, `error`, `refused`, `timeout`, `cancelled` or `interrupted`.
+    /// `ok`, `error`, `refused`, `timeout`, `cancelled`, `interrupted` or
+    /// `denied` (by a person, or for want of an answer).
     pub outcome: &'static str,
 }
 

@@ -58,6 +58,8 @@ pub struct Settings {
     /// The MCP servers of `[[mcp_servers]]` (the openai routes of `router`
     /// offer their tools); started by [`run`].
     pub tools: Arc<ToolHost>,
+    /// Which tool calls wait for a person's approval (`[[tools.approval]]`).
+    pub approvals: crate::ApprovalPolicy,
 }
 
 impl Settings {
@@ -81,6 +83,7 @@ impl Settings {
             journal_retained: usize::try_from(file.store.journal_retained).unwrap_or(usize::MAX),
             resume_concurrency: file.store.resume_concurrency,
             tools,
+            approvals: crate::ApprovalPolicy::new(&file.tools.approval).map_err(|err| format!("invalid config: {err}"))?,
         })
     }
 }
@@ -128,6 +131,7 @@ pub async fn run(
         limits: settings.limits,
         router: settings.router,
         tools: settings.tools.clone(),
+        approvals: settings.approvals,
         ..Default::default()
     };
     let store = settings.store.clone();

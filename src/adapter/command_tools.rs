@@ -30,6 +30,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 use super::openai::{allowed_mcp_tools, ToolPolicy};
 use super::toolbox::Toolbox;
+use crate::runtime::people::PersonLedger;
 use crate::runtime::task::{TaskContext, TaskError};
 use crate::runtime::trace;
 use crate::tools::ToolHost;
@@ -172,7 +173,10 @@ impl Endpoint {
                     let call_id = format!("cmd-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1);
                     // The call's OTel span lasts as long as the call.
                     let _span = trace::execute_tool(ctx.span(), name, &call_id);
-                    self.toolbox.call(ctx, &call_id, name, arguments, false).await
+                    // A program's task keeps no checkpoint: what its person
+                    // is asked lives as long as the call.
+                    let mut ledger = PersonLedger::default();
+                    self.toolbox.call(ctx, &call_id, name, arguments, false, &mut ledger, async |_: &PersonLedger| {}).await
                 } else {
                     json!({ "error": format!("tool `{name}` is not available to this agent ({} are)", allowed.len()) })
                 };

@@ -11,6 +11,7 @@
 //!   a route naming one passes.
 //! - [`build_route`], [`router`] (file `routing`): the adapter a route
 //!   names, and the table.
+//! - `person_gate`: the approval a tool call may need, and `ask_user`.
 //! - `toolbox`: a task's MCP tool calls, for the openai adapter's model and
 //!   the command adapter's program (`command_tools`) alike.
 
@@ -18,6 +19,7 @@ pub mod command;
 mod command_tools;
 pub mod openai;
 pub mod output_schema;
+mod person_gate;
 pub mod provider;
 mod routing;
 pub mod scripted;

@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::person_gate::{self, Passage};
 use crate::event::{ToolDetail, ToolEnded};
+use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::TaskContext;
 use crate::tools::{self, McpServer, McpTool, ToolHost};
 
@@ -66,6 +68,11 @@ impl Toolbox {
     /// `arguments` were read (or why not); `resumed`: it was in flight when
     /// the host stopped. The answer is the result's text, or
     /// `{"error": …}`. The caller has checked the task may use the tool.
+    ///
+    /// A call the approval rules cover waits for a person first; `ledger`
+    /// and `persist` keep what was asked and answered in the task's
+    /// checkpoint (see `runtime::people`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn call(
         &self,
         ctx: &TaskContext,
@@ -73,6 +80,8 @@ impl Toolbox {
         name: &str,
         arguments: Result<Value, String>,
         resumed: bool,
+        ledger: &mut PersonLedger,
+        persist: impl AsyncFnMut(&PersonLedger),
     ) -> Value {
         let Some((server, tool)) = self.find(name) else {
             return json!({ "error": format!("tool `{name}` is not available now (its server may be down)") });
@@ -83,6 +92,20 @@ impl Toolbox {
             call_id: call_id.to_owned(),
             ended,
         };
+        let arguments = match arguments {
+            Ok(arguments) => arguments,
+            Err(why) => return json!({ "error": format!("bad arguments for {}: {why}", tool.qualified) }),
+        };
+        let subject = CallSubject { tool: &tool.name, qualified: &tool.qualified, server: Some(&tool.server), hints: tool.hints };
+        let resumed = match person_gate::approve(ctx, subject, call_id, &arguments, ledger, persist).await {
+            Passage::Free => resumed,
+            // Asked for again after a restart: it was never made.
+            Passage::Approved { decided_before } => decided_before,
+            Passage::Refused(answer) => {
+                ctx.tool_event(detail(Some(ToolEnded { duration_ms: 0, bytes: 0, outcome: "denied" })));
+                return answer;
+            }
+        };
         if resumed && !tool.hints.safe_to_repeat() {
             ctx.tool_event(detail(Some(ToolEnded { duration_ms: 0, bytes: 0, outcome: "interrupted" })));
             return json!({ "error": format!(
@@ -91,10 +114,6 @@ impl Toolbox {
                 tool.qualified
             ) });
         }
-        let arguments = match arguments {
-            Ok(arguments) => arguments,
-            Err(why) => return json!({ "error": format!("bad arguments for {}: {why}", tool.qualified) }),
-        };
         // Counted before it is made: a spent `max_tool_calls` ends the task.
         if let Err(spent) = ctx.tool_call() {
             return json!({ "error": spent.0 });

@@ -9,6 +9,7 @@ use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::memory::InboxMessage;
+use crate::runtime::people::{AnswerOutcome, Given};
 use crate::runtime::task::TaskContext;
 use crate::runtime::Tree;
 
@@ -102,6 +103,15 @@ pub enum Operation {
     },
     /// Merge finished subagents' results.
     Merge(MergeRequest),
+    /// Answer a request of the session that waits for a person: an
+    /// approval (`Given::Approve`, `Given::Deny`) or a question
+    /// (`Given::Answer`). A client's own; a task cannot answer one.
+    Decide {
+        /// The `approval_id` or `request_id`.
+        id: String,
+        /// The answer.
+        given: Given,
+    },
 }
 
 /// What an operation gives back.
@@ -135,6 +145,13 @@ pub enum Outcome {
     },
     /// [`Operation::Merge`].
     Merged(MergeResponse),
+    /// [`Operation::Decide`]: the request answered, and how.
+    Decided {
+        /// Its id.
+        id: String,
+        /// The decision in force, and whether it reached the task.
+        outcome: AnswerOutcome,
+    },
 }
 
 impl Operation {
@@ -150,6 +167,7 @@ impl Operation {
             Self::Cancel { .. } => "cancel",
             Self::Terminate { .. } => "terminate",
             Self::Merge(_) => "merge",
+            Self::Decide { .. } => "decide",
         }
     }
 
@@ -185,6 +203,10 @@ impl Operation {
             Self::Cancel { target } => Outcome::Cancelled { target, stopped: tree.cancel(target).await? },
             Self::Terminate { target } => Outcome::Terminated { target, stopped: tree.terminate(target).await? },
             Self::Merge(request) => Outcome::Merged(tree.merge(request).await?),
+            Self::Decide { id, given } => {
+                let outcome = tree.desk().answer(&id, Some(tree.session_id()), given).await?;
+                Outcome::Decided { id, outcome }
+            }
         })
     }
 
@@ -202,6 +224,9 @@ impl Operation {
             Self::Cancel { target } => Outcome::Cancelled { target, stopped: ctx.cancel(target).await? },
             Self::Terminate { target } => Outcome::Terminated { target, stopped: ctx.terminate(target).await? },
             Self::Merge(request) => Outcome::Merged(ctx.merge(request).await?),
+            Self::Decide { .. } => {
+                return Err(HostError::new(ErrorCode::InvalidState, "a task cannot answer for a person"))
+            }
         })
     }
 }

@@ -8,11 +8,13 @@
 //! - `text`: JSON written by hand for the hottest lines (events).
 //! - [`multi_agent`]: the SDK's `multi_agent/*` namespace, mapped onto the
 //!   same requests.
+//! - [`person`]: the host's extensions answering approvals and questions.
 
 pub mod codec;
 pub mod encode;
 pub mod mcp;
 pub mod multi_agent;
+pub mod person;
 pub mod raw;
 pub mod request;
 pub(crate) mod text;

@@ -102,11 +102,19 @@ pub enum Request {
     McpServerRegister(super::mcp::ServerRegisterRequest),
     /// `mcp/server/unregister/req`.
     McpServerUnregister(super::mcp::ServerUnregisterRequest),
+    /// `SUBAGENT_APPROVAL_REQ` (host extension).
+    Approve(super::person::ApprovalRequest),
+    /// `SUBAGENT_INPUT_REQ` (host extension).
+    Answer(super::person::InputRequest),
+    /// `multi_agent/approve` (host extension).
+    AgentApprove(super::person::ApprovalRequest),
+    /// `multi_agent/answer` (host extension).
+    AgentAnswer(super::person::InputRequest),
 }
 
 impl Request {
     /// Every request type's wire name, in [`Request::type_index`] order.
-    pub const WIRE_TYPES: [&'static str; 21] = [
+    pub const WIRE_TYPES: [&'static str; 25] = [
         "handshake/req",
         "ping",
         "shutdown",
@@ -128,6 +136,10 @@ impl Request {
         "mcp/server/list/req",
         "mcp/server/register/req",
         "mcp/server/unregister/req",
+        "SUBAGENT_APPROVAL_REQ",
+        "SUBAGENT_INPUT_REQ",
+        "multi_agent/approve",
+        "multi_agent/answer",
     ];
 
     /// This request's wire name (`SUBAGENT_SPAWN_REQ` …).
@@ -143,7 +155,7 @@ impl Request {
 
     /// Whether this is a request of the SDK's `multi_agent/*` namespace.
     pub fn is_multi_agent(&self) -> bool {
-        (11..16).contains(&self.type_index())
+        (11..16).contains(&self.type_index()) || (23..25).contains(&self.type_index())
     }
 
     /// Whether this is a request of the SDK's `tool/*` namespace.
@@ -153,7 +165,7 @@ impl Request {
 
     /// Whether this is a request of the SDK's `mcp/*` namespace.
     pub fn is_mcp(&self) -> bool {
-        self.type_index() >= 18
+        (18..21).contains(&self.type_index())
     }
 
     /// This request's place in [`Request::WIRE_TYPES`].
@@ -180,6 +192,10 @@ impl Request {
             Self::McpServerList(_) => 18,
             Self::McpServerRegister(_) => 19,
             Self::McpServerUnregister(_) => 20,
+            Self::Approve(_) => 21,
+            Self::Answer(_) => 22,
+            Self::AgentApprove(_) => 23,
+            Self::AgentAnswer(_) => 24,
         }
     }
 }
@@ -229,6 +245,10 @@ fn lookup(kind: &str, source: impl BodySource) -> Result<Option<Request>, HostEr
         super::mcp::LIST => Request::McpServerList(source.body()?),
         super::mcp::REGISTER => Request::McpServerRegister(source.body()?),
         super::mcp::UNREGISTER => Request::McpServerUnregister(source.body()?),
+        super::person::APPROVAL => Request::Approve(source.body()?),
+        super::person::INPUT => Request::Answer(source.body()?),
+        super::person::AGENT_APPROVE => Request::AgentApprove(source.body()?),
+        super::person::AGENT_ANSWER => Request::AgentAnswer(source.body()?),
         "handshake/req" => Request::Handshake(source.body()?),
         "ping" => Request::Ping,
         "shutdown" => Request::Shutdown(source.body()?),

@@ -159,6 +159,6 @@ impl Host {
             let slot = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len();
             Supervisor::start_in_arbiter(&self.workers[slot], make)
         };
-        Tree::new(addr, stats, tools, session)
+        Tree::new(addr, stats, tools, session, self.shared.desk.clone())
     }
 }

@@ -29,7 +29,7 @@ pub mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod merge_strategies;
 pub(crate) mod messages;
-pub mod people;
+pub(crate) mod people;
 pub(crate) mod subagent;
 pub(crate) mod supervisor;
 pub(crate) mod task;
@@ -39,5 +39,4 @@ pub(crate) mod usage;
 
 pub(crate) use host::HostContext;
 pub use host::{Host, HostConfig, TreeStats};
-pub use people::{ApprovalPolicy, Desk};
 pub use tree::Tree;

@@ -14,6 +14,7 @@ use super::messages as msg;
 use super::supervisor::{self, Supervisor};
 use crate::error::HostError;
 use crate::ids::SubagentId;
+use crate::runtime::people::Desk;
 use crate::store::StoredSubagent;
 use crate::tools::{McpServer, SessionAlive, ToolHost};
 
@@ -23,6 +24,8 @@ struct TreeInner {
     // The host's MCP servers, and the session's name they know it by.
     tools: Arc<ToolHost>,
     session: Arc<str>,
+    // The host's desk of requests waiting for a person.
+    desk: Arc<Desk>,
 }
 
 impl Drop for TreeInner {
@@ -47,8 +50,25 @@ impl fmt::Debug for Tree {
 }
 
 impl Tree {
-    pub(super) fn new(addr: Addr<Supervisor>, stats: Arc<TreeStats>, tools: Arc<ToolHost>, session: Arc<str>) -> Self {
-        Self { inner: Arc::new(TreeInner { addr, stats, tools, session }) }
+    pub(super) fn new(
+        addr: Addr<Supervisor>,
+        stats: Arc<TreeStats>,
+        tools: Arc<ToolHost>,
+        session: Arc<str>,
+        desk: Arc<Desk>,
+    ) -> Self {
+        Self { inner: Arc::new(TreeInner { addr, stats, tools, session, desk }) }
+    }
+
+    /// The host's desk of requests waiting for a person (this session's
+    /// among them).
+    pub fn desk(&self) -> &Arc<Desk> {
+        &self.inner.desk
+    }
+
+    /// The session's id (what its requests for a person name).
+    pub fn session_id(&self) -> &str {
+        &self.inner.session
     }
 
     /// The MCP servers this session may call: the host's, and its own

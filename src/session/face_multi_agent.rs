@@ -2,7 +2,7 @@
 //! its requests decoded into [`Operation`]s, their outcomes encoded in its
 //! own reply shapes and status spelling.
 
-use super::face_subagent::target;
+use super::face_subagent::{decide_answer, decide_approval, decided, target};
 use super::reply::{Replies, Reply};
 use crate::error::HostError;
 use crate::ops::{Operation, Outcome};
@@ -10,6 +10,7 @@ use crate::protocol::multi_agent::{
     self as ma, AgentAwaitResponse, AgentDelegateResponse, AgentListResponse, AgentSpawnResponse,
     AgentTerminateResponse,
 };
+use crate::protocol::person;
 use crate::protocol::request::Request;
 
 /// The operation a `multi_agent/*` request asks for.
@@ -20,6 +21,8 @@ pub(super) fn decode(request: Request) -> Result<Operation, HostError> {
         Request::AgentAwait(req) => Operation::Await { target: target(&req.subagent_id)? },
         Request::AgentList(_) => Operation::List,
         Request::AgentTerminate(req) => Operation::Terminate { target: target(&req.subagent_id)? },
+        Request::AgentApprove(req) => decide_approval(req),
+        Request::AgentAnswer(req) => decide_answer(req),
         other => return Err(HostError::runtime(format!("{} is not a multi_agent/* request", other.wire_type()))),
     })
 }
@@ -40,6 +43,9 @@ pub(super) async fn encode(replies: &Replies<'_>, outcome: Result<Outcome, HostE
         }
         Outcome::Terminated { target, .. } => {
             replies.small(ma::TERMINATE_RESP, Ok(AgentTerminateResponse { success: true, subagent_id: target }))
+        }
+        Outcome::Decided { id, outcome } => {
+            decided(replies, (person::AGENT_APPROVE_RESP, person::AGENT_ANSWER_RESP), id, outcome)
         }
         _ => replies.error(&HostError::runtime("this outcome has no multi_agent/* reply")),
     }

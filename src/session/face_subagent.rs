@@ -8,7 +8,9 @@ use crate::error::HostError;
 use crate::event::stopped_reply;
 use crate::ids::SubagentId;
 use crate::ops::{Operation, Outcome};
+use crate::protocol::person::{self, ApprovalRequest, ApprovalResponse, Decision, InputRequest, InputResponse};
 use crate::protocol::request::Request;
+use crate::{AnswerOutcome, Given};
 
 /// A subagent id named by a request (`unknown_subagent` when it is none).
 pub(super) fn target(id: &str) -> Result<SubagentId, HostError> {
@@ -28,8 +30,40 @@ pub(super) fn decode(request: Request) -> Result<Operation, HostError> {
         Request::Cancel(req) => Operation::Cancel { target: target(&req.subagent_id)? },
         Request::Terminate(req) => Operation::Terminate { target: target(&req.subagent_id)? },
         Request::Merge(request) => Operation::Merge(request),
+        Request::Approve(req) => decide_approval(req),
+        Request::Answer(req) => decide_answer(req),
         other => return Err(HostError::runtime(format!("{} is not a SUBAGENT_* request", other.wire_type()))),
     })
+}
+
+/// The operation answering an approval (either namespace).
+pub(super) fn decide_approval(req: ApprovalRequest) -> Operation {
+    let given = match req.decision {
+        Decision::Approve => Given::Approve { note: req.note },
+        Decision::Deny => Given::Deny { note: req.note },
+    };
+    Operation::Decide { id: req.approval_id, given }
+}
+
+/// The operation answering a question (either namespace).
+pub(super) fn decide_answer(req: InputRequest) -> Operation {
+    Operation::Decide { id: req.request_id, given: Given::Answer { text: req.answer } }
+}
+
+/// The body of the reply to an answered approval or question: `(type of
+/// an approval's reply, type of a question's)` picks the namespace's.
+pub(super) fn decided(
+    replies: &Replies<'_>,
+    (approval_type, input_type): (&str, &str),
+    id: String,
+    outcome: AnswerOutcome,
+) -> Reply {
+    if outcome.decision == "answer" {
+        replies.small(input_type, Ok(InputResponse { request_id: id, accepted: outcome.accepted }))
+    } else {
+        let body = ApprovalResponse { approval_id: id, decision: outcome.decision.into(), accepted: outcome.accepted };
+        replies.small(approval_type, Ok(body))
+    }
 }
 
 /// The reply to an operation of this namespace.
@@ -52,6 +86,7 @@ pub(super) async fn encode(replies: &Replies<'_>, outcome: Result<Outcome, HostE
         // Built before it is counted: merges are few, and bounded by the
         // results they merge.
         Outcome::Merged(body) => replies.measured("SUBAGENT_MERGE_RESP", Ok(body)).await,
+        Outcome::Decided { id, outcome } => decided(replies, (person::APPROVAL_RESP, person::INPUT_RESP), id, outcome),
         Outcome::Mailbox(_) => replies.error(&HostError::runtime("a mailbox read has no SUBAGENT_* reply")),
     }
 }

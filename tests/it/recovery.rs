@@ -56,6 +56,7 @@ impl Node {
                     journal_retained: 1024,
                     resume_concurrency: 8,
                     tools: Default::default(),
+                    approvals: Default::default(),
                 };
                 let listeners = Listeners { http: Some(listener), ..Listeners::default() };
                 server::run(settings, listeners, async move {

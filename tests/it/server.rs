@@ -38,6 +38,7 @@ impl InProcess {
             journal_retained: 1024,
             resume_concurrency: 8,
             tools: Default::default(),
+            approvals: Default::default(),
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 
 use super::client::{self, Usage};
+use crate::runtime::people::PersonLedger;
 use crate::runtime::task::TaskContext;
 
 /// A conversation's checkpoint.
@@ -12,12 +13,20 @@ use crate::runtime::task::TaskContext;
 pub(super) struct Saved {
     pub(super) messages: Vec<Value>,
     pub(super) usage: Usage,
+    // What its person was asked and answered, for calls not yet answered
+    // in `messages`.
+    #[serde(default)]
+    pub(super) person: PersonLedger,
 }
 
 /// Checkpoints the conversation so far (when the session is stored).
-pub(super) fn save(ctx: &TaskContext, messages: &[Value], usage: Usage) {
+pub(super) fn save(ctx: &TaskContext, messages: &[Value], usage: Usage, person: &PersonLedger) {
     if ctx.is_durable() {
-        let state = json!({ "messages": messages, "usage": usage });
+        let state = if *person == PersonLedger::default() {
+            json!({ "messages": messages, "usage": usage })
+        } else {
+            json!({ "messages": messages, "usage": usage, "person": person })
+        };
         ctx.checkpoint(ctx.steps_taken(), state);
     }
 }

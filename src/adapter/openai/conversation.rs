@@ -11,9 +11,11 @@ use super::prompt::{history, inbox_text, system_prompt};
 use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::provider::Throttle;
+use crate::adapter::person_gate::{self, Passage};
 use crate::adapter::toolbox::Toolbox;
 use crate::metrics::metrics;
 use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
+use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::{TaskContext, TaskError};
 use crate::runtime::trace;
 
@@ -44,7 +46,7 @@ pub(super) async fn conversation(
         ctx.memory.push(message.clone());
         messages.push(message);
     };
-    let (mut messages, mut usage) = match ctx.resume_point() {
+    let (mut messages, mut usage, mut person) = match ctx.resume_point() {
         // Its memory was stored with the checkpoint: nothing is said twice.
         Some(checkpoint) => {
             let saved: Saved = serde_json::from_value(checkpoint.state.clone())
@@ -55,7 +57,7 @@ pub(super) async fn conversation(
                 input_tokens: saved.usage.prompt_tokens,
                 output_tokens: saved.usage.completion_tokens,
             })?;
-            (saved.messages, saved.usage)
+            (saved.messages, saved.usage, saved.person)
         }
         None => {
             let any_tool = !allowed.is_empty() || !toolbox.catalog().is_empty();
@@ -65,15 +67,17 @@ pub(super) async fn conversation(
             );
             messages.extend(history(&ctx.memory.values()));
             say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
-            (messages, Usage::default())
+            (messages, Usage::default(), PersonLedger::default())
         }
     };
     // The tool calls of a reply that was in flight when the host stopped.
     for call in unanswered_calls(&messages) {
         let offer = Offer::now(ctx, config, &allowed, &toolbox);
-        let output = traced_call(ctx, config, &offer.names(), &toolbox, &call, true).await;
+        let persist = async |ledger: &PersonLedger| keep(ctx, &messages, usage, ledger).await;
+        let output = traced_call(ctx, config, &offer.names(), &toolbox, &call, true, &mut person, persist).await;
         say(tool_message(&call.id, output), &mut messages);
-        save(ctx, &messages, usage);
+        person.forget(&call.id);
+        save(ctx, &messages, usage, &person);
     }
     loop {
         // A budget spent by a tool call (or a cancel) stops the task before
@@ -137,14 +141,14 @@ pub(super) async fn conversation(
         ctx.record_usage(used)?;
         usage.add(completion.usage);
         say(completion.assistant_message(), &mut messages);
-        save(ctx, &messages, usage);
+        save(ctx, &messages, usage, &person);
         if let (true, Some(schema)) = (completion.tool_calls.is_empty(), &schema) {
             let text = completion.content.as_deref().unwrap_or_default();
             match structured::check(schema, text, &mut repaired)? {
                 structured::Checked::Valid(result) => return Ok(result),
                 structured::Checked::Repair(message) => {
                     say(message, &mut messages);
-                    save(ctx, &messages, usage);
+                    save(ctx, &messages, usage, &person);
                     continue;
                 }
             }
@@ -159,9 +163,11 @@ pub(super) async fn conversation(
         let names = offer.names();
         for call in &completion.tool_calls {
             ctx.progress(format!("step {step}: tool {}", call.name));
-            let output = traced_call(ctx, config, &names, &toolbox, call, false).await;
+            let persist = async |ledger: &PersonLedger| keep(ctx, &messages, usage, ledger).await;
+            let output = traced_call(ctx, config, &names, &toolbox, call, false, &mut person, persist).await;
             say(tool_message(&call.id, output), &mut messages);
-            save(ctx, &messages, usage);
+            person.forget(&call.id);
+            save(ctx, &messages, usage, &person);
         }
         // An MCP call's result is committed before the model sees it, so a
         // task resumed after a crash answers it from the store.
@@ -241,8 +247,17 @@ fn tool_message(id: &str, output: Value) -> Value {
     json!({ "role": "tool", "tool_call_id": id, "content": content })
 }
 
+/// Checkpoints the conversation with what its person was asked or
+/// answered, and waits until that is committed.
+async fn keep(ctx: &TaskContext, messages: &[Value], usage: Usage, person: &PersonLedger) {
+    save(ctx, messages, usage, person);
+    ctx.flush_checkpoints().await;
+}
+
 /// Carries out one tool call under its `execute_tool` span; `resumed`: it
-/// was in flight when the host stopped.
+/// was in flight when the host stopped. A call the approval rules cover
+/// waits for a person first (`person`, `persist`: see `Toolbox::call`).
+#[allow(clippy::too_many_arguments)]
 async fn traced_call(
     ctx: &TaskContext,
     config: &OpenAiConfig,
@@ -250,6 +265,8 @@ async fn traced_call(
     toolbox: &Toolbox,
     call: &client::ToolCall,
     resumed: bool,
+    person: &mut PersonLedger,
+    persist: impl AsyncFnMut(&PersonLedger),
 ) -> Value {
     let span = trace::execute_tool(ctx.span(), &call.name, &call.id);
     if config.record_content && !span.is_disabled() {
@@ -257,12 +274,20 @@ async fn traced_call(
     }
     let output = if !allowed.contains(&call.name) {
         json!({ "error": format!("tool `{}` is not available to this agent", call.name) })
+    } else if call.name == schemas::ASK_USER {
+        person_gate::ask_user(ctx, &call.id, &call.arguments, person, persist).await
     } else if schemas::TOOL_NAMES.contains(&call.name.as_str()) {
-        tool_calls::call(ctx, allowed, call).await
+        let shown: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!(call.arguments));
+        let subject =
+            CallSubject { tool: &call.name, qualified: &call.name, server: None, hints: schemas::hints(&call.name) };
+        match person_gate::approve(ctx, subject, &call.id, &shown, person, persist).await {
+            Passage::Refused(answer) => answer,
+            Passage::Free | Passage::Approved { .. } => tool_calls::call(ctx, allowed, call).await,
+        }
     } else {
         let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
         let arguments = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"));
-        toolbox.call(ctx, &call.id, &call.name, arguments, resumed).await
+        toolbox.call(ctx, &call.id, &call.name, arguments, resumed, person, persist).await
     };
     if config.record_content && !span.is_disabled() {
         span.record("gen_ai.tool.call.result", output.to_string());

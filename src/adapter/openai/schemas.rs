@@ -17,10 +17,20 @@ pub const SEND_MESSAGE: &str = "send_message";
 pub const READ_MAILBOX: &str = "read_mailbox";
 /// Lists the session's subagents.
 pub const LIST_SUBAGENTS: &str = "list_subagents";
+/// Asks the session's person a question and waits for the answer.
+pub const ASK_USER: &str = "ask_user";
 
 /// Every tool, in the order they are offered.
-pub const TOOL_NAMES: [&str; 6] =
-    [SPAWN_SUBAGENT, DELEGATE_TASK, AWAIT_SUBAGENT, SEND_MESSAGE, READ_MAILBOX, LIST_SUBAGENTS];
+pub const TOOL_NAMES: [&str; 7] =
+    [SPAWN_SUBAGENT, DELEGATE_TASK, AWAIT_SUBAGENT, SEND_MESSAGE, READ_MAILBOX, LIST_SUBAGENTS, ASK_USER];
+
+/// The annotations the host's own tools would have as MCP tools: what the
+/// approval rules' `require = "destructive"` goes by. None of them
+/// destroys; those that only read or wait are read-only.
+pub fn hints(name: &str) -> crate::tools::Hints {
+    let read_only = matches!(name, AWAIT_SUBAGENT | READ_MAILBOX | LIST_SUBAGENTS | ASK_USER);
+    crate::tools::Hints { annotated: true, read_only, destructive: false, idempotent: read_only }
+}
 
 /// The JSON schema (`parameters`) of a tool, with its description.
 pub fn tool_schema(name: &str) -> Option<(&'static str, Value)> {
@@ -82,6 +92,17 @@ pub fn tool_schema(name: &str) -> Option<(&'static str, Value)> {
         LIST_SUBAGENTS => (
             "List the session's subagents with their status, parent and depth.",
             json!({"type": "object", "properties": {}}),
+        ),
+        ASK_USER => (
+            "Ask the person you work for a question and wait for the answer (which is this tool's result). Use it when you cannot go on without their decision or knowledge.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string", "description": "The question, complete enough to answer without more context."},
+                    "choices": {"type": "array", "items": {"type": "string"}, "description": "Answers to choose from, if the answer is one of a few."}
+                },
+                "required": ["question"]
+            }),
         ),
         _ => return None,
     };

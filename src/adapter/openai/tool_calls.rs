@@ -190,5 +190,6 @@ fn encode(outcome: Outcome) -> Value {
         Outcome::Cancelled { stopped, .. } => json!({ "cancelled": stopped }),
         Outcome::Terminated { stopped, .. } => json!({ "terminated": stopped }),
         Outcome::Merged(merged) => json!({ "merged_result": merged.merged_result }),
+        Outcome::Decided { id, outcome } => json!({ "id": id, "decision": outcome.decision }),
     }
 }

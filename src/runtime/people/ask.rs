@@ -77,10 +77,10 @@ impl PersonLedger {
         self.decided.iter().find(|decided| decided.call_id == call_id).map(|decided| &decided.given)
     }
 
-    /// Forgets answers to calls other than `keep`'s (their tool messages
-    /// are in the conversation now).
-    pub(crate) fn retain_calls(&mut self, keep: &[&str]) {
-        self.decided.retain(|decided| keep.contains(&decided.call_id.as_str()));
+    /// Forgets the answer for call `call_id` (its tool message is in the
+    /// conversation now, which is what a resumed task goes by).
+    pub(crate) fn forget(&mut self, call_id: &str) {
+        self.decided.retain(|decided| decided.call_id != call_id);
     }
 }
 

@@ -17,4 +17,5 @@ mod policy;
 pub(crate) use ask::{Ask, PersonLedger};
 pub use desk::{AnswerOutcome, AskKind, Desk, Given, PersonRequest};
 pub use policy::ApprovalPolicy;
-pub(crate) use policy::{inherit_rules, CallSubject};
+pub(crate) use policy::inherit_rules;
+pub use policy::CallSubject;

@@ -52,7 +52,7 @@ impl Compiled {
 
 /// A tool call as the rules see it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct CallSubject<'a> {
+pub struct CallSubject<'a> {
     /// The tool's own name (an orchestration tool's name, or an MCP tool's).
     pub tool: &'a str,
     /// What the model calls it (`{server}__{tool}` for an MCP tool).
