@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::output_schema::{violation, OutputSchema, SCHEMA_VIOLATION};
+use super::person_gate;
+use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, SubagentMessagePayload, TaskDefinition, Usage};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
@@ -34,6 +36,33 @@ enum Step {
     Spawn(Box<SpawnStep>),
     AwaitChildren(NoArgs),
     UseTokens(TokensStep),
+    AskUser(AskUserStep),
+    CallTool(CallToolStep),
+}
+
+/// `{"ask_user": {"question": TEXT, "choices": [..]}}`: asks the session's
+/// person (event `input_requested`); the answer goes into the result's
+/// `answers`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskUserStep {
+    question: String,
+    #[serde(default)]
+    choices: Vec<String>,
+}
+
+/// `{"call_tool": {"tool": NAME, "server": NAME, "arguments": {..}}}`: a
+/// pretend call of an unannotated tool, which the approval rules see as
+/// any call (event `approval_requested` when one covers it); whether it
+/// was made goes into the result's `calls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallToolStep {
+    tool: String,
+    #[serde(default)]
+    server: Option<String>,
+    #[serde(default)]
+    arguments: Value,
 }
 
 /// `{"use_tokens": {"input_tokens": N, "output_tokens": M}}`: spends tokens
@@ -126,6 +155,14 @@ struct Gathered {
     // Tokens its `use_tokens` steps spent: a resumed script counts them again.
     #[serde(default)]
     tokens: Usage,
+    // What its `ask_user` and `call_tool` steps were answered, and what the
+    // step in progress asked its person.
+    #[serde(default)]
+    answers: Vec<Value>,
+    #[serde(default)]
+    calls: Vec<Value>,
+    #[serde(default)]
+    person: PersonLedger,
 }
 
 async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
@@ -159,7 +196,7 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     // a task may give: the script goes on (its next `return` is the repair);
     // a second one, or none after it, fails the task.
     let mut rejected: Option<Vec<String>> = None;
-    let Gathered { mut messages, mut children, mut tokens } = gathered;
+    let Gathered { mut messages, mut children, mut tokens, mut answers, mut calls, mut person } = gathered;
     let mut returned: Option<JsonObject> = None;
     for (index, step) in steps.into_iter().enumerate().skip(first) {
         ctx.step()?;
@@ -222,6 +259,50 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                 tokens.output_tokens = tokens.output_tokens.saturating_add(spent.output_tokens);
                 ctx.record_usage(spent)?;
             }
+            Step::AskUser(ask) => {
+                let arguments = json!({ "question": ask.question, "choices": ask.choices }).to_string();
+                let call_id = format!("step{index}");
+                let keep = async |ledger: &PersonLedger| {
+                    let state = json!({ "messages": messages, "children": children, "tokens": tokens,
+                        "answers": answers, "calls": calls, "person": ledger });
+                    keep_step(ctx, index, state).await;
+                };
+                let answer = person_gate::ask_user(ctx, &call_id, &arguments, &mut person, keep).await;
+                person.forget(&call_id);
+                if ctx.cancel.is_cancelled() {
+                    return Err(TaskError::new("cancelled"));
+                }
+                answers.push(answer);
+            }
+            Step::CallTool(call) => {
+                let call_id = format!("step{index}");
+                let qualified = match &call.server {
+                    Some(server) => crate::tools::qualified_name(server, &call.tool),
+                    None => call.tool.clone(),
+                };
+                let subject = CallSubject {
+                    tool: &call.tool,
+                    qualified: &qualified,
+                    server: call.server.as_deref(),
+                    hints: crate::tools::Hints::default(),
+                };
+                let keep = async |ledger: &PersonLedger| {
+                    let state = json!({ "messages": messages, "children": children, "tokens": tokens,
+                        "answers": answers, "calls": calls, "person": ledger });
+                    keep_step(ctx, index, state).await;
+                };
+                let passage = person_gate::approve(ctx, subject, &call_id, &call.arguments, &mut person, keep).await;
+                person.forget(&call_id);
+                if ctx.cancel.is_cancelled() {
+                    return Err(TaskError::new("cancelled"));
+                }
+                let outcome = match passage {
+                    person_gate::Passage::Free => json!({ "tool": qualified, "made": true }),
+                    person_gate::Passage::Approved { .. } => json!({ "tool": qualified, "made": true, "approved": true }),
+                    person_gate::Passage::Refused(answer) => json!({ "tool": qualified, "made": false, "answer": answer }),
+                };
+                calls.push(outcome);
+            }
             Step::AwaitChildren(NoArgs {}) => {
                 let mut results = children.take().unwrap_or_default();
                 for child in ctx.children().await? {
@@ -232,10 +313,10 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             }
         }
         if ctx.is_durable() {
-            let state = Gathered { messages, children, tokens };
+            let state = Gathered { messages, children, tokens, answers, calls, person };
             let step = u32::try_from(index + 1).unwrap_or(u32::MAX);
             ctx.checkpoint(step, serde_json::to_value(&state).unwrap_or(Value::Null));
-            Gathered { messages, children, tokens } = state;
+            Gathered { messages, children, tokens, answers, calls, person } = state;
         }
     }
     if let Some(errors) = rejected {
@@ -249,12 +330,28 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     if let Some(children) = children {
         result.entry("children").or_insert(Value::Object(children));
     }
+    if !answers.is_empty() {
+        result.entry("answers").or_insert(Value::Array(answers));
+    }
+    if !calls.is_empty() {
+        result.entry("calls").or_insert(Value::Array(calls));
+    }
     match result.get("summary") {
         Some(Value::String(summary)) => ctx.memory.say("assistant", summary),
         Some(summary) => ctx.memory.push(json!({ "role": "assistant", "content": summary })),
         None => {}
     }
     Ok(RawObject::from(result))
+}
+
+/// Checkpoints a step in progress (`index` steps done before it) with
+/// `state`, and waits until it is committed: what its person was asked
+/// must survive a crash.
+async fn keep_step(ctx: &TaskContext, index: usize, state: Value) {
+    if ctx.is_durable() {
+        ctx.checkpoint(u32::try_from(index).unwrap_or(u32::MAX), state);
+        ctx.flush_checkpoints().await;
+    }
 }
 
 impl Default for AdapterRouter {
