@@ -83,7 +83,8 @@ impl Settings {
             journal_retained: usize::try_from(file.store.journal_retained).unwrap_or(usize::MAX),
             resume_concurrency: file.store.resume_concurrency,
             tools,
-            approvals: crate::ApprovalPolicy::new(&file.tools.approval).map_err(|err| format!("invalid config: {err}"))?,
+            approvals: crate::ApprovalPolicy::new(&file.tools.approval)
+                .map_err(|err| format!("invalid config: {err}"))?,
         })
     }
 }

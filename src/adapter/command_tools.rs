@@ -176,7 +176,9 @@ impl Endpoint {
                     // A program's task keeps no checkpoint: what its person
                     // is asked lives as long as the call.
                     let mut ledger = PersonLedger::default();
-                    self.toolbox.call(ctx, &call_id, name, arguments, false, &mut ledger, async |_: &PersonLedger| {}).await
+                    self.toolbox
+                        .call(ctx, &call_id, name, arguments, false, &mut ledger, async |_: &PersonLedger| {})
+                        .await
                 } else {
                     json!({ "error": format!("tool `{name}` is not available to this agent ({} are)", allowed.len()) })
                 };

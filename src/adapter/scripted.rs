@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use super::output_schema::{violation, OutputSchema, SCHEMA_VIOLATION};
 use super::person_gate;
-use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, SubagentMessagePayload, TaskDefinition, Usage};
+use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// The scripted adapter (the default route).
@@ -298,8 +298,12 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                 }
                 let outcome = match passage {
                     person_gate::Passage::Free => json!({ "tool": qualified, "made": true }),
-                    person_gate::Passage::Approved { .. } => json!({ "tool": qualified, "made": true, "approved": true }),
-                    person_gate::Passage::Refused(answer) => json!({ "tool": qualified, "made": false, "answer": answer }),
+                    person_gate::Passage::Approved { .. } => {
+                        json!({ "tool": qualified, "made": true, "approved": true })
+                    }
+                    person_gate::Passage::Refused(answer) => {
+                        json!({ "tool": qualified, "made": false, "answer": answer })
+                    }
                 };
                 calls.push(outcome);
             }

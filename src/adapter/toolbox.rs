@@ -96,7 +96,8 @@ impl Toolbox {
             Ok(arguments) => arguments,
             Err(why) => return json!({ "error": format!("bad arguments for {}: {why}", tool.qualified) }),
         };
-        let subject = CallSubject { tool: &tool.name, qualified: &tool.qualified, server: Some(&tool.server), hints: tool.hints };
+        let subject =
+            CallSubject { tool: &tool.name, qualified: &tool.qualified, server: Some(&tool.server), hints: tool.hints };
         let resumed = match person_gate::approve(ctx, subject, call_id, &arguments, ledger, persist).await {
             Passage::Free => resumed,
             // Asked for again after a restart: it was never made.

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::wire::{
     AwaitResponse, BudgetRemaining, DelegateResponse, JsonObject, SpawnRequest, SpawnResponse, SubagentConfig,
-    SubagentInfo, SubagentStatus, TaskDefinition, Usage,
+    SubagentInfo, SubagentStatus, TaskDefinition, Usage, WaitingFor,
 };
 use crate::ids::SubagentId;
 
@@ -178,6 +178,9 @@ pub struct AgentAwaitResponse {
     /// What its budget has left, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_remaining: Option<Box<BudgetRemaining>>,
+    /// What it waits for, when it is a person (`approval`, `input`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<WaitingFor>,
 }
 
 impl From<AwaitResponse> for AgentAwaitResponse {
@@ -194,6 +197,7 @@ impl From<AwaitResponse> for AgentAwaitResponse {
             usage: reply.usage,
             subtree_usage: reply.subtree_usage,
             budget_remaining: reply.budget_remaining,
+            waiting_for: reply.waiting_for,
         }
     }
 }
@@ -223,6 +227,8 @@ impl Serialize for AgentListResponse {
             subtree_usage: Usage,
             #[serde(skip_serializing_if = "Option::is_none")]
             budget_remaining: Option<&'a BudgetRemaining>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            waiting_for: Option<WaitingFor>,
         }
         struct Rows<'a>(&'a [SubagentInfo]);
         impl Serialize for Rows<'_> {
@@ -238,6 +244,7 @@ impl Serialize for AgentListResponse {
                     usage: info.usage,
                     subtree_usage: info.subtree_usage,
                     budget_remaining: info.budget_remaining.as_deref(),
+                    waiting_for: info.waiting_for,
                 }))
             }
         }

@@ -235,6 +235,7 @@ mod tests {
                 usage: Default::default(),
                 subtree_usage: Default::default(),
                 budget_remaining: None,
+                waiting_for: None,
             },
         }
     }

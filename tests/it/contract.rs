@@ -219,6 +219,22 @@ struct AgentTerminateResponse {
     subagent_id: String,
 }
 
+/// The host's person-in-the-loop extensions (`docs/protocol.md`).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ApprovalResponse {
+    approval_id: String,
+    decision: String,
+    accepted: bool,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct InputResponse {
+    request_id: String,
+    accepted: bool,
+}
+
 fn fits<'a, T: Deserialize<'a>>(value: &'a Value) -> Result<(), String> {
     T::deserialize(value).map(drop).map_err(|err| err.to_string())
 }
@@ -374,6 +390,8 @@ pub fn check(value: &Value) -> Result<(), String> {
         "mcp/server/list/resp" => fits::<McpServerListResponse>(value),
         "mcp/server/register/resp" => fits::<McpServerRegisterResponse>(value),
         "mcp/server/unregister/resp" => fits::<McpServerUnregisterResponse>(value),
+        "SUBAGENT_APPROVAL_RESP" | "multi_agent/approve/resp" => fits::<ApprovalResponse>(value),
+        "SUBAGENT_INPUT_RESP" | "multi_agent/answer/resp" => fits::<InputResponse>(value),
         other => Err(format!("`{other}` is not a type the host may send")),
     }
     .map_err(|err| format!("{kind}: {err}"))

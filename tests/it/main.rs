@@ -70,6 +70,7 @@ mod mcp_durable;
 mod mcp_registry;
 mod mcp_tools;
 mod model;
+mod people;
 pub(crate) mod protocol;
 mod provider_gates;
 mod recovery;

@@ -17,8 +17,8 @@ use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::Ticket;
-use crate::runtime::subagent::SubagentActor;
 use crate::runtime::people::AskKind;
+use crate::runtime::subagent::SubagentActor;
 use crate::runtime::usage::UsageMeter;
 
 /// A subagent actor's address, shared so that forwarding a request clones an
