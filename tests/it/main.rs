@@ -71,6 +71,7 @@ mod mcp_registry;
 mod mcp_tools;
 mod model;
 mod people;
+mod people_e2e;
 pub(crate) mod protocol;
 mod provider_gates;
 mod recovery;

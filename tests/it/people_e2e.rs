@@ -1,0 +1,216 @@
+//! A person in the loop, end to end with the real binary over TCP: a
+//! three-level tree of fake-model agents whose leaf asks to delete a file
+//! through the MCP filesystem server (denied, the file stays; approved, it
+//! is gone), and a pending approval across a SIGKILL and restart on SQLite
+//! (announced again with the same id, answered after the restart, never
+//! asked again once answered).
+//!
+//! The filesystem server has no delete tool: deleting is `move_file` into
+//! a trash directory, which its annotations mark `destructiveHint: true`.
+
+use crate::e2e_support::{LineClient, Server};
+use crate::fake_openai::*;
+use crate::mcp_tools::{npm_server, tool_texts};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn scratch(what: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let dir = std::env::temp_dir().join(format!("subagentd-{what}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Root and middle agents spawn the next level down and await it; the leaf
+/// moves `target` into `trash` and answers with what the tool said.
+fn tree_model(target: &Path, trash: &Path) -> FakeServer {
+    let (from, to) = (target.display().to_string(), trash.display().to_string());
+    FakeServer::start(move |body, _| {
+        let system = system_prompt(body);
+        let texts = tool_texts(body);
+        let child = if system.starts_with("AGENT:root") {
+            Some("mid")
+        } else if system.starts_with("AGENT:mid") {
+            Some("leaf")
+        } else {
+            None
+        };
+        match (child, texts.len()) {
+            (Some(child), 0) => call_tools(
+                None,
+                &[(
+                    "spawn_subagent",
+                    json!({ "name": child, "instruction": "clean up", "system_prompt": format!("AGENT:{child}"), "tool_scope": "shared", "memory_scope": "isolated" }),
+                )],
+            ),
+            (Some(_), 1) => {
+                let spawned: Value = serde_json::from_str(&texts[0]).unwrap_or(Value::Null);
+                call_tools(None, &[("await_subagent", json!({ "subagent_id": spawned["subagent_id"] }))])
+            }
+            (Some(_), _) => {
+                let awaited: Value = serde_json::from_str(&texts[1]).unwrap_or(Value::Null);
+                answer(awaited["result"]["summary"].as_str().unwrap_or("?"))
+            }
+            (None, 0) => call_tools(None, &[("fs__move_file", json!({ "source": from, "destination": to }))]),
+            (None, _) => answer(&texts[0]),
+        }
+    })
+}
+
+fn handshaken(addr: &str) -> (LineClient, String) {
+    let mut client = LineClient::connect(addr);
+    client.send(&json!({"type": "handshake/req", "id": "h", "agent_id": "client", "agent_caps": ["multi_agent"]}));
+    let reply = client.reply("h");
+    assert_eq!(reply["ok"], true, "{reply}");
+    (client, reply["session_id"].as_str().unwrap().to_owned())
+}
+
+/// The next unsolicited `kind` event.
+fn event_of(client: &mut LineClient, kind: &str) -> Value {
+    loop {
+        let line = client.next().expect("an event before EOF");
+        if line["type"] == "SUBAGENT_EVENT" && line["event"] == kind && line.get("req_id").is_none() {
+            return line;
+        }
+    }
+}
+
+/// Runs the three-level tree once, answers its leaf's approval with
+/// `decision`, and returns the root's summary.
+fn run_tree(client: &mut LineClient, round: &str, decision: &str) -> String {
+    let agent = json!({"name": "root", "model": "fake-root", "system_prompt": "AGENT:root", "tool_scope": "shared", "capabilities": ["multi_agent"]});
+    client.send(&json!({"type": "SUBAGENT_SPAWN_REQ", "id": format!("s{round}"), "agent": agent}));
+    let root = client.reply(&format!("s{round}"))["subagent_id"].as_str().unwrap().to_owned();
+    let task = json!({"name": "tidy", "instruction": "delete the old notes"});
+    client
+        .send(&json!({"type": "SUBAGENT_DELEGATE_REQ", "id": format!("d{round}"), "subagent_id": root, "task": task}));
+    assert_eq!(client.reply(&format!("d{round}"))["accepted"], true);
+
+    let asked = event_of(client, "approval_requested");
+    let content = &asked["content"];
+    let path = content["path"].as_array().unwrap();
+    assert_eq!(path.len(), 3, "root, mid, leaf: {asked}");
+    assert_eq!(path[0], root.as_str());
+    assert_eq!(path[2], asked["subagent_id"]);
+    assert_eq!(content["depth"], 2, "{asked}");
+    assert_eq!((content["tool"].as_str(), content["server"].as_str()), (Some("fs__move_file"), Some("fs")));
+    assert!(content["reason"].as_str().unwrap().contains("destroy"), "{asked}");
+    // The tree shows who waits: the leaf for a person, its ancestors on it.
+    client.send(&json!({"type": "SUBAGENT_LIST_REQ", "id": format!("l{round}")}));
+    let list = client.reply(&format!("l{round}"));
+    let leaf = list["subagents"].as_array().unwrap().iter().find(|row| row["subagent_id"] == path[2]).unwrap().clone();
+    assert_eq!((leaf["status"].as_str(), leaf["waiting_for"].as_str()), (Some("WAITING"), Some("approval")));
+
+    let approval = content["approval_id"].clone();
+    let answer = json!({"type": "SUBAGENT_APPROVAL_REQ", "id": format!("a{round}"), "approval_id": approval, "decision": decision, "note": "keep it"});
+    client.send(&answer);
+    let reply = client.reply(&format!("a{round}"));
+    assert_eq!((reply["decision"].as_str(), reply["accepted"].as_bool()), (Some(decision), Some(true)), "{reply}");
+
+    client.send(&json!({"type": "SUBAGENT_AWAIT_REQ", "id": format!("w{round}"), "subagent_id": root}));
+    let done = client.reply(&format!("w{round}"));
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    done["result"]["summary"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_leafs_delete_through_the_filesystem_server_waits_for_a_person_three_levels_down() {
+    let files = scratch("people-files");
+    let target = files.join("notes.txt");
+    std::fs::create_dir_all(files.join("trash")).unwrap();
+    let trash = files.join("trash/notes.txt");
+    std::fs::write(&target, "old notes").unwrap();
+    let model = tree_model(&target, &trash);
+    let config = format!(
+        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n\n\
+         [[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n\n\
+         [[tools.approval]]\nserver = \"fs\"\nrequire = \"destructive\"\n",
+        model.base_url,
+        npm_server("server-filesystem"),
+        files.display()
+    );
+    let mut server = Server::start(&["--tcp", "127.0.0.1:0"], Some(&config));
+    let (mut client, _) = handshaken(server.tcp.as_deref().unwrap());
+
+    let denied = run_tree(&mut client, "1", "deny");
+    assert_eq!(denied, "{\"error\":\"denied by a person: keep it\"}");
+    assert!(target.exists() && !trash.exists(), "denied: the file is still there");
+
+    let approved = run_tree(&mut client, "2", "approve");
+    assert!(approved.contains("Successfully moved"), "{approved}");
+    assert!(!target.exists() && trash.exists(), "approved: the file is gone");
+    server.terminate();
+    std::fs::remove_dir_all(&files).ok();
+}
+
+#[test]
+fn a_pending_approval_survives_a_crash_with_its_id_and_is_never_asked_again_once_answered() {
+    let data = scratch("people-data");
+    let config = "[[tools.approval]]\ntool = \"deploy\"\n";
+    let args =
+        |data: &Path| vec!["--tcp".to_owned(), "127.0.0.1:0".into(), "--data-dir".into(), data.display().to_string()];
+    let start = |data: &Path| {
+        let args = args(data);
+        Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>(), Some(config))
+    };
+    let mut server = start(&data);
+    let (mut client, session) = handshaken(server.tcp.as_deref().unwrap());
+    client.send(&json!({"type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": {"name": "deployer", "model": "m"}}));
+    let sub = client.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    let script = json!([{ "call_tool": { "tool": "deploy", "arguments": { "env": "prod" } } }, { "sleep_ms": 3_000 }]);
+    let task = json!({"name": "ship", "instruction": "ship it", "metadata": {"script": script}});
+    client.send(&json!({"type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task}));
+    assert_eq!(client.reply("d")["accepted"], true);
+    let asked = event_of(&mut client, "approval_requested");
+    let approval = asked["content"]["approval_id"].as_str().unwrap().to_owned();
+    let expires_at = asked["content"]["expires_at"].clone();
+    drop(client);
+    server.kill9();
+
+    // Restarted: the task resumes without its client and asks again, with
+    // the same id and expiry; the returning client hears of it.
+    let mut server = start(&data);
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    client.send(&json!({"type": "handshake/req", "id": "h", "agent_id": "client", "agent_caps": ["multi_agent"], "resume_session_id": session}));
+    // The handshake's reply and the announcement, in either order.
+    let (mut resumed, mut again) = (None, None);
+    while resumed.is_none() || again.is_none() {
+        let line = client.next().expect("lines before EOF");
+        if line["req_id"] == "h" {
+            resumed = Some(line);
+        } else if line["event"] == "approval_requested" && line.get("req_id").is_none() {
+            again = Some(line);
+        }
+    }
+    let (resumed, again) = (resumed.unwrap(), again.unwrap());
+    assert_eq!(resumed["ok"], true, "{resumed}");
+    assert_eq!(again["content"]["approval_id"], approval.as_str(), "{again}");
+    assert_eq!(again["content"]["expires_at"], expires_at, "{again}");
+    client.send(&json!({"type": "SUBAGENT_APPROVAL_REQ", "id": "a", "approval_id": approval, "decision": "approve"}));
+    let reply = client.reply("a");
+    assert_eq!((reply["decision"].as_str(), reply["accepted"].as_bool()), (Some("approve"), Some(true)), "{reply}");
+    // Answered and committed: killed again during the sleep that follows,
+    // the task is not asked again.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(client);
+    server.kill9();
+
+    let mut server = start(&data);
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    client.send(&json!({"type": "handshake/req", "id": "h", "agent_id": "client", "agent_caps": ["multi_agent"], "resume_session_id": session}));
+    assert_eq!(client.reply("h")["ok"], true);
+    client.send(&json!({"type": "SUBAGENT_AWAIT_REQ", "id": "w", "subagent_id": sub}));
+    let mut asked_again = false;
+    let done = loop {
+        let line = client.next().expect("the await's reply");
+        asked_again |= line["event"] == "approval_requested" && line.get("req_id").is_none();
+        if line["req_id"] == "w" {
+            break line;
+        }
+    };
+    assert!(!asked_again, "an answered approval was asked again");
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["result"]["calls"], json!([{ "tool": "deploy", "made": true, "approved": true }]), "{done}");
+    server.terminate();
+    std::fs::remove_dir_all(&data).ok();
+}
