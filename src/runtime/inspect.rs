@@ -43,6 +43,9 @@ pub struct SubagentView {
     pub task_started_at: Option<f64>,
     /// (`None` while it runs.)
     pub task_ended_at: Option<f64>,
+    /// What its `WAITING` task waits for, when it is a person.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<crate::protocol::wire::WaitingFor>,
     /// Its task waits for a running slot (a concurrency cap).
     pub queued: bool,
     /// Its last task's error.

@@ -12,6 +12,13 @@
 //   {"terminate": ID}                   -> `STOPPED` once the page's terminate
 //                                         (confirmed) was answered
 //   {"screenshot": {"select": ID, "path": P}} -> `SHOT` once written
+//   {"marked": {"id": ID, "waiting": W}} -> `MARKED` once the tree marks the
+//                                         row as waiting for W (a person)
+//   {"answer": {"id": APPROVAL_ID, "decision": D, "note": N, "tool": T}}
+//                                       -> `ANSWERED` once the "Waiting for
+//                                         you" panel shows the approval (its
+//                                         tool T), its D button was clicked and
+//                                         confirmed, and the host said 200
 //   {"quit": true}                      -> exits
 //
 // With ADMIN_TOKEN in the environment, the page must first ask for the
@@ -108,6 +115,27 @@ async function main() {
       if (!dialogs.some((text) => text.includes(id))) throw new Error(`no confirmation was asked: ${dialogs}`);
       await page.locator(`.row[data-id="${id}"][data-status="TERMINATED"]`).waitFor();
       say("STOPPED");
+    } else if (command.marked) {
+      const { id, waiting } = command.marked;
+      await page.locator(`.row[data-id="${id}"] .waiting-mark[data-waiting="${waiting}"]`).waitFor();
+      say("MARKED");
+    } else if (command.answer) {
+      const { id, decision, note, tool } = command.answer;
+      const ask = page.locator(`#people-pane .ask[data-id="${id}"]`);
+      await ask.waitFor();
+      const head = await ask.locator(".ask-head").textContent();
+      if (!head.includes(tool)) throw new Error(`the panel does not name ${tool}: ${head}`);
+      const args = await ask.locator(".args").textContent();
+      if (!args.includes("env")) throw new Error(`the panel does not show the arguments: ${args}`);
+      if (note) await ask.locator("input.note").fill(note);
+      const asked = dialogs.length;
+      const answered = page.waitForResponse((r) => r.url().endsWith(`/admin/approvals/${id}`));
+      await ask.locator(`button[data-decision="${decision}"]`).click();
+      const response = await answered;
+      if (response.status() !== 200) throw new Error(`the answer got ${response.status()}`);
+      if (dialogs.length === asked) throw new Error("no confirmation was asked");
+      await ask.waitFor({ state: "detached" });
+      say("ANSWERED");
     } else if (command.screenshot) {
       const { select, path } = command.screenshot;
       await page.locator(`.row[data-id="${select}"]`).click();

@@ -166,3 +166,64 @@ fn with_admin_tokens_the_page_asks_for_one_and_then_shows_the_tree() {
     let browser = Browser::open_with_token(&format!("http://{http}"), &session, &expected, Some("admin-token"));
     browser.expect("READY");
 }
+
+#[test]
+fn the_waiting_for_you_panel_approves_one_call_and_denies_another() {
+    require_browser();
+    let config = "[[tools.approval]]\ntool = \"deploy\"\n";
+    let server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let http = server.http.clone().unwrap();
+    let mut client = LineClient::connect(server.tcp.as_ref().unwrap());
+    handshake(&mut client, "release-manager", "");
+    let script =
+        json!([{ "call_tool": { "tool": "deploy", "arguments": { "env": "prod", "notes": "x".repeat(400) } } }]);
+    // Under one idle parent: the page draws a tree.
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "lead", "agent": { "name": "lead", "model": "m" } }));
+    let lead = client.reply("lead")["subagent_id"].as_str().unwrap().to_owned();
+    let mut asked = Vec::new();
+    for name in ["frontend", "backend"] {
+        let agent = json!({ "name": name, "model": "m" });
+        client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": name, "agent": agent, "parent_agent_id": lead }));
+        let id = client.reply(name)["subagent_id"].as_str().unwrap().to_owned();
+        let task = json!({ "name": "ship", "instruction": "ship it", "metadata": { "script": script } });
+        client.send(
+            &json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": format!("d-{name}"), "subagent_id": id, "task": task }),
+        );
+        // The reply and the announcement, in either order.
+        let (mut accepted, mut approval) = (None, None);
+        while accepted.is_none() || approval.is_none() {
+            let line = client.next().expect("the reply and the approval's event");
+            if line["req_id"] == format!("d-{name}").as_str() {
+                accepted = line["accepted"].as_bool();
+            } else if line["event"] == "approval_requested" && line["subagent_id"] == id.as_str() {
+                approval = line["content"]["approval_id"].as_str().map(str::to_owned);
+            }
+        }
+        assert_eq!(accepted, Some(true));
+        let approval = approval.unwrap();
+        asked.push((id, approval));
+    }
+    let session = session_of(&http, "release-manager", &[]);
+    let expected = json!({ asked[0].0.as_str(): "WAITING", asked[1].0.as_str(): "WAITING" });
+    let mut browser = Browser::open(&format!("http://{http}"), &session, &expected);
+    browser.expect("READY");
+    browser.send(json!({ "marked": { "id": asked[0].0, "waiting": "approval" } }));
+    browser.expect("MARKED");
+    browser.send(json!({ "answer": { "id": asked[0].1, "decision": "approve", "note": "", "tool": "deploy" } }));
+    browser.expect("ANSWERED");
+    browser.send(
+        json!({ "answer": { "id": asked[1].1, "decision": "deny", "note": "not on a Friday", "tool": "deploy" } }),
+    );
+    browser.expect("ANSWERED");
+
+    // The outcome, through the protocol.
+    for ((id, _), made) in asked.iter().zip([true, false]) {
+        client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": format!("w-{id}"), "subagent_id": id }));
+        let done = client.reply(&format!("w-{id}"));
+        assert_eq!(done["status"], "COMPLETED", "{done}");
+        assert_eq!(done["result"]["calls"][0]["made"], made, "{done}");
+    }
+    client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "w-last", "subagent_id": asked[1].0 }));
+    let denied = client.reply("w-last");
+    assert_eq!(denied["result"]["calls"][0]["answer"]["error"], "denied by a person: not on a Friday", "{denied}");
+}

@@ -63,6 +63,7 @@ impl Supervisor {
             task_ms: time.elapsed_ms(now.instant),
             task_started_at: TaskTime::wall(time.started, now.instant, now.ts),
             task_ended_at: TaskTime::wall(time.ended, now.instant, now.ts),
+            waiting_for: entry.waiting_for(),
             queued: entry.caps.queued,
             error: entry.error.clone(),
         }

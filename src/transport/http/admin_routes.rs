@@ -19,6 +19,9 @@
 //!   behind and missed some (reload the state). Events go out in batches,
 //!   at most one every 100 ms. A comment line every 15 s keeps it alive. At
 //!   most [`MAX_WATCHES`] streams at once (503 past it).
+//! - `GET /admin/approvals` and `POST /admin/approvals/{id}`: the requests
+//!   waiting for a person, across sessions, and answering one
+//!   (`admin_people.rs`).
 //! - `POST /admin/sessions/{id}/subagents/{sid}/cancel` and `…/terminate`:
 //!   as the protocol's cancel and terminate (the session's client sees the
 //!   same events); `{"ok": true, "stopped": [ids]}`. Each needs the header
@@ -72,7 +75,7 @@ pub(crate) const CONFIRM_HEADER: &str = "X-Subagentd-Confirm";
 /// What the admin routes run with.
 #[derive(Debug)]
 pub(crate) struct AdminApi {
-    service: Arc<Service>,
+    pub(super) service: Arc<Service>,
     tokens: Auth,
 }
 
@@ -93,10 +96,12 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, api: web::Data<AdminApi>) {
         .route("/admin/sessions/{id}", web::get().to(tree))
         .route("/admin/sessions/{id}/subagents/{sid}", web::get().to(subagent))
         .route("/admin/sessions/{id}/subagents/{sid}/{action}", web::post().to(act))
-        .route("/admin/stream", web::get().to(stream));
+        .route("/admin/stream", web::get().to(stream))
+        .route("/admin/approvals", web::get().to(super::admin_people::pending))
+        .route("/admin/approvals/{id}", web::post().to(super::admin_people::answer));
 }
 
-fn refuse(status: StatusCode, message: &str) -> HttpResponse {
+pub(super) fn refuse(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }
 
@@ -115,7 +120,7 @@ fn is_local(req: &HttpRequest) -> bool {
 }
 
 /// The answer refusing `req` the API, or `None` when it may use it.
-fn refusal(req: &HttpRequest, api: &AdminApi, page: bool) -> Option<HttpResponse> {
+pub(super) fn refusal(req: &HttpRequest, api: &AdminApi, page: bool) -> Option<HttpResponse> {
     if api.tokens.is_enabled() {
         if page {
             return None;

@@ -1,7 +1,7 @@
 //! The live view's files (`GET /ui`, `/ui/*.js`, `/ui/style.css`),
 //! compiled into the binary: no CDN, no front-end build. Plain HTML, CSS
 //! and a few classic scripts loaded in order (`common.js`, `host.js`,
-//! `tree.js`, `detail.js`, then `app.js`, which starts the page). They read
+//! `tree.js`, `detail.js`, `people.js`, then `app.js`, which starts the page). They read
 //! the admin API (`admin_routes.rs`) and its SSE stream. Served under a
 //! content security policy that allows nothing but this host.
 
@@ -12,11 +12,12 @@ use super::admin_routes::{page_refusal, AdminApi};
 
 const INDEX: &str = include_str!("ui/index.html");
 /// The scripts, by file name, in the order the page loads them.
-const SCRIPTS: [(&str, &str); 5] = [
+const SCRIPTS: [(&str, &str); 6] = [
     ("common.js", include_str!("ui/common.js")),
     ("host.js", include_str!("ui/host.js")),
     ("tree.js", include_str!("ui/tree.js")),
     ("detail.js", include_str!("ui/detail.js")),
+    ("people.js", include_str!("ui/people.js")),
     ("app.js", include_str!("ui/app.js")),
 ];
 const STYLE: &str = include_str!("ui/style.css");

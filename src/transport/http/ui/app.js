@@ -3,8 +3,8 @@
 // one array in tree order; only the rows in view are in the DOM, and every
 // change is drawn once per animation frame.
 //
-// This script comes last (index.html loads common.js, host.js, tree.js and
-// detail.js before it): it keeps the choice in the address, wires the page's
+// This script comes last (index.html loads common.js, host.js, tree.js,
+// detail.js and people.js before it): it keeps the choice in the address, wires the page's
 // controls and starts it.
 "use strict";
 
@@ -74,5 +74,6 @@ $("token-form").addEventListener("submit", () => {
 
 setConnection("polling", "polling");
 loadSessions();
+loadPeople();
 setInterval(loadSessions, SESSIONS_POLL_MS);
 restoreLocation();

@@ -182,8 +182,10 @@ function onBlock(block) {
 
 // One SUBAGENT_EVENT of the chosen session.
 function onEvent(message) {
-  if (message.session !== state.session) return;
   const event = message.event || {};
+  // A person is asked (in any session): the panel shows it at once.
+  if (event.event === "approval_requested" || event.event === "input_requested") loadPeople();
+  if (message.session !== state.session) return;
   const id = event.subagent_id;
   const content = event.content || {};
   const at = event.ts ? event.ts * 1000 : Date.now();
@@ -202,7 +204,7 @@ function onEvent(message) {
   const now = Date.now();
   const wasBusy = BUSY.has(row.status);
   // Only what the row shows redraws it (progress, messages and merges do not).
-  const shown = `${row.status}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`;
+  const shown = `${row.status}|${row.waiting_for}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`;
   if (content.status) row.status = content.status;
   if (event.event === "delegated" || event.event === "resumed") {
     row.task_ms = 0;
@@ -213,10 +215,14 @@ function onEvent(message) {
     row.loadedAt = now;
   }
   if (content.error) row.error = content.error;
+  // Who waits for a person: set by the announcement, gone with the wait.
+  if (event.event === "approval_requested") row.waiting_for = "approval";
+  else if (event.event === "input_requested") row.waiting_for = "input";
+  else if (content.status && content.status !== "WAITING") row.waiting_for = null;
   if (content.usage) row.usage = content.usage;
   if (content.subtree_usage) row.subtree_usage = content.subtree_usage;
   if (content.usage || event.event === "spawned") scheduleTree(); // ancestors' subtree totals moved
-  if (shown !== `${row.status}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`) draw();
+  if (shown !== `${row.status}|${row.waiting_for}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`) draw();
   if (id === state.chosen) {
     drawTimeline();
     loadDetail();

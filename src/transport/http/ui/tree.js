@@ -128,7 +128,7 @@ function drawRows() {
       <span class="name" data-indent="${indent}"><span class="caret ${caret}" data-caret="1"></span>
         <span class="label">${escapeHtml(row.name)}</span> <span class="id mono">${escapeHtml(row.subagent_id)}</span></span>
       <span class="mono">${escapeHtml(row.model)}</span>
-      <span>${statusBadge(row.status)}</span>
+      <span>${statusBadge(row.status)}${row.waiting_for ? ` <span class="waiting-mark" data-waiting="${escapeHtml(row.waiting_for)}" title="Waiting for a person: ${escapeHtml(row.waiting_for)}">✋ ${escapeHtml(row.waiting_for)}</span>` : ""}</span>
       <span class="num">${row.depth}</span>
       <span class="num time">${formatMs(runningMs(row))}</span>
       <span class="num" title="${tokensTitle(row.usage)}">${tokens(row.usage)}</span>
