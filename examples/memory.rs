@@ -9,6 +9,10 @@
 //! - `idle`: N subagents spawned and never delegated.
 //! - `finished`: N subagents that each ran the default scripted task and keep
 //!   its result for await/list.
+//! - `waiting`: N subagents whose tasks wait (`WAITING`) for a mailbox
+//!   message; `approval`: N whose tasks wait for a person's approval of a
+//!   tool call (pending on the host's desk). The difference is what a
+//!   pending approval costs beyond a waiting task.
 //!
 //! Two figures per line: RSS growth ÷ N (`VmRSS` of `/proc/self/status`, what
 //! the machine pays, allocator slack included) and live heap growth ÷ N (a
@@ -21,10 +25,10 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::process::Command;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
-use subagent_host::config::Limits;
+use subagent_host::config::{ApprovalRule, Limits, Require};
 use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
-use subagent_host::{Host, HostConfig};
+use subagent_host::{ApprovalPolicy, Host, HostConfig};
 
 /// The allocator subagentd ships with (mimalloc), counting live heap bytes.
 struct Counting;
@@ -99,7 +103,10 @@ fn report(what: &str, n: usize, (rss0, heap0): (isize, isize)) {
 fn measure(mode: &str, n: usize) {
     let system = actix_rt::System::new();
     let limits = Limits { max_subagents_per_session: n, max_retained_records: n, ..Default::default() };
-    let host = Host::new(HostConfig { limits, ..Default::default() });
+    // `deploy` needs approval (the `approval` mode's calls).
+    let rule = ApprovalRule { tool: Some("deploy".into()), server: None, require: Require::Always };
+    let approvals = ApprovalPolicy::new(&[rule]).expect("a valid rule");
+    let host = Host::new(HostConfig { limits, approvals, ..Default::default() });
     system.block_on(async {
         // Warm the runtime (timer wheel, thread-locals) before the baseline.
         let warm = host.open_tree(Arc::new(NullSink));
@@ -137,6 +144,31 @@ fn measure(mode: &str, n: usize) {
                 report(mode, n, base);
                 drop(ids);
             }
+            "waiting" | "approval" => {
+                let script = match mode {
+                    "waiting" => serde_json::json!([{ "wait_message": { "timeout_ms": 600_000 } }]),
+                    _ => serde_json::json!([{ "call_tool": { "tool": "deploy", "arguments": { "env": "prod" } } }]),
+                };
+                let mut task = TaskDefinition::new("unit", "wait");
+                task.metadata.insert("script".into(), script);
+                let mut ids = Vec::with_capacity(n);
+                for start in (0..n).step_by(WINDOW) {
+                    let window = join_all((start..n.min(start + WINDOW)).map(|_| session.spawn(spawn_request()))).await;
+                    let window: Vec<_> = window.into_iter().map(|r| r.expect("spawn").subagent_id).collect();
+                    join_all(window.iter().map(|id| session.delegate(*id, task.clone()))).await;
+                    ids.extend(window);
+                }
+                // Every task has reached its wait (and every approval the desk).
+                loop {
+                    let waiting = session.status_counts().await.expect("counts").get(SubagentStatus::Waiting);
+                    if waiting == n && (mode == "waiting" || host.desk().len() == n) {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                report(mode, n, base);
+                drop(ids);
+            }
             other => panic!("unknown mode {other}"),
         }
         session.close().await;
@@ -163,7 +195,7 @@ fn main() {
     }
     let n: usize = args.get(1).map_or(100_000, |v| v.parse().expect("N"));
     let me = std::env::current_exe().expect("current exe");
-    for mode in ["raw", "idle", "finished"] {
+    for mode in ["raw", "idle", "finished", "waiting", "approval"] {
         let status = Command::new(&me).arg(mode).arg(n.to_string()).status().expect("child");
         assert!(status.success(), "{mode} failed");
     }

@@ -214,3 +214,49 @@ fn a_pending_approval_survives_a_crash_with_its_id_and_is_never_asked_again_once
     server.terminate();
     std::fs::remove_dir_all(&data).ok();
 }
+
+#[test]
+fn the_admin_api_lists_pending_questions_across_sessions_and_answers_them_under_its_rules() {
+    let config = "[limits]\napproval_timeout_ms = 60000\n";
+    let mut server = Server::start(&["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"], Some(config));
+    let http = server.http.clone().unwrap();
+    let (mut client, session) = handshaken(server.tcp.as_deref().unwrap());
+    client.send(&json!({"type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": {"name": "asker", "model": "m"}}));
+    let sub = client.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    let script = json!([{ "ask_user": { "question": "Which region?", "choices": ["eu", "us"] } }]);
+    let task = json!({"name": "ask", "instruction": "ask", "metadata": {"script": script}});
+    client.send(&json!({"type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task}));
+    let request = event_of(&mut client, "input_requested")["content"]["request_id"].as_str().unwrap().to_owned();
+
+    let (status, listed) = crate::e2e_support::http(&http, "GET", "/admin/approvals", &[], "");
+    assert_eq!(status, 200, "{listed}");
+    let pending = listed["pending"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{listed}");
+    let row = &pending[0];
+    assert_eq!((row["id"].as_str(), row["kind"].as_str()), (Some(request.as_str()), Some("question")));
+    assert_eq!((row["session_id"].as_str(), row["question"].as_str()), (Some(session.as_str()), Some("Which region?")));
+    assert_eq!(row["path"], json!([sub]));
+    let left = row["left_seconds"].as_f64().unwrap();
+    assert!(left > 50.0 && left <= 60.0, "{row}");
+
+    let answer = |headers: &[(&str, &str)], id: &str, body: &str| {
+        crate::e2e_support::http(&http, "POST", &format!("/admin/approvals/{id}"), headers, body)
+    };
+    let confirm = [("X-Subagentd-Confirm", "yes"), ("Content-Type", "application/json")];
+    assert_eq!(answer(&[], &request, r#"{"answer": "eu"}"#).0, 400, "unconfirmed");
+    assert_eq!(answer(&confirm, &request, r#"{"decision": "maybe"}"#).0, 400, "not an answer");
+    assert_eq!(answer(&confirm, "nope", r#"{"answer": "eu"}"#).1["code"], "unknown_approval");
+    assert_eq!(answer(&confirm, &request, r#"{"decision": "approve"}"#).1["code"], "invalid_state");
+    let (status, given) = answer(&confirm, &request, r#"{"answer": "eu"}"#);
+    assert_eq!((status, given["accepted"].as_bool()), (200, Some(true)), "{given}");
+    let (status, repeated) = answer(&confirm, &request, r#"{"answer": "eu"}"#);
+    assert_eq!((status, repeated["accepted"].as_bool()), (200, Some(true)), "the same answer again: {repeated}");
+    let (status, other) = answer(&confirm, &request, r#"{"answer": "us"}"#);
+    assert_eq!((status, other["code"].as_str()), (409, Some("invalid_state")), "{other}");
+
+    client.send(&json!({"type": "SUBAGENT_AWAIT_REQ", "id": "w", "subagent_id": sub}));
+    let done = client.reply("w");
+    assert_eq!(done["result"]["answers"], json!(["eu"]), "{done}");
+    assert_eq!(crate::e2e_support::http(&http, "GET", "/admin/approvals", &[], "").1["pending"], json!([]));
+    server.terminate();
+}

@@ -134,10 +134,9 @@ impl TaskContext {
         let desk = &self.host.desk;
         let posted = desk.post(request.clone());
         let on_desk = OnDesk { desk, id: request.id.clone() };
-        let (kind, fields) = announcement(&request);
         self.shared.person.set(Some(request.kind.waiting_for()));
         self.set_waiting(true);
-        self.announce(kind, &fields);
+        self.announce(&request);
         let holds = self.clocks.hold_all();
         let left = Duration::try_from_secs_f64(asked.expires_at - now_ts()).unwrap_or_default();
         let expiry = tokio::time::sleep(left);
@@ -155,7 +154,7 @@ impl TaskContext {
                     desk.withdraw(&request.id, Given::Timeout);
                     break (Given::Timeout, None);
                 }
-                _ = posted.again.notified() => self.announce(kind, &fields),
+                _ = posted.again.notified() => self.announce(&request),
             }
         };
         drop(holds);
@@ -207,8 +206,10 @@ impl TaskContext {
         request
     }
 
-    fn announce(&self, kind: EventKind, fields: &Arc<JsonObject>) {
-        self.note(kind, EventDetail::Asked(fields.clone()));
+    // Built for each announcement, not kept: a request may wait for hours.
+    fn announce(&self, request: &PersonRequest) {
+        let (kind, fields) = announcement(request);
+        self.note(kind, EventDetail::Asked(fields));
     }
 }
 
