@@ -232,13 +232,37 @@ fn the_full_config_example_loads_shows_the_defaults_and_starts_the_host() {
     assert!(server.terminate().success(), "the host started on the example stops cleanly");
 }
 
+#[test]
+fn the_approval_rules_example_loads() {
+    let block = blocks("docs/configuration.md")
+        .into_iter()
+        .find(|b| b.lang == "toml" && b.marker.as_deref().is_some_and(|m| m.contains("approval rules example")))
+        .expect("docs/configuration.md has the approval rules example");
+    let parsed = FileConfig::parse(&block.body).unwrap_or_else(|err| panic!("the example does not load: {err}"));
+    let rules = &parsed.tools.approval;
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!((rules[0].server.as_deref(), rules[0].require), (Some("*"), subagent_host::config::Require::Destructive));
+    assert_eq!(rules[1].tool.as_deref(), Some("spawn_subagent"));
+    subagent_host::ApprovalPolicy::new(rules).expect("the rules compile");
+    // A bad glob stops start-up, naming the rule.
+    let bad = FileConfig::parse("[[tools.approval]]
+tool = \"[\"\n").unwrap_err();
+    assert!(bad.contains("tools.approval[0]"), "{bad}");
+}
+
 /// Every key the config structs accept: `(table or struct, key)`, read from
 /// the structs' source: each `pub field:` of a struct that derives
 /// `Deserialize` (but those marked `#[serde(skip)]`, which no file sets),
 /// and each variant (lower-cased) of such an enum.
 fn config_keys() -> Vec<(String, String)> {
     let mut keys = Vec::new();
-    for file in ["src/config/file.rs", "src/config/limits.rs", "src/config/mcp.rs", "src/config/providers.rs"] {
+    for file in [
+        "src/config/file.rs",
+        "src/config/limits.rs",
+        "src/config/mcp.rs",
+        "src/config/providers.rs",
+        "src/config/approval.rs",
+    ] {
         let text = read(file);
         let mut deserialized = false;
         let mut current: Option<(String, bool)> = None;
