@@ -127,17 +127,21 @@ pub(crate) struct DeadlineCap {
 pub(crate) async fn run_until<F: Future>(base: Instant, clock: Arc<PauseClock>, work: F) -> Result<F::Output, ()> {
     tokio::pin!(work);
     loop {
-        let released = clock.released.notified();
-        tokio::pin!(released);
-        // Registered before the state is read: a release in between wakes it.
-        released.as_mut().enable();
         let (held_for, held) = clock.held_for();
         if held {
-            tokio::select! {
-                output = &mut work => return Ok(output),
-                _ = &mut released => continue,
+            // Registered, then checked again: a release in between wakes it.
+            let released = clock.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if clock.held_for().1 {
+                tokio::select! {
+                    output = &mut work => return Ok(output),
+                    _ = &mut released => {}
+                }
             }
+            continue;
         }
+        // The usual path: one lock above, and a timer, as a plain timeout.
         tokio::select! {
             output = &mut work => return Ok(output),
             _ = tokio::time::sleep_until(base + held_for) => {

@@ -78,6 +78,9 @@ impl Connection {
         let lines = Lines { output, outbox: self.outbox.clone(), log, attached_at };
         let pump = actix_rt::spawn(pump(lines, replaced, held, self.stop.clone()));
         self.relay = Some(Relay { input, pump });
+        // What waits for a person is announced again to the returning
+        // client, whatever its journal still holds (the same ids).
+        service.host().desk().announce_again(&wanted);
         None
     }
 }

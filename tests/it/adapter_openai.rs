@@ -363,10 +363,10 @@ async fn tool_scope_and_capabilities_decide_the_offered_tools() {
     let offered = |system: &str| offered_tools(&requests_of(&server, system)[0]);
     assert_eq!(
         offered("AGENT:restricted"),
-        ["delegate_task", "await_subagent", "send_message", "read_mailbox", "list_subagents"]
+        ["delegate_task", "await_subagent", "send_message", "read_mailbox", "list_subagents", "ask_user"]
     );
     assert_eq!(offered("AGENT:multi")[0], "spawn_subagent");
-    assert_eq!(offered("AGENT:multi").len(), 6);
+    assert_eq!(offered("AGENT:multi").len(), 7);
     assert_eq!(offered("AGENT:isolated"), ["send_message", "list_subagents"]);
     assert!(requests_of(&server, "AGENT:bare")[0].get("tools").is_none());
 }

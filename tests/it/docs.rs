@@ -241,12 +241,18 @@ fn the_approval_rules_example_loads() {
     let parsed = FileConfig::parse(&block.body).unwrap_or_else(|err| panic!("the example does not load: {err}"));
     let rules = &parsed.tools.approval;
     assert_eq!(rules.len(), 2, "{rules:?}");
-    assert_eq!((rules[0].server.as_deref(), rules[0].require), (Some("*"), subagent_host::config::Require::Destructive));
+    assert_eq!(
+        (rules[0].server.as_deref(), rules[0].require),
+        (Some("*"), subagent_host::config::Require::Destructive)
+    );
     assert_eq!(rules[1].tool.as_deref(), Some("spawn_subagent"));
     subagent_host::ApprovalPolicy::new(rules).expect("the rules compile");
     // A bad glob stops start-up, naming the rule.
-    let bad = FileConfig::parse("[[tools.approval]]
-tool = \"[\"\n").unwrap_err();
+    let bad = FileConfig::parse(
+        "[[tools.approval]]
+tool = \"[\"\n",
+    )
+    .unwrap_err();
     assert!(bad.contains("tools.approval[0]"), "{bad}");
 }
 

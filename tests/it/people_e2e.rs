@@ -223,10 +223,22 @@ fn the_admin_api_lists_pending_questions_across_sessions_and_answers_them_under_
     let (mut client, session) = handshaken(server.tcp.as_deref().unwrap());
     client.send(&json!({"type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": {"name": "asker", "model": "m"}}));
     let sub = client.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    // The operator's stream hears of it too.
+    let mut stream = crate::e2e_support::SseStream::open_admin(&http, "/admin/stream", "");
     let script = json!([{ "ask_user": { "question": "Which region?", "choices": ["eu", "us"] } }]);
     let task = json!({"name": "ask", "instruction": "ask", "metadata": {"script": script}});
     client.send(&json!({"type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task}));
     let request = event_of(&mut client, "input_requested")["content"]["request_id"].as_str().unwrap().to_owned();
+    let streamed = loop {
+        let (name, data) = stream.next_event().expect("the admin stream goes on");
+        if name.as_deref() == Some("subagent") && data["event"]["event"] == "input_requested" {
+            break data;
+        }
+    };
+    assert_eq!(
+        (streamed["session"].as_str(), streamed["event"]["content"]["request_id"].as_str()),
+        (Some(session.as_str()), Some(request.as_str()))
+    );
 
     let (status, listed) = crate::e2e_support::http(&http, "GET", "/admin/approvals", &[], "");
     assert_eq!(status, 200, "{listed}");
