@@ -267,7 +267,9 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                         "answers": answers, "calls": calls, "person": ledger });
                     keep_step(ctx, index, state).await;
                 };
-                let answer = person_gate::ask_user(ctx, &call_id, &arguments, &mut person, keep).await;
+                // Boxed: its state would otherwise grow every script's future
+                // (moved whole at each task's start) for a step few scripts have.
+                let answer = Box::pin(person_gate::ask_user(ctx, &call_id, &arguments, &mut person, keep)).await;
                 person.forget(&call_id);
                 if ctx.cancel.is_cancelled() {
                     return Err(TaskError::new("cancelled"));
@@ -291,7 +293,8 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                         "answers": answers, "calls": calls, "person": ledger });
                     keep_step(ctx, index, state).await;
                 };
-                let passage = person_gate::approve(ctx, subject, &call_id, &call.arguments, &mut person, keep).await;
+                let passage =
+                    Box::pin(person_gate::approve(ctx, subject, &call_id, &call.arguments, &mut person, keep)).await;
                 person.forget(&call_id);
                 if ctx.cancel.is_cancelled() {
                     return Err(TaskError::new("cancelled"));
