@@ -34,14 +34,13 @@ impl PauseClock {
         self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Stops the clock until the hold is dropped.
-    pub(crate) fn hold(self: &Arc<Self>) -> ClockHold {
+    // Stops the clock until a matching `release` (see `ClockHold`).
+    fn take(&self) {
         let mut held = self.lock();
         held.holds += 1;
         if held.holds == 1 {
             held.since = Some(Instant::now());
         }
-        ClockHold(self.clone())
     }
 
     fn release(&self) {
@@ -70,23 +69,32 @@ impl PauseClock {
     }
 }
 
-/// A hold on a [`PauseClock`]: the clock runs again when it is dropped.
+/// A hold on a clock (a task's own, or a wall-clock budget's): the clock
+/// runs again when it is dropped.
 #[derive(Debug)]
-pub(crate) struct ClockHold(Arc<PauseClock>);
+pub(crate) enum ClockHold {
+    /// A task's own clock.
+    Task(Arc<TaskClocks>),
+    /// A wall-clock budget's.
+    Wall(Arc<PauseClock>),
+}
 
 impl Drop for ClockHold {
     fn drop(&mut self) {
-        self.0.release();
+        match self {
+            Self::Task(clocks) => clocks.own.release(),
+            Self::Wall(clock) => clock.release(),
+        }
     }
 }
 
 /// The clocks a person-wait of one task stops: its own, its wall-clock
 /// budget's, and those of the tasks above it that delegated to it (they
-/// wait on it). One per task.
+/// wait on it). One per task (one allocation: its own clock is inline).
 #[derive(Debug, Default)]
 pub(crate) struct TaskClocks {
     /// The task's own (`timeout_seconds`).
-    pub own: Arc<PauseClock>,
+    pub own: PauseClock,
     /// Its subtree's `max_wall_seconds`, when it has one.
     pub wall: Option<Arc<PauseClock>>,
     /// The delegating task's, for a task delegated by its parent's task.
@@ -96,17 +104,19 @@ pub(crate) struct TaskClocks {
 impl TaskClocks {
     /// Stops every clock of this task and of the tasks above it (each
     /// wall-clock budget once) until the hold is dropped.
-    pub(crate) fn hold_all(&self) -> Vec<ClockHold> {
+    pub(crate) fn hold_all(self: &Arc<Self>) -> Vec<ClockHold> {
         let mut holds: Vec<ClockHold> = Vec::new();
         let mut walls: Vec<&Arc<PauseClock>> = Vec::new();
         let mut clocks = Some(self);
         while let Some(at) = clocks {
-            holds.push(at.own.hold());
+            at.own.take();
+            holds.push(ClockHold::Task(at.clone()));
             if let Some(wall) = at.wall.as_ref().filter(|wall| !walls.iter().any(|seen| Arc::ptr_eq(seen, wall))) {
-                holds.push(wall.hold());
+                wall.take();
+                holds.push(ClockHold::Wall(wall.clone()));
                 walls.push(wall);
             }
-            clocks = at.parent.as_deref();
+            clocks = at.parent.as_ref();
         }
         holds
     }
@@ -122,24 +132,39 @@ pub(crate) struct DeadlineCap {
     pub clocks: Arc<TaskClocks>,
 }
 
+/// The clock a task's deadline runs on: its own, or its wall-clock
+/// budget's when that binds first.
+#[derive(Debug)]
+pub(crate) enum DeadlineClock {
+    /// The task's own.
+    Own(Arc<TaskClocks>),
+    /// The wall-clock budget's.
+    Wall(Arc<PauseClock>),
+}
+
+impl std::ops::Deref for DeadlineClock {
+    type Target = PauseClock;
+
+    fn deref(&self) -> &PauseClock {
+        match self {
+            Self::Own(clocks) => &clocks.own,
+            Self::Wall(clock) => clock,
+        }
+    }
+}
+
 /// Runs `work` until it ends, or until `base` (moved on by the time
 /// `clock` was held) passes while the clock runs: then `Err(())`.
-pub(crate) async fn run_until<F: Future>(base: Instant, clock: Arc<PauseClock>, work: F) -> Result<F::Output, ()> {
+pub(crate) async fn run_until<F: Future>(base: Instant, clock: DeadlineClock, work: F) -> Result<F::Output, ()> {
     tokio::pin!(work);
     loop {
         let (held_for, held) = clock.held_for();
         if held {
-            // Registered, then checked again: a release in between wakes it.
-            let released = clock.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            if clock.held_for().1 {
-                tokio::select! {
-                    output = &mut work => return Ok(output),
-                    _ = &mut released => {}
-                }
+            // Boxed: the rare branch's state stays out of every task's future.
+            match Box::pin(until_released(&clock, work.as_mut())).await {
+                Some(output) => return Ok(output),
+                None => continue,
             }
-            continue;
         }
         // The usual path: one lock above, and a timer, as a plain timeout.
         tokio::select! {
@@ -155,19 +180,34 @@ pub(crate) async fn run_until<F: Future>(base: Instant, clock: Arc<PauseClock>, 
     }
 }
 
+/// Polls `work` until it ends (`Some`) or `clock` is released (`None`).
+async fn until_released<F: Future>(clock: &PauseClock, work: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    let released = clock.released.notified();
+    tokio::pin!(released);
+    // Registered, then checked again: a release in between wakes it.
+    released.as_mut().enable();
+    if !clock.held_for().1 {
+        return None;
+    }
+    tokio::select! {
+        output = work => Some(output),
+        _ = &mut released => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
     async fn a_held_clock_moves_the_deadline_on_by_the_time_held() {
-        let clock = Arc::new(PauseClock::default());
+        let clocks = Arc::new(TaskClocks::default());
         let base = Instant::now() + Duration::from_secs(1);
         let work = {
-            let clock = clock.clone();
+            let clocks = clocks.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let hold = clock.hold();
+                let hold = clocks.hold_all();
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 drop(hold);
                 tokio::time::sleep(Duration::from_millis(400)).await;
@@ -175,31 +215,37 @@ mod tests {
             }
         };
         // 0.9 s of running time against a 1 s deadline: it ends in time.
-        assert_eq!(run_until(base, clock.clone(), work).await, Ok("done"));
-        assert_eq!(clock.held_for(), (Duration::from_secs(5), false));
+        assert_eq!(run_until(base, DeadlineClock::Own(clocks.clone()), work).await, Ok("done"));
+        assert_eq!(clocks.own.held_for(), (Duration::from_secs(5), false));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_running_clock_times_out_at_its_deadline() {
-        let clock = Arc::new(PauseClock::default());
         let base = Instant::now() + Duration::from_secs(1);
         let started = Instant::now();
         let work = tokio::time::sleep(Duration::from_secs(10));
+        let clock = DeadlineClock::Wall(Arc::default());
         assert_eq!(run_until(base, clock, work).await, Err(()));
         assert_eq!(started.elapsed(), Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn overlapping_holds_count_once() {
-        let clock = Arc::new(PauseClock::default());
-        let first = clock.hold();
+    async fn overlapping_holds_count_once_and_reach_the_delegating_task_and_the_wall() {
+        let wall: Arc<PauseClock> = Arc::default();
+        let parent = Arc::new(TaskClocks { wall: Some(wall.clone()), ..TaskClocks::default() });
+        let child =
+            Arc::new(TaskClocks { wall: Some(wall.clone()), parent: Some(parent.clone()), ..TaskClocks::default() });
+        let first = child.hold_all();
+        assert_eq!(first.len(), 3, "the child's, the parent's and the shared wall once");
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let second = clock.hold();
+        let second = child.hold_all();
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(first);
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(second);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(clock.held_for(), (Duration::from_secs(3), false));
+        for clock in [&child.own, &parent.own, &*wall] {
+            assert_eq!(clock.held_for(), (Duration::from_secs(3), false));
+        }
     }
 }

@@ -17,7 +17,7 @@ use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
-use crate::runtime::clock::{self, DeadlineCap, TaskClocks};
+use crate::runtime::clock::{self, DeadlineCap, DeadlineClock, PauseClock, TaskClocks};
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
 use crate::runtime::task::{TaskContext, TaskShared};
 use crate::runtime::trace;
@@ -157,13 +157,13 @@ impl SubagentActor {
         // (it is shared by the subtree and already moved on by its holds:
         // its base is what is left of it from here), else the task's own.
         let clocks = Arc::new(TaskClocks {
-            own: Arc::default(),
+            own: PauseClock::default(),
             wall: self.wall.as_ref().map(|wall| wall.clock.clone()),
             parent: parent_clocks,
         });
         let (deadline_base, deadline_clock) = match self.wall.as_ref().filter(|_| wall_deadline) {
-            Some(wall) => (wall.base, wall.clock.clone()),
-            None => (deadline, clocks.own.clone()),
+            Some(wall) => (wall.base, DeadlineClock::Wall(wall.clock.clone())),
+            None => (deadline, DeadlineClock::Own(clocks.clone())),
         };
         let cancel = CancellationToken::new();
         let shared = Rc::new(TaskShared::default());
