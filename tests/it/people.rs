@@ -277,7 +277,7 @@ async fn an_unanswered_approval_is_denied_at_its_timeout_and_its_id_is_then_unkn
 }
 
 #[actix_rt::test]
-async fn cancelling_a_waiting_task_answers_its_approval_as_cancelled() {
+async fn cancelling_or_terminating_a_waiting_task_answers_its_approval_as_cancelled() {
     let service = service(600_000);
     let mut client = Client::open(&service);
     assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
@@ -301,6 +301,15 @@ async fn cancelling_a_waiting_task_answers_its_approval_as_cancelled() {
     let reply = client.request(late, "a1").await;
     assert_eq!(reply["code"], "invalid_state", "{reply}");
     assert_eq!(reply["detail"]["decision"], "cancelled", "{reply}");
+    // Terminate does the same for a task whose future it drops.
+    delegated(&mut client, &sub, DEPLOY(), "d2").await;
+    let event = event_of(&mut client, "approval_requested").await;
+    let second = event["content"]["approval_id"].as_str().unwrap().to_owned();
+    let terminated = client.request(json!({ "type": "SUBAGENT_TERMINATE_REQ", "subagent_id": sub }), "t1").await;
+    assert_eq!(terminated["event"], "terminated", "{terminated}");
+    assert!(service.host().desk().is_empty());
+    let late = json!({ "type": "SUBAGENT_APPROVAL_REQ", "approval_id": second, "decision": "deny" });
+    assert_eq!(client.request(late, "a2").await["detail"]["decision"], "cancelled");
     // Another session never sees it, nor may answer it.
     let mut other = Client::open(&service);
     assert_eq!(other.handshake(&["multi_agent"]).await["ok"], true);
