@@ -272,3 +272,52 @@ fn the_admin_api_lists_pending_questions_across_sessions_and_answers_them_under_
     assert_eq!(crate::e2e_support::http(&http, "GET", "/admin/approvals", &[], "").1["pending"], json!([]));
     server.terminate();
 }
+
+#[test]
+fn a_models_call_pending_approval_survives_a_crash_and_is_made_once_approved_after_it() {
+    let data = scratch("people-model-data");
+    let files = scratch("people-model-files");
+    std::fs::create_dir_all(files.join("trash")).unwrap();
+    let (target, trash) = (files.join("old.txt"), files.join("trash/old.txt"));
+    std::fs::write(&target, "old").unwrap();
+    let model = tree_model(&target, &trash);
+    let config = format!(
+        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n\n\
+         [[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n\n\
+         [[tools.approval]]\nserver = \"fs\"\nrequire = \"destructive\"\n",
+        model.base_url,
+        npm_server("server-filesystem"),
+        files.display()
+    );
+    let data_arg = data.display().to_string();
+    let args = ["--tcp", "127.0.0.1:0", "--data-dir", data_arg.as_str()];
+    let mut server = Server::start(&args, Some(&config));
+    let (mut client, session) = handshaken(server.tcp.as_deref().unwrap());
+    // A leaf on its own: the model asks to move the file at once.
+    let agent = json!({"name": "leaf", "model": "fake-leaf", "system_prompt": "AGENT:leaf", "tool_scope": "shared"});
+    client.send(&json!({"type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": agent}));
+    let sub = client.reply("s")["subagent_id"].as_str().unwrap().to_owned();
+    let task = json!({"name": "tidy", "instruction": "delete the old file"});
+    client.send(&json!({"type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sub, "task": task}));
+    let approval = event_of(&mut client, "approval_requested")["content"]["approval_id"].as_str().unwrap().to_owned();
+    drop(client);
+    server.kill9();
+    assert!(target.exists(), "not made before its approval");
+
+    let mut server = Server::start(&args, Some(&config));
+    let mut client = LineClient::connect(server.tcp.as_deref().unwrap());
+    client.send(&json!({"type": "handshake/req", "id": "h", "agent_id": "client", "agent_caps": ["multi_agent"], "resume_session_id": session}));
+    let again = event_of(&mut client, "approval_requested");
+    assert_eq!(again["content"]["approval_id"], approval.as_str(), "the same id after the crash: {again}");
+    client.send(&json!({"type": "SUBAGENT_APPROVAL_REQ", "id": "a", "approval_id": approval, "decision": "approve"}));
+    let reply = client.reply("a");
+    assert_eq!(reply["accepted"], true, "{reply}");
+    client.send(&json!({"type": "SUBAGENT_AWAIT_REQ", "id": "w", "subagent_id": sub}));
+    let done = client.reply("w");
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert!(done["result"]["summary"].as_str().unwrap().contains("Successfully moved"), "{done}");
+    assert!(!target.exists() && trash.exists(), "made once approved");
+    server.terminate();
+    std::fs::remove_dir_all(&data).ok();
+    std::fs::remove_dir_all(&files).ok();
+}

@@ -194,7 +194,7 @@ impl TaskContext {
             Ask::Approval { tool, server, arguments, reason } => {
                 request.tool = Some(tool);
                 request.server = server;
-                request.arguments = Some(arguments);
+                request.arguments = Some(shown_arguments(arguments));
                 request.reason = Some(reason);
             }
             Ask::Question { question, choices } => {
@@ -211,6 +211,26 @@ impl TaskContext {
         let (kind, fields) = announcement(request);
         self.note(kind, EventDetail::Asked(fields));
     }
+}
+
+/// Arguments longer than this (as JSON) are shown cut, in events and on
+/// the desk: a person reads the start, and every announcement stays
+/// bounded whatever a model wrote. The call itself gets them whole.
+const SHOWN_ARGUMENTS_BYTES: usize = 16 << 10;
+
+/// `arguments` as a person is shown them: whole, or past
+/// [`SHOWN_ARGUMENTS_BYTES`] `{"truncated": true, "bytes": N, "preview": the
+/// start of their JSON text}`.
+fn shown_arguments(arguments: Value) -> Value {
+    let text = arguments.to_string();
+    if text.len() <= SHOWN_ARGUMENTS_BYTES {
+        return arguments;
+    }
+    let mut end = SHOWN_ARGUMENTS_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    json!({ "truncated": true, "bytes": text.len(), "preview": &text[..end] })
 }
 
 /// The event announcing `request`, and its content fields.
@@ -245,4 +265,21 @@ fn announcement(request: &PersonRequest) -> (EventKind, Arc<JsonObject>) {
         ),
     };
     (kind, Arc::new(fields.as_object().cloned().unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_arguments_are_shown_cut_on_a_character_boundary() {
+        let short = json!({ "path": "/tmp/a" });
+        assert_eq!(shown_arguments(short.clone()), short);
+        let long = json!({ "content": "é".repeat(SHOWN_ARGUMENTS_BYTES) });
+        let shown = shown_arguments(long.clone());
+        assert_eq!(shown["truncated"], true);
+        assert_eq!(shown["bytes"], long.to_string().len());
+        let preview = shown["preview"].as_str().unwrap();
+        assert!(preview.len() <= SHOWN_ARGUMENTS_BYTES && preview.starts_with("{\"content\":\"éé"));
+    }
 }
