@@ -7,6 +7,7 @@
 //! a deadline, sleeping again when the clock was held meanwhile.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -26,6 +27,9 @@ struct Held {
 #[derive(Debug, Default)]
 pub(crate) struct PauseClock {
     held: Mutex<Held>,
+    // Set (under the lock) once the clock has ever been held: until then,
+    // which is almost always, reading it takes no lock.
+    ever_held: AtomicBool,
     released: Notify,
 }
 
@@ -37,6 +41,7 @@ impl PauseClock {
     // Stops the clock until a matching `release` (see `ClockHold`).
     fn take(&self) {
         let mut held = self.lock();
+        self.ever_held.store(true, Ordering::Release);
         held.holds += 1;
         if held.holds == 1 {
             held.since = Some(Instant::now());
@@ -58,6 +63,9 @@ impl PauseClock {
     /// How long the clock has been held in all (the current hold included),
     /// and whether it is held now.
     pub(crate) fn held_for(&self) -> (Duration, bool) {
+        if !self.ever_held.load(Ordering::Acquire) {
+            return (Duration::ZERO, false);
+        }
         let held = self.lock();
         let current = held.since.map_or(Duration::ZERO, |since| since.elapsed());
         (held.total + current, held.holds > 0)

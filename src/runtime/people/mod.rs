@@ -16,6 +16,6 @@ mod policy;
 
 pub(crate) use ask::{Ask, PersonLedger};
 pub use desk::{AnswerOutcome, AskKind, Desk, Given, PersonRequest};
-pub(crate) use policy::inherit_rules;
 pub use policy::ApprovalPolicy;
 pub use policy::CallSubject;
+pub(crate) use policy::{has_rules, inherit_rules};

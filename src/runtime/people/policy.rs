@@ -124,6 +124,13 @@ fn rules_of(metadata: &JsonObject) -> Result<Vec<ApprovalRule>, HostError> {
     Ok(rules)
 }
 
+/// Whether `metadata` holds approval rules (cheap: most subagents have
+/// none, and their spawn skips [`inherit_rules`]).
+#[inline]
+pub(crate) fn has_rules(metadata: &JsonObject) -> bool {
+    !metadata.is_empty() && metadata.contains_key(APPROVAL_KEY)
+}
+
 /// Checks a new subagent's `metadata.approval` and adds its parent's rules
 /// (`parent`: the parent's metadata) in front of its own, so that no
 /// subagent has fewer rules than its parent.

@@ -11,7 +11,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, Budget, WallBudget};
-use crate::runtime::people::inherit_rules;
+use crate::runtime::people::{has_rules, inherit_rules};
 use crate::runtime::usage::UsageMeter;
 use crate::store::Change;
 
@@ -101,7 +101,9 @@ impl Supervisor {
         let budget = budget::parse(&request.agent.metadata)?;
         // Its parent's approval rules hold for it too (it may add its own).
         let parent_metadata = parent.map(|parent| &self.index[&parent].config.metadata);
-        inherit_rules(&mut request.agent.metadata, parent_metadata)?;
+        if has_rules(&request.agent.metadata) || parent_metadata.is_some_and(has_rules) {
+            inherit_rules(&mut request.agent.metadata, parent_metadata)?;
+        }
         let id = self.host.ids.allocate().ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
         let (usage, wall) = match self.budget_for(id, parent, budget) {
             Ok(granted) => granted,
