@@ -67,8 +67,10 @@ fn serve(stream: TcpStream, steps: usize, seen: Seen) {
             r#"{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"done"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#.to_owned()
         };
         // One write (with no Nagle delay): the reply goes out whole at once.
-        let response =
-            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply}", reply.len());
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply}",
+            reply.len()
+        );
         if writer.write_all(response.as_bytes()).is_err() {
             return;
         }

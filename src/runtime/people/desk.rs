@@ -119,12 +119,20 @@ impl Given {
         }
     }
 
-    // The same answer again (notes aside).
-    fn same_as(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Answer { text: a }, Self::Answer { text: b }) => a == b,
-            _ => self.decision() == other.decision(),
-        }
+    // What is kept of it once its request left the desk: its decision,
+    // and for an answer a digest of its text (notes and texts are not
+    // kept: thousands of kept answers stay small whatever their size).
+    fn kept(&self) -> Kept {
+        let digest = match self {
+            Self::Answer { text } => {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                text.hash(&mut hasher);
+                Some(hasher.finish())
+            }
+            _ => None,
+        };
+        Kept { decision: self.decision(), digest }
     }
 }
 
@@ -151,9 +159,17 @@ struct Waiting {
     again: Arc<Notify>,
 }
 
+/// What an answer is remembered by: the same answer again (notes aside)
+/// has the same `Kept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Kept {
+    decision: &'static str,
+    digest: Option<u64>,
+}
+
 struct Answered {
     session: Arc<str>,
-    given: Given,
+    kept: Kept,
 }
 
 #[derive(Default)]
@@ -165,7 +181,7 @@ struct Inner {
 
 impl Inner {
     fn remember(&mut self, id: Arc<str>, session: Arc<str>, given: Given) {
-        if self.answered.insert(id.clone(), Answered { session, given }).is_none() {
+        if self.answered.insert(id.clone(), Answered { session, kept: given.kept() }).is_none() {
             self.answered_order.push_back(id);
         }
         while self.answered_order.len() > ANSWERS_KEPT {
@@ -289,15 +305,15 @@ impl Desk {
             } else {
                 return match inner.answered.get(id).filter(|answered| mine(&answered.session)) {
                     None => Err(unknown(id)),
-                    Some(answered) if answered.given == Given::Timeout => Err(unknown(id)),
-                    Some(answered) if answered.given.same_as(&given) => {
-                        Ok(AnswerOutcome { decision: answered.given.decision(), accepted: true })
+                    Some(answered) if answered.kept == Given::Timeout.kept() => Err(unknown(id)),
+                    Some(answered) if answered.kept == given.kept() => {
+                        Ok(AnswerOutcome { decision: answered.kept.decision, accepted: true })
                     }
                     Some(answered) => Err(HostError::new(
                         ErrorCode::InvalidState,
-                        format!("`{id}` was answered already: {}", answered.given.decision()),
+                        format!("`{id}` was answered already: {}", answered.kept.decision),
                     )
-                    .with_detail(serde_json::json!({ "approval_id": id, "decision": answered.given.decision() }))),
+                    .with_detail(serde_json::json!({ "approval_id": id, "decision": answered.kept.decision }))),
                 };
             }
         };
