@@ -98,7 +98,7 @@ impl Drop for ClockHold {
 
 /// The clocks a person-wait of one task stops: its own, its wall-clock
 /// budget's, and those of the tasks above it that delegated to it (they
-/// wait on it). One per task (one allocation: its own clock is inline).
+/// wait on it). A task's are made on first use (see `TaskShared::clocks`).
 #[derive(Debug, Default)]
 pub(crate) struct TaskClocks {
     /// The task's own (`timeout_seconds`).
@@ -140,24 +140,28 @@ pub(crate) struct DeadlineCap {
     pub clocks: Arc<TaskClocks>,
 }
 
-/// The clock a task's deadline runs on: its own, or its wall-clock
-/// budget's when that binds first.
+/// The clock a task's deadline runs on: its own (made only once a person
+/// is asked, or a child's deadline capped), or its wall-clock budget's
+/// when that binds first.
 #[derive(Debug)]
 pub(crate) enum DeadlineClock {
-    /// The task's own.
-    Own(Arc<TaskClocks>),
+    /// The task's own, in what it shares with its actor.
+    Own(std::rc::Rc<crate::runtime::task::TaskShared>),
     /// The wall-clock budget's.
     Wall(Arc<PauseClock>),
 }
 
-impl std::ops::Deref for DeadlineClock {
-    type Target = PauseClock;
-
-    fn deref(&self) -> &PauseClock {
+impl DeadlineClock {
+    /// The clock, if it exists yet (a clock never made was never held).
+    fn clock(&self) -> Option<&PauseClock> {
         match self {
-            Self::Own(clocks) => &clocks.own,
-            Self::Wall(clock) => clock,
+            Self::Own(shared) => shared.clocks.get().map(|clocks| &clocks.own),
+            Self::Wall(clock) => Some(clock),
         }
+    }
+
+    fn held_for(&self) -> (Duration, bool) {
+        self.clock().map_or((Duration::ZERO, false), PauseClock::held_for)
     }
 }
 
@@ -167,9 +171,9 @@ pub(crate) async fn run_until<F: Future>(base: Instant, clock: DeadlineClock, wo
     tokio::pin!(work);
     loop {
         let (held_for, held) = clock.held_for();
-        if held {
+        if let Some(held_clock) = clock.clock().filter(|_| held) {
             // Boxed: the rare branch's state stays out of every task's future.
-            match Box::pin(until_released(&clock, work.as_mut())).await {
+            match Box::pin(until_released(held_clock, work.as_mut())).await {
                 Some(output) => return Ok(output),
                 None => continue,
             }
@@ -209,13 +213,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_clock_moves_the_deadline_on_by_the_time_held() {
-        let clocks = Arc::new(TaskClocks::default());
+        let shared = std::rc::Rc::new(crate::runtime::task::TaskShared::default());
         let base = Instant::now() + Duration::from_secs(1);
         let work = {
-            let clocks = clocks.clone();
+            let shared = shared.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let hold = clocks.hold_all();
+                // Made on first use, as a task asking a person makes them.
+                let hold = shared.clocks().hold_all();
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 drop(hold);
                 tokio::time::sleep(Duration::from_millis(400)).await;
@@ -223,8 +228,8 @@ mod tests {
             }
         };
         // 0.9 s of running time against a 1 s deadline: it ends in time.
-        assert_eq!(run_until(base, DeadlineClock::Own(clocks.clone()), work).await, Ok("done"));
-        assert_eq!(clocks.own.held_for(), (Duration::from_secs(5), false));
+        assert_eq!(run_until(base, DeadlineClock::Own(shared.clone()), work).await, Ok("done"));
+        assert_eq!(shared.clocks().own.held_for(), (Duration::from_secs(5), false));
     }
 
     #[tokio::test(start_paused = true)]

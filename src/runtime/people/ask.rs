@@ -137,7 +137,7 @@ impl TaskContext {
         self.shared.person.set(Some(request.kind.waiting_for()));
         self.set_waiting(true);
         self.announce(&request);
-        let holds = self.clocks.hold_all();
+        let holds = self.shared.clocks().hold_all();
         let left = Duration::try_from_secs_f64(asked.expires_at - now_ts()).unwrap_or_default();
         let expiry = tokio::time::sleep(left);
         tokio::pin!(expiry);

@@ -17,7 +17,7 @@ use super::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
-use crate::runtime::clock::{self, DeadlineCap, DeadlineClock, PauseClock, TaskClocks};
+use crate::runtime::clock::{self, DeadlineCap, DeadlineClock};
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
 use crate::runtime::task::{TaskContext, TaskShared};
 use crate::runtime::trace;
@@ -153,20 +153,19 @@ impl SubagentActor {
         if let Some(wall) = wall_now.filter(|_| wall_deadline) {
             deadline = wall;
         }
+        let cancel = CancellationToken::new();
+        let shared = Rc::new(TaskShared {
+            clock_parent: parent_clocks,
+            wall_clock: self.wall.as_ref().map(|wall| wall.clock.clone()),
+            ..TaskShared::default()
+        });
         // The clock the deadline runs on: the wall budget's when it binds
         // (it is shared by the subtree and already moved on by its holds:
         // its base is what is left of it from here), else the task's own.
-        let clocks = Arc::new(TaskClocks {
-            own: PauseClock::default(),
-            wall: self.wall.as_ref().map(|wall| wall.clock.clone()),
-            parent: parent_clocks,
-        });
         let (deadline_base, deadline_clock) = match self.wall.as_ref().filter(|_| wall_deadline) {
             Some(wall) => (wall.base, DeadlineClock::Wall(wall.clock.clone())),
-            None => (deadline, DeadlineClock::Own(clocks.clone())),
+            None => (deadline, DeadlineClock::Own(shared.clone())),
         };
-        let cancel = CancellationToken::new();
-        let shared = Rc::new(TaskShared::default());
         let span = trace::invoke_agent(parent_span.as_ref(), self.log.id(), self.id, &self.config);
         let task_ctx = TaskContext {
             subagent_id: self.id,
@@ -177,7 +176,6 @@ impl SubagentActor {
             mailbox: self.mailbox.clone(),
             cancel: cancel.clone(),
             deadline,
-            clocks,
             host: self.host.clone(),
             shared: shared.clone(),
             steps: Cell::new(resume.as_ref().and_then(|r| r.checkpoint.as_ref()).map_or(0, |c| c.step)),

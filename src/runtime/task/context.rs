@@ -5,7 +5,7 @@
 
 use actix::Addr;
 use serde_json::Value;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{EventDetail, EventKind, ToolDetail};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::runtime::clock::{PauseClock, TaskClocks};
 use crate::runtime::memory::{held_now, Mailbox, Memory};
 use crate::runtime::messages::{self as msg, Report, Ticket};
 use crate::runtime::supervisor::Supervisor;
@@ -32,6 +33,32 @@ pub(crate) struct TaskShared {
     pub person: Cell<Option<WaitingFor>>,
     /// Set when the task spent past a budget: the error it ends with.
     pub overspent: RefCell<Option<String>>,
+    /// Its clocks, stopped while it (or a task below it) waits for a
+    /// person: made on first use (a person asked, or a child's deadline
+    /// capped), so a task that does neither pays nothing for them.
+    pub clocks: OnceCell<Arc<TaskClocks>>,
+    /// What its clocks link to: the clocks of the task that delegated it,
+    /// and its wall-clock budget's.
+    pub clock_parent: Option<Arc<TaskClocks>>,
+    pub wall_clock: Option<Arc<PauseClock>>,
+}
+
+impl TaskShared {
+    /// Its clocks (made now if need be).
+    pub(crate) fn clocks(&self) -> &Arc<TaskClocks> {
+        self.clocks.get_or_init(|| {
+            Arc::new(TaskClocks {
+                own: PauseClock::default(),
+                wall: self.wall_clock.clone(),
+                parent: self.clock_parent.clone(),
+            })
+        })
+    }
+
+    /// How long its own clock has been held (zero while it has none).
+    pub(crate) fn own_held_for(&self) -> (std::time::Duration, bool) {
+        self.clocks.get().map_or((std::time::Duration::ZERO, false), |clocks| clocks.own.held_for())
+    }
 }
 
 /// Everything a running task may use: its config and task, memory, mailbox,
@@ -56,8 +83,6 @@ pub struct TaskContext {
     /// before the time spent waiting for a person: see
     /// [`TaskContext::deadline_now`].
     pub deadline: Instant,
-    // Its clocks, stopped while it (or a task below it) waits for a person.
-    pub(crate) clocks: Arc<crate::runtime::clock::TaskClocks>,
     // The host's shared state (the desk of questions for people, limits).
     pub(crate) host: Arc<crate::runtime::HostContext>,
     // Shared with the subagent actor: whether the task waits, and why it
@@ -99,12 +124,12 @@ impl TaskContext {
     /// When the task's time is up now: [`TaskContext::deadline`] moved on
     /// by the time it waited for a person.
     pub fn deadline_now(&self) -> Instant {
-        self.clocks.own.deadline(self.deadline)
+        self.deadline + self.shared.own_held_for().0
     }
 
     /// What caps the deadline of a task this task delegates.
     pub(crate) fn deadline_cap(&self) -> crate::runtime::clock::DeadlineCap {
-        crate::runtime::clock::DeadlineCap { at: self.deadline_now(), clocks: self.clocks.clone() }
+        crate::runtime::clock::DeadlineCap { at: self.deadline_now(), clocks: self.shared.clocks().clone() }
     }
 
     /// The run number of this task: 1, or more when it was running when the
