@@ -200,6 +200,13 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     let mut returned: Option<JsonObject> = None;
     for (index, step) in steps.into_iter().enumerate().skip(first) {
         ctx.step()?;
+        // How a step that asks a person checkpoints what it asked (a closure
+        // of references: nothing is built unless it is called).
+        let keep = async |ledger: &PersonLedger| {
+            let state = json!({ "messages": messages, "children": children, "tokens": tokens,
+                "answers": answers, "calls": calls, "person": ledger });
+            keep_step(ctx, index, state).await;
+        };
         match step {
             Step::SleepMs(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
             Step::Progress(text) => ctx.progress(text),
@@ -262,11 +269,6 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
             Step::AskUser(ask) => {
                 let arguments = json!({ "question": ask.question, "choices": ask.choices }).to_string();
                 let call_id = format!("step{index}");
-                let keep = async |ledger: &PersonLedger| {
-                    let state = json!({ "messages": messages, "children": children, "tokens": tokens,
-                        "answers": answers, "calls": calls, "person": ledger });
-                    keep_step(ctx, index, state).await;
-                };
                 // Boxed: its state would otherwise grow every script's future
                 // (moved whole at each task's start) for a step few scripts have.
                 let answer = Box::pin(person_gate::ask_user(ctx, &call_id, &arguments, &mut person, keep)).await;
@@ -287,11 +289,6 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                     qualified: &qualified,
                     server: call.server.as_deref(),
                     hints: crate::tools::Hints::default(),
-                };
-                let keep = async |ledger: &PersonLedger| {
-                    let state = json!({ "messages": messages, "children": children, "tokens": tokens,
-                        "answers": answers, "calls": calls, "person": ledger });
-                    keep_step(ctx, index, state).await;
                 };
                 let passage =
                     Box::pin(person_gate::approve(ctx, subject, &call_id, &call.arguments, &mut person, keep)).await;

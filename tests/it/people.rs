@@ -171,15 +171,28 @@ async fn delegated(client: &mut Client, sub: &str, script: Value, id: &str) {
     assert_eq!(reply["accepted"], true, "{reply}");
 }
 
+/// A handshaken client of `service`.
+async fn handshaken(service: &Arc<Service>) -> Client {
+    let mut client = Client::open(service);
+    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    client
+}
+
+/// A subagent (`SUBAGENT_SPAWN_REQ`) whose task waits for approval of its
+/// `deploy` call: its id and the `approval_requested` event.
+async fn waiting_to_deploy(client: &mut Client) -> (String, Value) {
+    let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "w", "model": "m" } });
+    let sub = spawned(client, spawn, "s1").await;
+    delegated(client, &sub, DEPLOY(), "d1").await;
+    let event = event_of(client, "approval_requested").await;
+    (sub, event)
+}
+
 #[actix_rt::test]
 async fn subagent_namespace_announces_lists_and_answers_an_approval_once() {
     let service = service(600_000);
-    let mut client = Client::open(&service);
-    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
-    let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "w", "model": "m" } });
-    let sub = spawned(&mut client, spawn, "s1").await;
-    delegated(&mut client, &sub, DEPLOY(), "d1").await;
-    let event = event_of(&mut client, "approval_requested").await;
+    let mut client = handshaken(&service).await;
+    let (sub, event) = waiting_to_deploy(&mut client).await;
     let content = &event["content"];
     assert_eq!(event["subagent_id"], sub);
     assert_eq!(content["status"], "WAITING", "{event}");
@@ -219,8 +232,7 @@ async fn subagent_namespace_announces_lists_and_answers_an_approval_once() {
 #[actix_rt::test]
 async fn multi_agent_namespace_answers_a_question_and_denies_a_call() {
     let service = service(600_000);
-    let mut client = Client::open(&service);
-    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
+    let mut client = handshaken(&service).await;
     let spawn = json!({ "type": "multi_agent/spawn", "name": "asker" });
     let sub = spawned(&mut client, spawn, "s1").await;
     let script = json!([
@@ -261,12 +273,8 @@ async fn multi_agent_namespace_answers_a_question_and_denies_a_call() {
 #[actix_rt::test]
 async fn an_unanswered_approval_is_denied_at_its_timeout_and_its_id_is_then_unknown() {
     let service = service(300);
-    let mut client = Client::open(&service);
-    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
-    let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "w", "model": "m" } });
-    let sub = spawned(&mut client, spawn, "s1").await;
-    delegated(&mut client, &sub, DEPLOY(), "d1").await;
-    let event = event_of(&mut client, "approval_requested").await;
+    let mut client = handshaken(&service).await;
+    let (sub, event) = waiting_to_deploy(&mut client).await;
     let approval = event["content"]["approval_id"].as_str().unwrap().to_owned();
     let done = client.request(json!({ "type": "SUBAGENT_AWAIT_REQ", "subagent_id": sub }), "w1").await;
     assert_eq!(done["result"]["calls"][0]["made"], false, "{done}");
@@ -279,12 +287,8 @@ async fn an_unanswered_approval_is_denied_at_its_timeout_and_its_id_is_then_unkn
 #[actix_rt::test]
 async fn cancelling_or_terminating_a_waiting_task_answers_its_approval_as_cancelled() {
     let service = service(600_000);
-    let mut client = Client::open(&service);
-    assert_eq!(client.handshake(&["multi_agent"]).await["ok"], true);
-    let spawn = json!({ "type": "SUBAGENT_SPAWN_REQ", "agent": { "name": "w", "model": "m" } });
-    let sub = spawned(&mut client, spawn, "s1").await;
-    delegated(&mut client, &sub, DEPLOY(), "d1").await;
-    let event = event_of(&mut client, "approval_requested").await;
+    let mut client = handshaken(&service).await;
+    let (sub, event) = waiting_to_deploy(&mut client).await;
     let approval = event["content"]["approval_id"].as_str().unwrap().to_owned();
     assert_eq!(service.host().desk().len(), 1);
     let cancelled = client.request(json!({ "type": "SUBAGENT_CANCEL_REQ", "subagent_id": sub }), "c1").await;
@@ -311,8 +315,7 @@ async fn cancelling_or_terminating_a_waiting_task_answers_its_approval_as_cancel
     let late = json!({ "type": "SUBAGENT_APPROVAL_REQ", "approval_id": second, "decision": "deny" });
     assert_eq!(client.request(late, "a2").await["detail"]["decision"], "cancelled");
     // Another session never sees it, nor may answer it.
-    let mut other = Client::open(&service);
-    assert_eq!(other.handshake(&["multi_agent"]).await["ok"], true);
+    let mut other = handshaken(&service).await;
     let foreign = json!({ "type": "SUBAGENT_APPROVAL_REQ", "approval_id": approval, "decision": "approve" });
     assert_eq!(other.request(foreign, "f1").await["code"], "unknown_approval");
 }

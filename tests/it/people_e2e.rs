@@ -57,6 +57,19 @@ fn tree_model(target: &Path, trash: &Path) -> FakeServer {
     })
 }
 
+/// The fake model's route, the filesystem server over `files`, and the
+/// rule that every destructive call of it waits for a person.
+fn filesystem_config(model: &FakeServer, files: &Path) -> String {
+    format!(
+        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n\n\
+         [[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n\n\
+         [[tools.approval]]\nserver = \"fs\"\nrequire = \"destructive\"\n",
+        model.base_url,
+        npm_server("server-filesystem"),
+        files.display()
+    )
+}
+
 fn handshaken(addr: &str) -> (LineClient, String) {
     let mut client = LineClient::connect(addr);
     client.send(&json!({"type": "handshake/req", "id": "h", "agent_id": "client", "agent_caps": ["multi_agent"]}));
@@ -121,14 +134,7 @@ fn a_leafs_delete_through_the_filesystem_server_waits_for_a_person_three_levels_
     let trash = files.join("trash/notes.txt");
     std::fs::write(&target, "old notes").unwrap();
     let model = tree_model(&target, &trash);
-    let config = format!(
-        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n\n\
-         [[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n\n\
-         [[tools.approval]]\nserver = \"fs\"\nrequire = \"destructive\"\n",
-        model.base_url,
-        npm_server("server-filesystem"),
-        files.display()
-    );
+    let config = filesystem_config(&model, &files);
     let mut server = Server::start(&["--tcp", "127.0.0.1:0"], Some(&config));
     let (mut client, _) = handshaken(server.tcp.as_deref().unwrap());
 
@@ -281,14 +287,7 @@ fn a_models_call_pending_approval_survives_a_crash_and_is_made_once_approved_aft
     let (target, trash) = (files.join("old.txt"), files.join("trash/old.txt"));
     std::fs::write(&target, "old").unwrap();
     let model = tree_model(&target, &trash);
-    let config = format!(
-        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n\n\
-         [[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n\n\
-         [[tools.approval]]\nserver = \"fs\"\nrequire = \"destructive\"\n",
-        model.base_url,
-        npm_server("server-filesystem"),
-        files.display()
-    );
+    let config = filesystem_config(&model, &files);
     let data_arg = data.display().to_string();
     let args = ["--tcp", "127.0.0.1:0", "--data-dir", data_arg.as_str()];
     let mut server = Server::start(&args, Some(&config));
