@@ -60,6 +60,8 @@ pub struct Settings {
     pub tools: Arc<ToolHost>,
     /// Which tool calls wait for a person's approval (`[[tools.approval]]`).
     pub approvals: crate::ApprovalPolicy,
+    /// The A2A front door (`[a2a]`), on the HTTP listener.
+    pub a2a: crate::config::A2aConfig,
 }
 
 impl Settings {
@@ -85,6 +87,7 @@ impl Settings {
             tools,
             approvals: crate::ApprovalPolicy::new(&file.tools.approval)
                 .map_err(|err| format!("invalid config: {err}"))?,
+            a2a: file.a2a.clone(),
         })
     }
 }
@@ -163,6 +166,7 @@ pub async fn run(
             journal_retained: settings.journal_retained,
             resume_concurrency: settings.resume_concurrency,
             admin,
+            a2a: settings.a2a,
         };
         serve_network(service, listeners.tcp, listeners.http, http, settings.final_flush, shutdown).await
     };
@@ -191,6 +195,7 @@ struct HttpSettings {
     journal_retained: usize,
     resume_concurrency: usize,
     admin: Arc<http::admin_routes::AdminApi>,
+    a2a: crate::config::A2aConfig,
 }
 
 async fn serve_network(
@@ -221,7 +226,7 @@ async fn serve_network(
     if let Some(listener) = http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
-        let server = http::server(listener, sessions, settings.admin, threads(settings.workers))
+        let server = http::server(listener, sessions, settings.admin, settings.a2a, threads(settings.workers))
             .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
         actix_rt::spawn(server);

@@ -1,7 +1,7 @@
 //! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]`,
 //! `[server]`, `[store]`, `[cluster]`, `[telemetry]`, `[admin]`,
 //! `[[providers]]` (its own file, `providers`), `[[mcp_servers]]` and
-//! `[tools]` (`mcp`).
+//! `[tools]` (`mcp`), `[a2a]` (`a2a`).
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file; the layers
@@ -58,6 +58,9 @@ pub struct FileConfig {
     /// Model providers' limits, shared by the routes that name them.
     #[serde(default)]
     pub providers: Vec<super::ProviderConfig>,
+    /// The A2A front door: its agent card and the subagent a task becomes.
+    #[serde(default)]
+    pub a2a: super::A2aConfig,
 }
 
 /// `[admin]`: the tokens of the operator's page and API (`/ui`,

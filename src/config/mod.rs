@@ -2,12 +2,14 @@
 //! and the TOML config file ([`FileConfig`]). Plain data, below every other
 //! layer: it names adapters and tokens, others build them.
 
+mod a2a;
 mod approval;
 mod file;
 mod limits;
 mod mcp;
 mod providers;
 
+pub use a2a::{A2aConfig, A2aSkill};
 pub use approval::{ApprovalRule, Require};
 pub use file::{
     AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,

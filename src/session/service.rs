@@ -198,7 +198,29 @@ impl Service {
         self.open_tree(input_queue, true)
     }
 
+    /// [`Service::open_with_input`] (or its authorized form) under an id the
+    /// caller chose (32 lowercase hex digits, as the host's own): the A2A
+    /// face names a context's session after the context, so that any node
+    /// finds it again without a table.
+    pub fn open_named(
+        self: &Arc<Self>,
+        input_queue: usize,
+        authorized: bool,
+        id: String,
+    ) -> Result<OpenedConnection, HostError> {
+        self.open_tree_as(input_queue, authorized, Some(id))
+    }
+
     fn open_tree(self: &Arc<Self>, input_queue: usize, authorized: bool) -> Result<OpenedConnection, HostError> {
+        self.open_tree_as(input_queue, authorized, None)
+    }
+
+    fn open_tree_as(
+        self: &Arc<Self>,
+        input_queue: usize,
+        authorized: bool,
+        id: Option<String>,
+    ) -> Result<OpenedConnection, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
         }
@@ -223,7 +245,7 @@ impl Service {
             PoolSlot::new(self.clone(), false)
         };
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
-        let session_id = uuid::Uuid::new_v4().simple().to_string();
+        let session_id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         let log = SessionLog::new(session_id.as_str(), self.store.clone());
         outbox.attach_log(log.clone());
         let tree = self

@@ -445,6 +445,19 @@ impl Chaos {
         }
     }
 
+    /// Every node's last 40 log lines naming one of `sessions`.
+    fn dump_lines_about<'a>(&mut self, sessions: impl Iterator<Item = &'a str> + Clone) {
+        self.drain_logs();
+        for node in &self.nodes {
+            let about: Vec<&String> =
+                node.log.iter().filter(|line| sessions.clone().any(|session| line.contains(session))).collect();
+            eprintln!("chaos: ---- node {}: its last 40 of {} lines about the failing sessions ----", node.id, about.len());
+            for line in &about[about.len().saturating_sub(40)..] {
+                eprintln!("  {line}");
+            }
+        }
+    }
+
     /// What must be gone after teardown: every process started, and strings
     /// naming this run in a command line (the nodes' addresses, PostgreSQL's
     /// data dir, HAProxy's config).
@@ -1924,6 +1937,19 @@ fn chaos_nodes_killed_paused_restarted_and_postgres_restarted_under_twenty_sessi
     }
     if !failures.is_empty() || verbose {
         chaos.dump_logs();
+    }
+    if !failures.is_empty() {
+        // Last, so that a shortened CI log still shows it: what the failing
+        // sessions' clients saw, and every node's lines about them.
+        let failing: Vec<&Report> =
+            reports.iter().filter(|report| failures.iter().any(|failure| failure.contains(&report.session))).collect();
+        for report in &failing {
+            eprintln!("chaos: ---- {} (session {}): its client's last 40 events ----", report.label, report.session);
+            for (when, what) in report.stats.events.iter().rev().take(40).rev() {
+                eprintln!("  {:.2} s {what}", when.duration_since(started).as_secs_f64());
+            }
+        }
+        chaos.dump_lines_about(failing.iter().map(|report| report.session.as_str()));
     }
     let (pids, markers) = chaos.trace();
     drop(chaos);

@@ -268,6 +268,7 @@ fn config_keys() -> Vec<(String, String)> {
         "src/config/mcp.rs",
         "src/config/providers.rs",
         "src/config/approval.rs",
+        "src/config/a2a.rs",
     ] {
         let text = read(file);
         let mut deserialized = false;

@@ -57,6 +57,7 @@ impl Node {
                     resume_concurrency: 8,
                     tools: Default::default(),
                     approvals: Default::default(),
+                    a2a: Default::default(),
                 };
                 let listeners = Listeners { http: Some(listener), ..Listeners::default() };
                 server::run(settings, listeners, async move {

@@ -39,6 +39,7 @@ impl InProcess {
             resume_concurrency: 8,
             tools: Default::default(),
             approvals: Default::default(),
+            a2a: Default::default(),
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

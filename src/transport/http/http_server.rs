@@ -1,4 +1,5 @@
-//! [`server`]: the HTTP server and its routing table.
+//! [`server`]: the HTTP server and its routing table (the A2A face's
+//! routes included).
 
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
@@ -8,7 +9,9 @@ use super::create_session::create;
 use super::health::{health, ready};
 use super::send_lines::send;
 use super::sse_stream::stream;
+use super::a2a::{self, A2aFace};
 use super::{admin_routes, metrics_endpoint, HttpSessions};
+use crate::config::A2aConfig;
 
 /// Builds the HTTP server on an already bound listener; run the returned
 /// [`Server`] (a future) and stop it through its handle.
@@ -16,17 +19,20 @@ pub(crate) fn server(
     listener: std::net::TcpListener,
     sessions: Arc<HttpSessions>,
     admin: Arc<admin_routes::AdminApi>,
+    a2a: A2aConfig,
     workers: usize,
 ) -> std::io::Result<Server> {
     listener.set_nonblocking(true)?;
     let workers = workers.max(1);
     // actix bounds connections per worker: split `max_connections` evenly.
     let per_worker = sessions.service.limits().max_connections.div_ceil(workers).max(1);
+    let a2a = A2aFace::new(sessions.clone(), a2a);
     let data = web::Data::from(sessions);
     let admin = web::Data::from(admin);
     let server = HttpServer::new(move || {
         App::new()
             .configure(|cfg| admin_routes::routes(cfg, admin.clone()))
+            .configure(|cfg| a2a::routes(cfg, &a2a))
             .app_data(data.clone())
             .route("/session", web::post().to(create))
             .route("/send", web::post().to(send))

@@ -73,6 +73,7 @@
 //! - [`admin_routes`], `ui`: the operator's API and page.
 //! - [`metrics_endpoint`]: `GET /metrics`, and its own listener.
 
+pub(crate) mod a2a;
 mod admin_people;
 pub(crate) mod admin_routes;
 mod adopt;

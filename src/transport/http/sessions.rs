@@ -91,6 +91,8 @@ pub(super) struct HttpEntry {
     // The token holder it belongs to (a restored session's), checked when a
     // TCP client resumes it.
     principal: Option<String>,
+    // Its tree: the A2A face runs operations on it directly.
+    pub(super) tree: crate::runtime::Tree,
 }
 
 /// The lines last written to a stream, oldest first, with their numbers.
@@ -269,6 +271,7 @@ impl HttpSessions {
         let idle = idle.unwrap_or(Duration::from_secs(limits.session_idle_seconds));
         let recent = Recent::new(self.journal_retained, limits.outbox_max_bytes, opened.journal);
         let connection = opened.connection;
+        let tree = connection.tree();
         let entry = Arc::new(HttpEntry {
             input: opened.input,
             output: Arc::new(tokio::sync::Mutex::new(opened.output)),
@@ -282,6 +285,7 @@ impl HttpSessions {
             recent: Mutex::new(recent),
             idle_ms: AtomicU64::new(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)),
             principal: opened.principal,
+            tree,
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());

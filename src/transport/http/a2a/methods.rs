@@ -1,0 +1,236 @@
+//! `POST /a2a`: the request checked (token, content type, `A2A-Version`,
+//! envelope) and each v1.0 method served.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::contexts::session_of;
+use super::model::{is_terminal, read_message};
+use super::rpc::{bool_field, failure, history_length, int_field, read_call, string_field, success, Call, RpcError};
+use super::tasks::{status_filter, task_id, Asker, Found};
+use super::{stream, A2aFace};
+use crate::transport::http::request_info::bearer;
+
+/// Tasks one `ListTasks` looks at, at most.
+const LIST_SCAN: usize = 10_000;
+/// `ListTasks` pages: the default and the largest.
+const PAGE_DEFAULT: i64 = 50;
+const PAGE_MAX: i64 = 100;
+
+/// What a method answers: a JSON-RPC result, or a stream of them.
+enum Answer {
+    Result(Value),
+    Stream(Found, bool),
+}
+
+pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aFace>) -> HttpResponse {
+    let face = face.into_inner();
+    let auth = face.sessions.service.auth();
+    let token = bearer(&req).map(str::to_owned);
+    if !auth.check(token.as_deref()) {
+        crate::metrics::metrics().auth_failed("a2a");
+        return HttpResponse::build(StatusCode::UNAUTHORIZED)
+            .insert_header((header::WWW_AUTHENTICATE, "Bearer"))
+            .json(failure(&Value::Null, &RpcError::invalid_request("a valid bearer token is required")));
+    }
+    let json_body = req.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).is_none_or(|value| {
+        let media = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        media == "application/json" || media == "application/a2a+json"
+    });
+    if !json_body {
+        return reply(&failure(&Value::Null, &RpcError::content_type("the body must be application/json")));
+    }
+    let call = match read_call(&body) {
+        Ok(call) => call,
+        Err((id, err)) => return reply(&failure(&id, &err)),
+    };
+    if let Err(err) = check_version(&req, face.config.strict_version) {
+        return reply(&failure(&call.id, &err));
+    }
+    let asker = Asker { principal: auth.principal(token.as_deref()), token };
+    let id = call.id.clone();
+    match serve(&face, call, &asker).await {
+        Ok(Answer::Result(result)) => reply(&success(&id, result)),
+        Ok(Answer::Stream(found, until_input)) => stream::respond(face, found, id, until_input),
+        Err(err) => reply(&failure(&id, &err)),
+    }
+}
+
+// Every JSON-RPC answer is HTTP 200 (errors included), as the binding says.
+fn reply(body: &Value) -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(body.to_string())
+}
+
+// `A2A-Version` (header, or query parameter): 1.x is served; another is
+// `VersionNotSupported`. Without one the spec reads 0.3: refused when
+// `[a2a] strict_version`, else served as 1.0.
+fn check_version(req: &HttpRequest, strict: bool) -> Result<(), RpcError> {
+    let from_query = || {
+        req.query_string()
+            .split('&')
+            .find_map(|pair| pair.split_once('=').filter(|(key, _)| key.eq_ignore_ascii_case("A2A-Version")))
+            .map(|(_, value)| value.to_owned())
+    };
+    let asked = req
+        .headers()
+        .get("A2A-Version")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or_else(from_query)
+        .map(|value| value.trim().to_owned())
+        .filter(|value| !value.is_empty());
+    match asked {
+        Some(version) if version == "1" || version.starts_with("1.") => Ok(()),
+        Some(version) => Err(RpcError::version(&version)),
+        None if strict => Err(RpcError::version("0.3")),
+        None => Ok(()),
+    }
+}
+
+async fn serve(face: &Arc<A2aFace>, call: Call, asker: &Asker) -> Result<Answer, RpcError> {
+    let params = &call.params;
+    match call.method.as_str() {
+        "SendMessage" => send(face, params, asker, false).await,
+        "SendStreamingMessage" => send(face, params, asker, true).await,
+        "GetTask" => {
+            let found = face.find(&required_id(params)?, asker).await?;
+            let history = history_length(params)?;
+            Ok(Answer::Result(face.snapshot(&found).await?.to_json(history, true)))
+        }
+        "CancelTask" => {
+            let found = face.find(&required_id(params)?, asker).await?;
+            Ok(Answer::Result(face.cancel(&found).await?.to_json(None, true)))
+        }
+        "SubscribeToTask" => {
+            let found = face.find(&required_id(params)?, asker).await?;
+            let state = face.snapshot(&found).await?.state;
+            if is_terminal(state) {
+                return Err(RpcError::unsupported(format!("task {} is {state}: nothing more will happen", found.task_id)));
+            }
+            Ok(Answer::Stream(found, false))
+        }
+        "ListTasks" => list(face, params, asker).await.map(Answer::Result),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(RpcError::push_not_supported()),
+        "GetExtendedAgentCard" => Err(RpcError::unsupported("this agent has no extended card")),
+        other => Err(RpcError::method_not_found(other)),
+    }
+}
+
+fn required_id(params: &Map<String, Value>) -> Result<String, RpcError> {
+    string_field(params, "id", "id")?.filter(|id| !id.is_empty()).ok_or_else(|| RpcError::invalid_params("`id` is required"))
+}
+
+// `SendMessage` / `SendStreamingMessage`: a new task, or a message to one.
+async fn send(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker, streaming: bool) -> Result<Answer, RpcError> {
+    let message = read_message(params, &face.config.input_modes)?;
+    let configuration = match params.get("configuration") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(configuration)) => configuration.clone(),
+        Some(_) => return Err(RpcError::invalid_params("`configuration` must be an object")),
+    };
+    let immediately = bool_field(&configuration, "returnImmediately", "return_immediately")?.unwrap_or(false);
+    let history = history_length(&configuration)?;
+    let found = match &message.task_id {
+        Some(id) => {
+            let found = face.find(id, asker).await?;
+            if message.context_id.as_ref().is_some_and(|context| *context != found.context_id) {
+                return Err(RpcError::invalid_params(format!("task {id} is not of context the message names")));
+            }
+            face.follow_up(&found, &message).await?;
+            found
+        }
+        None => face.start(&message, asker).await?,
+    };
+    if streaming {
+        return Ok(Answer::Stream(found, true));
+    }
+    let snapshot = if immediately {
+        face.snapshot(&found).await?
+    } else {
+        let limit = Duration::from_secs(face.config.agent.timeout_seconds.saturating_add(60));
+        face.settle(&found, limit).await?
+    };
+    Ok(Answer::Result(json!({ "task": snapshot.to_json(history, true) })))
+}
+
+// `ListTasks`: the caller's tasks (of one context, or of every context
+// served here), newest change first, a page at a time.
+async fn list(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker) -> Result<Value, RpcError> {
+    let page_size = int_field(params, "pageSize", "page_size")?.unwrap_or(PAGE_DEFAULT);
+    if !(1..=PAGE_MAX).contains(&page_size) {
+        return Err(RpcError::invalid_params(format!("`pageSize` must be between 1 and {PAGE_MAX}")));
+    }
+    let offset = match string_field(params, "pageToken", "page_token")?.filter(|token| !token.is_empty()) {
+        None => 0,
+        Some(token) => token
+            .strip_prefix("after:")
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| RpcError::invalid_params("`pageToken` is not one this server gave"))?,
+    };
+    let status = status_filter(params)?;
+    let history = history_length(params)?;
+    let artifacts = bool_field(params, "includeArtifacts", "include_artifacts")?.unwrap_or(false);
+    let after = match string_field(params, "statusTimestampAfter", "status_timestamp_after")? {
+        None => None,
+        Some(text) => Some(parse_timestamp(&text)?),
+    };
+    let contexts = match string_field(params, "contextId", "context_id")? {
+        Some(context_id) => {
+            let session = session_of(asker.principal.as_deref(), &context_id);
+            face.contexts.open(&face.sessions, &session, None).await?.map(|context| vec![(session, context)]).unwrap_or_default()
+        }
+        None => face.contexts.served(),
+    };
+    let mut snapshots = Vec::new();
+    'contexts: for (session, context) in contexts {
+        let Ok(listed) = context.tree().list().await else { continue };
+        for row in listed.subagents.iter().filter(|row| row.depth == 0) {
+            let Some(context_id) = row.config.metadata.get("a2a").and_then(|a2a| a2a["contextId"].as_str()) else {
+                continue;
+            };
+            if session_of(asker.principal.as_deref(), context_id) != session {
+                continue;
+            }
+            let found = Found {
+                context: context.clone(),
+                subagent: row.subagent_id,
+                context_id: context_id.to_owned(),
+                task_id: task_id(&session, row.subagent_id),
+            };
+            if let Ok(snapshot) = face.snapshot(&found).await {
+                snapshots.push(snapshot);
+            }
+            if snapshots.len() >= LIST_SCAN {
+                break 'contexts;
+            }
+        }
+    }
+    snapshots.retain(|snapshot| {
+        status.is_none_or(|state| snapshot.state == state) && after.is_none_or(|after| snapshot.changed_at >= after)
+    });
+    snapshots.sort_by(|a, b| b.changed_at.total_cmp(&a.changed_at).then_with(|| a.task_id.cmp(&b.task_id)));
+    let total = snapshots.len();
+    let page_size = usize::try_from(page_size).unwrap_or(1);
+    let tasks: Vec<Value> =
+        snapshots.iter().skip(offset).take(page_size).map(|snapshot| snapshot.to_json(history, artifacts)).collect();
+    let next = offset + tasks.len();
+    Ok(json!({
+        "tasks": tasks,
+        "nextPageToken": if next < total { format!("after:{next}") } else { String::new() },
+        "pageSize": page_size,
+        "totalSize": total,
+    }))
+}
+
+// An RFC 3339 timestamp, as Unix seconds.
+fn parse_timestamp(text: &str) -> Result<f64, RpcError> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map(|at| at.unix_timestamp_nanos() as f64 / 1e9)
+        .map_err(|_| RpcError::invalid_params("`statusTimestampAfter` must be an RFC 3339 timestamp"))
+}

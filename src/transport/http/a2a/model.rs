@@ -1,0 +1,292 @@
+//! A2A's objects as the JSON-RPC binding writes them (ProtoJSON: camelCase,
+//! enums by their full names, no `null`s): the user's message read and
+//! checked, and a task written from a root subagent's record.
+
+use serde_json::{json, Map, Value};
+
+use super::rpc::{field, string_field, RpcError};
+use crate::protocol::wire::{SubagentStatus, WaitingFor};
+
+/// The most of a message's JSON kept (with its task) for `history`; a
+/// larger one is kept as its text alone.
+const HISTORY_MESSAGE_BYTES: usize = 16 << 10;
+
+/// A user's message, checked.
+#[derive(Debug, Clone)]
+pub(super) struct UserMessage {
+    /// The message as it will show in `history` (its ids filled in later).
+    pub(super) json: Map<String, Value>,
+    /// `taskId`: a follow-up to that task.
+    pub(super) task_id: Option<String>,
+    /// `contextId`.
+    pub(super) context_id: Option<String>,
+    /// The text parts, joined (file parts named in them).
+    pub(super) text: String,
+    /// The data parts.
+    pub(super) data: Vec<Value>,
+    /// `metadata`.
+    pub(super) metadata: Map<String, Value>,
+}
+
+/// Reads and checks `params.message`; a part whose `mediaType` is not in
+/// `accepted` (when it is not empty) is `ContentTypeNotSupported`.
+pub(super) fn read_message(params: &Map<String, Value>, accepted: &[String]) -> Result<UserMessage, RpcError> {
+    let Some(Value::Object(message)) = params.get("message") else {
+        return Err(RpcError::invalid_params("`message` is required and must be an object"));
+    };
+    match string_field(message, "messageId", "message_id")? {
+        Some(id) if !id.is_empty() => {}
+        _ => return Err(RpcError::invalid_params("`message.messageId` is required")),
+    }
+    match string_field(message, "role", "role")?.as_deref() {
+        Some("ROLE_USER" | "ROLE_AGENT") => {}
+        Some(other) => return Err(RpcError::invalid_params(format!("`message.role` {other:?} is not a Role"))),
+        None => return Err(RpcError::invalid_params("`message.role` is required")),
+    }
+    let parts = match message.get("parts") {
+        Some(Value::Array(parts)) if !parts.is_empty() => parts,
+        Some(Value::Array(_)) => return Err(RpcError::invalid_params("`message.parts` must not be empty")),
+        _ => return Err(RpcError::invalid_params("`message.parts` is required and must be an array")),
+    };
+    let mut texts = Vec::new();
+    let mut data = Vec::new();
+    for (n, part) in parts.iter().enumerate() {
+        let Value::Object(part) = part else {
+            return Err(RpcError::invalid_params(format!("`message.parts[{n}]` must be an object")));
+        };
+        let media = string_field(part, "mediaType", "media_type")?;
+        if let Some(media) = &media {
+            if !accepted.is_empty() && !accepted.iter().any(|mode| mode == media) {
+                return Err(RpcError::content_type(format!("media type {media} is not accepted")));
+            }
+        }
+        let kinds: Vec<&str> = ["text", "raw", "url", "data"].into_iter().filter(|k| part.contains_key(*k)).collect();
+        match kinds.as_slice() {
+            ["text"] => match &part["text"] {
+                Value::String(text) => texts.push(text.clone()),
+                _ => return Err(RpcError::invalid_params(format!("`message.parts[{n}].text` must be a string"))),
+            },
+            ["data"] => data.push(part["data"].clone()),
+            [kind @ ("raw" | "url")] => {
+                let Value::String(content) = &part[*kind] else {
+                    return Err(RpcError::invalid_params(format!("`message.parts[{n}].{kind}` must be a string")));
+                };
+                let name = string_field(part, "filename", "filename")?.unwrap_or_default();
+                let media = media.unwrap_or_else(|| "application/octet-stream".to_owned());
+                texts.push(match *kind {
+                    "url" => format!("[file {name} ({media}) at {content}]"),
+                    _ => format!("[file {name} ({media}), {} bytes of base64]", content.len()),
+                });
+            }
+            _ => {
+                return Err(RpcError::invalid_params(format!(
+                    "`message.parts[{n}]` must have exactly one of text, raw, url, data"
+                )))
+            }
+        }
+    }
+    let metadata = match field(message, "metadata", "metadata") {
+        None => Map::new(),
+        Some(Value::Object(metadata)) => metadata.clone(),
+        Some(_) => return Err(RpcError::invalid_params("`message.metadata` must be an object")),
+    };
+    Ok(UserMessage {
+        json: message.clone(),
+        task_id: string_field(message, "taskId", "task_id")?.filter(|id| !id.is_empty()),
+        context_id: string_field(message, "contextId", "context_id")?.filter(|id| !id.is_empty()),
+        text: texts.join("\n"),
+        data,
+        metadata,
+    })
+}
+
+impl UserMessage {
+    /// The message as `history` shows it: camelCase, with the task's ids;
+    /// past [`HISTORY_MESSAGE_BYTES`], its text alone.
+    pub(super) fn for_history(&self, task_id: &str, context_id: &str) -> Value {
+        let id = self.json.get("messageId").or_else(|| self.json.get("message_id")).cloned().unwrap_or_default();
+        let mut message = json!({
+            "messageId": id,
+            "contextId": context_id,
+            "taskId": task_id,
+            "role": "ROLE_USER",
+            "parts": self.json.get("parts").cloned().unwrap_or_default(),
+        });
+        if !self.metadata.is_empty() {
+            message["metadata"] = Value::Object(self.metadata.clone());
+        }
+        if message.to_string().len() > HISTORY_MESSAGE_BYTES {
+            let text: String = self.text.chars().take(HISTORY_MESSAGE_BYTES / 4).collect();
+            message["parts"] = json!([{ "text": text }]);
+            message.as_object_mut().map(|message| message.remove("metadata"));
+        }
+        message
+    }
+}
+
+/// A task's state, as A2A names it, from its root subagent's record.
+pub(super) fn state_of(status: SubagentStatus, waiting_for: Option<WaitingFor>, queued: bool) -> &'static str {
+    match status {
+        SubagentStatus::Ready if queued => "TASK_STATE_SUBMITTED",
+        SubagentStatus::Ready => "TASK_STATE_SUBMITTED",
+        SubagentStatus::Running => "TASK_STATE_WORKING",
+        SubagentStatus::Waiting if waiting_for.is_some() => "TASK_STATE_INPUT_REQUIRED",
+        SubagentStatus::Waiting => "TASK_STATE_WORKING",
+        SubagentStatus::Completed => "TASK_STATE_COMPLETED",
+        SubagentStatus::Failed => "TASK_STATE_FAILED",
+        SubagentStatus::Cancelled | SubagentStatus::Terminated => "TASK_STATE_CANCELED",
+    }
+}
+
+/// Whether a state is final: no message moves the task on.
+pub(super) fn is_terminal(state: &str) -> bool {
+    matches!(state, "TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_REJECTED")
+}
+
+/// Unix seconds as an RFC 3339 UTC timestamp with milliseconds (`…Z`).
+pub(super) fn timestamp(unix_seconds: f64) -> String {
+    let millis = (unix_seconds * 1000.0).round() as i128;
+    time::OffsetDateTime::from_unix_timestamp_nanos(millis * 1_000_000)
+        .ok()
+        .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// Now, in Unix seconds.
+pub(super) fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |at| at.as_secs_f64())
+}
+
+/// An agent's message about task `task_id` (its id made from `key`, so the
+/// same status reads the same every time).
+pub(super) fn agent_message(task_id: &str, context_id: &str, key: &str, text: &str, metadata: Option<Value>) -> Value {
+    let mut message = json!({
+        "messageId": format!("{task_id}-{key}"),
+        "contextId": context_id,
+        "taskId": task_id,
+        "role": "ROLE_AGENT",
+        "parts": [{ "text": text }],
+    });
+    if let Some(metadata) = metadata {
+        message["metadata"] = metadata;
+    }
+    message
+}
+
+/// The artifact of a finished task's result: a text part when the result
+/// holds its answer as text, and the whole result as a data part.
+pub(super) fn result_artifact(result: &Value) -> Value {
+    let mut parts = Vec::new();
+    let text = match result {
+        Value::String(text) => Some(text.as_str()),
+        Value::Object(object) => {
+            ["text", "content", "answer", "summary"].iter().find_map(|key| object.get(*key).and_then(Value::as_str))
+        }
+        _ => None,
+    };
+    if let Some(text) = text {
+        parts.push(json!({ "text": text }));
+    }
+    if !result.is_string() {
+        parts.push(json!({ "data": result }));
+    }
+    json!({ "artifactId": "result", "name": "result", "parts": parts })
+}
+
+/// A task as one snapshot of its root subagent.
+#[derive(Debug, Clone)]
+pub(super) struct TaskSnapshot {
+    /// Its A2A id.
+    pub(super) task_id: String,
+    /// Its context.
+    pub(super) context_id: String,
+    /// Its state.
+    pub(super) state: &'static str,
+    /// When it last changed state (Unix seconds).
+    pub(super) changed_at: f64,
+    /// The status message: an error, or what a person is asked.
+    pub(super) status_text: Option<String>,
+    /// The result, once completed.
+    pub(super) result: Option<Value>,
+    /// The user's message that made it.
+    pub(super) history: Vec<Value>,
+    /// Its root subagent.
+    pub(super) subagent_id: String,
+}
+
+impl TaskSnapshot {
+    /// The `TaskStatus` object.
+    pub(super) fn status(&self) -> Value {
+        let mut status = json!({ "state": self.state, "timestamp": timestamp(self.changed_at) });
+        if let Some(text) = &self.status_text {
+            let key = format!("status-{}", self.state.trim_start_matches("TASK_STATE_").to_ascii_lowercase());
+            status["message"] = agent_message(&self.task_id, &self.context_id, &key, text, None);
+        }
+        status
+    }
+
+    /// The `Task` object: its last `history_length` messages (all when
+    /// `None`; none at 0), its artifact when `artifacts` says so.
+    pub(super) fn to_json(&self, history_length: Option<usize>, artifacts: bool) -> Value {
+        let mut task = json!({
+            "id": self.task_id,
+            "contextId": self.context_id,
+            "status": self.status(),
+            "metadata": { "subagentId": self.subagent_id },
+        });
+        if artifacts {
+            if let Some(result) = &self.result {
+                task["artifacts"] = json!([result_artifact(result)]);
+            }
+        }
+        let keep = history_length.unwrap_or(usize::MAX).min(self.history.len());
+        if keep > 0 {
+            task["history"] = Value::Array(self.history[self.history.len() - keep..].to_vec());
+        }
+        task
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(message: Value) -> Map<String, Value> {
+        json!({ "message": message }).as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_message_needs_an_id_a_role_and_parts_each_of_one_kind() {
+        let ok = json!({ "messageId": "m", "role": "ROLE_USER", "parts": [{ "text": "hi" }, { "data": { "k": 1 } }] });
+        let read = read_message(&params(ok), &[]).unwrap();
+        assert_eq!((read.text.as_str(), read.data.len()), ("hi", 1));
+        for bad in [
+            json!({ "role": "ROLE_USER", "parts": [{ "text": "hi" }] }),
+            json!({ "messageId": "m", "parts": [{ "text": "hi" }] }),
+            json!({ "messageId": "m", "role": "user2", "parts": [{ "text": "hi" }] }),
+            json!({ "messageId": "m", "role": "ROLE_USER", "parts": [] }),
+            json!({ "messageId": "m", "role": "ROLE_USER", "parts": "invalid" }),
+            json!({ "messageId": "m", "role": "ROLE_USER", "parts": [{ "text": "a", "data": 1 }] }),
+            json!({ "kind": "message" }),
+        ] {
+            assert_eq!(read_message(&params(bad.clone()), &[]).unwrap_err().code, -32602, "{bad}");
+        }
+        let typed = json!({ "messageId": "m", "role": "ROLE_USER", "parts": [{ "raw": "dGNr", "mediaType": "x/y" }] });
+        assert!(read_message(&params(typed.clone()), &[]).is_ok(), "any media type by default");
+        assert_eq!(read_message(&params(typed), &["text/plain".into()]).unwrap_err().code, -32005);
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_z() {
+        assert_eq!(timestamp(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(timestamp(1_700_000_000.25), "2023-11-14T22:13:20.25Z");
+    }
+
+    #[test]
+    fn states_map_as_the_readme_says() {
+        assert_eq!(state_of(SubagentStatus::Running, None, false), "TASK_STATE_WORKING");
+        assert_eq!(state_of(SubagentStatus::Waiting, Some(WaitingFor::Input), false), "TASK_STATE_INPUT_REQUIRED");
+        assert_eq!(state_of(SubagentStatus::Terminated, None, false), "TASK_STATE_CANCELED");
+        assert!(is_terminal(state_of(SubagentStatus::Failed, None, false)));
+    }
+}

@@ -1,0 +1,244 @@
+//! JSON-RPC 2.0 as A2A v1.0 binds it: the envelope, its errors (A2A's own
+//! codes carry a `google.rpc.ErrorInfo` in `data`), and reading params in
+//! either spelling ProtoJSON allows (`historyLength` or `history_length`).
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{ErrorCode, HostError};
+
+/// A JSON-RPC error, as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct RpcError {
+    /// The code.
+    pub(super) code: i64,
+    /// For people.
+    pub(super) message: String,
+    /// The `ErrorInfo` reason of A2A's own codes (`None`: a standard code).
+    reason: Option<&'static str>,
+}
+
+impl RpcError {
+    fn new(code: i64, reason: Option<&'static str>, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), reason }
+    }
+
+    /// -32700: the body is not JSON.
+    pub(super) fn parse(message: impl Into<String>) -> Self {
+        Self::new(-32700, None, message)
+    }
+
+    /// -32600: not a JSON-RPC request.
+    pub(super) fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(-32600, None, message)
+    }
+
+    /// -32601: no such method.
+    pub(super) fn method_not_found(method: &str) -> Self {
+        Self::new(-32601, None, format!("method not found: {method}"))
+    }
+
+    /// -32602: the params are wrong.
+    pub(super) fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(-32602, None, message)
+    }
+
+    /// -32603: the host failed.
+    pub(super) fn internal(message: impl Into<String>) -> Self {
+        Self::new(-32603, None, message)
+    }
+
+    /// -32001 `TaskNotFoundError`.
+    pub(super) fn task_not_found(id: &str) -> Self {
+        Self::new(-32001, Some("TASK_NOT_FOUND"), format!("task not found: {id}"))
+    }
+
+    /// -32002 `TaskNotCancelableError`.
+    pub(super) fn not_cancelable(message: impl Into<String>) -> Self {
+        Self::new(-32002, Some("TASK_NOT_CANCELABLE"), message)
+    }
+
+    /// -32003 `PushNotificationNotSupportedError`.
+    pub(super) fn push_not_supported() -> Self {
+        Self::new(-32003, Some("PUSH_NOTIFICATION_NOT_SUPPORTED"), "push notifications are not supported")
+    }
+
+    /// -32004 `UnsupportedOperationError`.
+    pub(super) fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(-32004, Some("UNSUPPORTED_OPERATION"), message)
+    }
+
+    /// -32005 `ContentTypeNotSupportedError`.
+    pub(super) fn content_type(message: impl Into<String>) -> Self {
+        Self::new(-32005, Some("CONTENT_TYPE_NOT_SUPPORTED"), message)
+    }
+
+    /// -32009 `VersionNotSupportedError`.
+    pub(super) fn version(asked: &str) -> Self {
+        Self::new(
+            -32009,
+            Some("VERSION_NOT_SUPPORTED"),
+            format!("A2A version '{asked}' is not supported; this server speaks 1.0"),
+        )
+    }
+
+    /// The error object: `code`, `message`, and for A2A's own codes `data`
+    /// with one `ErrorInfo`.
+    pub(super) fn to_json(&self) -> Value {
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if let Some(reason) = self.reason {
+            error["data"] = json!([{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": reason,
+                "domain": "a2a-protocol.org",
+                "metadata": {},
+            }]);
+        }
+        error
+    }
+}
+
+/// The A2A error for a host error met while serving a task.
+impl From<HostError> for RpcError {
+    fn from(err: HostError) -> Self {
+        match err.code {
+            ErrorCode::UnknownSubagent => Self::task_not_found(&err.message),
+            ErrorCode::SchemaViolation | ErrorCode::InvalidMessage | ErrorCode::UnknownApproval => {
+                Self::invalid_params(err.message)
+            }
+            ErrorCode::InvalidState => Self::unsupported(err.message),
+            ErrorCode::QuotaExceeded | ErrorCode::DepthExceeded => Self::unsupported(err.message),
+            _ => Self::internal(err.message),
+        }
+    }
+}
+
+/// A success response.
+pub(super) fn success(id: &Value, result: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+}
+
+/// An error response.
+pub(super) fn failure(id: &Value, error: &RpcError) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() })
+}
+
+/// A request, checked: its id, method and params (an object; `{}` when
+/// absent).
+#[derive(Debug)]
+pub(super) struct Call {
+    /// The id to echo (`null` for a notification).
+    pub(super) id: Value,
+    /// The method.
+    pub(super) method: String,
+    /// The params.
+    pub(super) params: Map<String, Value>,
+}
+
+/// Reads a request body: the id echoed even when the rest is wrong (`null`
+/// when it cannot be read).
+pub(super) fn read_call(body: &[u8]) -> Result<Call, (Value, RpcError)> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|err| (Value::Null, RpcError::parse(format!("not JSON: {err}"))))?;
+    let Value::Object(mut request) = value else {
+        let what = if value.is_array() { "batches are not supported" } else { "a request is a JSON object" };
+        return Err((Value::Null, RpcError::invalid_request(what)));
+    };
+    let id = match request.remove("id") {
+        None => Value::Null,
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
+        Some(_) => return Err((Value::Null, RpcError::invalid_request("`id` must be a string, a number or null"))),
+    };
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((id, RpcError::invalid_request("`jsonrpc` must be \"2.0\"")));
+    }
+    let method = match request.remove("method") {
+        Some(Value::String(method)) => method,
+        _ => return Err((id, RpcError::invalid_request("`method` must be a string"))),
+    };
+    let params = match request.remove("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(params)) => params,
+        Some(_) => return Err((id, RpcError::invalid_params("`params` must be an object"))),
+    };
+    Ok(Call { id, method, params })
+}
+
+/// A field of a ProtoJSON object under its JSON name or its proto name.
+pub(super) fn field<'a>(object: &'a Map<String, Value>, camel: &str, snake: &str) -> Option<&'a Value> {
+    object.get(camel).or_else(|| object.get(snake)).filter(|value| !value.is_null())
+}
+
+/// An optional string field.
+pub(super) fn string_field(object: &Map<String, Value>, camel: &str, snake: &str) -> Result<Option<String>, RpcError> {
+    match field(object, camel, snake) {
+        None => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(RpcError::invalid_params(format!("`{camel}` must be a string"))),
+    }
+}
+
+/// An optional integer field (ProtoJSON also allows one written as a string).
+pub(super) fn int_field(object: &Map<String, Value>, camel: &str, snake: &str) -> Result<Option<i64>, RpcError> {
+    let bad = || RpcError::invalid_params(format!("`{camel}` must be an integer"));
+    match field(object, camel, snake) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(bad),
+        Some(Value::String(text)) => text.parse().map(Some).map_err(|_| bad()),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// An optional boolean field.
+pub(super) fn bool_field(object: &Map<String, Value>, camel: &str, snake: &str) -> Result<Option<bool>, RpcError> {
+    match field(object, camel, snake) {
+        None => Ok(None),
+        Some(Value::Bool(flag)) => Ok(Some(*flag)),
+        Some(_) => Err(RpcError::invalid_params(format!("`{camel}` must be a boolean"))),
+    }
+}
+
+/// A `historyLength`: absent (no limit) or at least 0.
+pub(super) fn history_length(object: &Map<String, Value>) -> Result<Option<usize>, RpcError> {
+    match int_field(object, "historyLength", "history_length")? {
+        None => Ok(None),
+        Some(n) => usize::try_from(n).map(Some).map_err(|_| RpcError::invalid_params("`historyLength` must be >= 0")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a2a_errors_carry_error_info_and_standard_ones_do_not() {
+        let error = RpcError::task_not_found("t").to_json();
+        assert_eq!(error["code"], -32001);
+        assert_eq!(error["data"][0]["reason"], "TASK_NOT_FOUND");
+        assert_eq!(error["data"][0]["domain"], "a2a-protocol.org");
+        assert!(RpcError::invalid_params("x").to_json().get("data").is_none());
+    }
+
+    #[test]
+    fn malformed_requests_get_the_standard_codes() {
+        let code = |body: &str| read_call(body.as_bytes()).unwrap_err().1.code;
+        assert_eq!(code("{"), -32700);
+        assert_eq!(code("[]"), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":{},"method":"GetTask"}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":[1]}"#), -32602);
+        let (id, _) = read_call(br#"{"jsonrpc":"aaa","id":"x","method":"GetTask"}"#).unwrap_err();
+        assert_eq!(id, "x", "the id is echoed when it could be read");
+        let call = read_call(br#"{"jsonrpc":"2.0","id":7,"method":"GetTask"}"#).unwrap();
+        assert_eq!((call.id, call.method.as_str(), call.params.len()), (Value::from(7), "GetTask", 0));
+    }
+
+    #[test]
+    fn params_are_read_in_either_spelling() {
+        let params: Map<String, Value> = serde_json::from_str(r#"{"history_length": 2, "pageSize": "5"}"#).unwrap();
+        assert_eq!(history_length(&params).unwrap(), Some(2));
+        assert_eq!(int_field(&params, "pageSize", "page_size").unwrap(), Some(5));
+        let negative: Map<String, Value> = serde_json::from_str(r#"{"historyLength": -1}"#).unwrap();
+        assert_eq!(history_length(&negative).unwrap_err().code, -32602);
+    }
+}
