@@ -186,6 +186,7 @@ async fn read_events(context: Arc<Context>) {
         _ = context.ended.cancelled() => return,
     };
     while let Some(line) = receiver.recv().await {
+        log::trace!("a2a context {}: {line}", context.tree().session_id());
         let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
         if value["type"] == "SUBAGENT_EVENT" {
             context.entry.touch();

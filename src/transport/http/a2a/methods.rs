@@ -6,6 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::broadcast;
 
 use super::contexts::session_of;
 use super::model::{is_terminal, read_message};
@@ -23,7 +24,10 @@ const PAGE_MAX: i64 = 100;
 /// What a method answers: a JSON-RPC result, or a stream of them.
 enum Answer {
     Result(Value),
-    Stream(Found, bool),
+    /// The task, its events since the request came, whether the stream
+    /// ends when the task waits for its person, whether this request
+    /// started it.
+    Stream(Found, broadcast::Receiver<Arc<Value>>, bool, bool),
 }
 
 pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aFace>) -> HttpResponse {
@@ -54,7 +58,9 @@ pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aF
     let id = call.id.clone();
     match serve(&face, call, &asker).await {
         Ok(Answer::Result(result)) => reply(&success(&id, result)),
-        Ok(Answer::Stream(found, until_input)) => stream::respond(face, found, id, until_input),
+        Ok(Answer::Stream(found, events, until_input, fresh)) => {
+            stream::respond(face, found, events, id, until_input, fresh)
+        }
         Err(err) => reply(&failure(&id, &err)),
     }
 }
@@ -110,7 +116,8 @@ async fn serve(face: &Arc<A2aFace>, call: Call, asker: &Asker) -> Result<Answer,
             if is_terminal(state) {
                 return Err(RpcError::unsupported(format!("task {} is {state}: nothing more will happen", found.task_id)));
             }
-            Ok(Answer::Stream(found, false))
+            let events = found.context.events.subscribe();
+            Ok(Answer::Stream(found, events, false, false))
         }
         "ListTasks" => list(face, params, asker).await.map(Answer::Result),
         "CreateTaskPushNotificationConfig"
@@ -136,19 +143,20 @@ async fn send(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker, s
     };
     let immediately = bool_field(&configuration, "returnImmediately", "return_immediately")?.unwrap_or(false);
     let history = history_length(&configuration)?;
-    let found = match &message.task_id {
+    let (found, events) = match &message.task_id {
         Some(id) => {
             let found = face.find(id, asker).await?;
             if message.context_id.as_ref().is_some_and(|context| *context != found.context_id) {
                 return Err(RpcError::invalid_params(format!("task {id} is not of context the message names")));
             }
+            let events = found.context.events.subscribe();
             face.follow_up(&found, &message).await?;
-            found
+            (found, events)
         }
         None => face.start(&message, asker).await?,
     };
     if streaming {
-        return Ok(Answer::Stream(found, true));
+        return Ok(Answer::Stream(found, events, true, message.task_id.is_none()));
     }
     let snapshot = if immediately {
         face.snapshot(&found).await?

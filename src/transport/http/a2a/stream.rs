@@ -29,13 +29,21 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The SSE response streaming task `found` for request `id`; with
 /// `until_input` it also ends when the task waits for its person (a
 /// `SendStreamingMessage`; a subscription goes on until the task ends).
-pub(super) fn respond(face: Arc<A2aFace>, found: Found, id: Value, until_input: bool) -> HttpResponse {
+/// `events` were subscribed to before the task started (or the request
+/// came): nothing falls between them and the first snapshot. A `fresh`
+/// task (just started by this request) is first shown as accepted.
+pub(super) fn respond(
+    face: Arc<A2aFace>,
+    found: Found,
+    events: broadcast::Receiver<Arc<Value>>,
+    id: Value,
+    until_input: bool,
+    fresh: bool,
+) -> HttpResponse {
     let (tx, rx) = mpsc::channel::<Bytes>(AHEAD);
-    // Subscribed before the first snapshot: nothing falls between the two.
-    let events = found.context.events.subscribe();
     actix_rt::spawn(async move {
-        let mut writer = Writer { tx, id, found, face, parents: HashMap::new(), state: "" };
-        writer.run(events, until_input).await;
+        let mut writer = Writer { tx, id, found, face, parents: HashMap::new(), state: "", written: 0 };
+        writer.run(events, until_input, fresh).await;
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
@@ -56,12 +64,21 @@ struct Writer {
     parents: HashMap<SubagentId, Option<SubagentId>>,
     // The state last written.
     state: &'static str,
+    // Events written (names each event's message).
+    written: u64,
 }
 
 impl Writer {
-    async fn run(&mut self, mut events: broadcast::Receiver<Arc<Value>>, until_input: bool) {
+    async fn run(&mut self, mut events: broadcast::Receiver<Arc<Value>>, until_input: bool, fresh: bool) {
         self.parents.insert(self.found.subagent, None);
-        let Ok(first) = self.face.snapshot(&self.found).await else { return };
+        let Ok(mut first) = self.face.snapshot(&self.found).await else { return };
+        if fresh {
+            // A task just started is shown as it was accepted; the events
+            // since then follow, in order.
+            first.state = "TASK_STATE_SUBMITTED";
+            first.result = None;
+            first.status_text = None;
+        }
         self.state = first.state;
         if !self.write(json!({ "task": first.to_json(None, true) })).await || self.ends(until_input) {
             return;
@@ -69,32 +86,22 @@ impl Writer {
         let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
         keep_alive.reset();
         loop {
-            let changed = tokio::select! {
+            let alive = tokio::select! {
                 event = events.recv() => match event {
                     Ok(event) => self.event(&event).await,
                     // Fell behind, or the session's reader stopped: the
                     // record says where the task is.
-                    Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.recheck().await,
                     Err(broadcast::error::RecvError::Closed) => {
                         tokio::time::sleep(RECHECK).await;
-                        true
+                        self.recheck().await
                     }
                 },
-                _ = tokio::time::sleep(RECHECK) => true,
-                _ = keep_alive.tick() => {
-                    if self.tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
-                        return;
-                    }
-                    false
-                }
+                // Quiet: read the record (an event may have been missed).
+                _ = tokio::time::sleep(RECHECK) => self.recheck().await,
+                _ = keep_alive.tick() => self.tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_ok(),
             };
-            if self.tx.is_closed() {
-                return;
-            }
-            if changed && !self.recheck().await {
-                return;
-            }
-            if self.ends(until_input) {
+            if !alive || self.tx.is_closed() || self.ends(until_input) {
                 return;
             }
         }
@@ -104,16 +111,15 @@ impl Writer {
         is_terminal(self.state) || (until_input && self.state == "TASK_STATE_INPUT_REQUIRED")
     }
 
-    // One event of the session: a status update when it is of the task's
-    // subtree; whether the task's own state may have changed.
+    // One event of the session, written when it is of the task's subtree;
+    // false once the reader has gone.
     async fn event(&mut self, event: &Value) -> bool {
-        let Some(subagent) = event["subagent_id"].as_str().and_then(SubagentId::parse) else { return false };
+        let Some(subagent) = event["subagent_id"].as_str().and_then(SubagentId::parse) else { return true };
         let kind = event["event"].as_str().unwrap_or_default();
         let content = &event["content"];
-        let asks = matches!(kind, "approval_requested" | "input_requested");
-        if asks {
+        if matches!(kind, "approval_requested" | "input_requested") {
             let root = content["path"].get(0).and_then(Value::as_str).and_then(SubagentId::parse);
-            return root == Some(self.found.subagent);
+            return root != Some(self.found.subagent) || self.recheck().await;
         }
         if kind == "spawned" {
             let parent = content["parent_agent_id"].as_str().and_then(SubagentId::parse);
@@ -122,28 +128,54 @@ impl Writer {
             }
         }
         if !self.parents.contains_key(&subagent) {
-            return false;
-        }
-        let root = subagent == self.found.subagent;
-        if root && kind != "progress" {
             return true;
+        }
+        if subagent == self.found.subagent {
+            match kind {
+                "spawned" | "queued" => return true,
+                "delegated" | "resumed" => return self.set_state("TASK_STATE_WORKING").await,
+                // Waiting for a person shows with the request's event.
+                "status_changed" if content["status"] == "WAITING" => return true,
+                "status_changed" => return self.set_state("TASK_STATE_WORKING").await,
+                // Its end: the record has the result.
+                "completed" | "failed" | "timeout" | "cancelled" | "terminated" | "budget_exceeded" => {
+                    return self.recheck().await
+                }
+                _ => {}
+            }
         }
         let text = match content["message"].as_str() {
             Some(message) => message.to_owned(),
             None => format!("{subagent} {kind}"),
         };
         let path: Vec<String> = self.path_of(subagent).iter().map(ToString::to_string).collect();
-        let key = format!("event-{}-{}", subagent, fastrand::u64(..));
+        self.written += 1;
+        let key = format!("event-{}", self.written);
         let metadata = json!({ "subagentId": subagent.to_string(), "path": path, "event": kind });
         let message = agent_message(&self.found.task_id, &self.found.context_id, &key, &text, None);
+        let state = if self.state == "TASK_STATE_SUBMITTED" { "TASK_STATE_WORKING" } else { self.state };
+        self.state = state;
         let update = json!({ "statusUpdate": {
             "taskId": self.found.task_id,
             "contextId": self.found.context_id,
-            "status": { "state": self.state, "message": message, "timestamp": timestamp(now()) },
+            "status": { "state": state, "message": message, "timestamp": timestamp(now()) },
             "metadata": metadata,
         }});
-        self.write(update).await;
-        false
+        self.write(update).await
+    }
+
+    // Writes a state without a message, when it changed.
+    async fn set_state(&mut self, state: &'static str) -> bool {
+        if state == self.state {
+            return true;
+        }
+        self.state = state;
+        let update = json!({ "statusUpdate": {
+            "taskId": self.found.task_id,
+            "contextId": self.found.context_id,
+            "status": { "state": state, "timestamp": timestamp(now()) },
+        }});
+        self.write(update).await
     }
 
     // The ids from the task's root down to `subagent`.

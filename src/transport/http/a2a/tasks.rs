@@ -7,6 +7,7 @@
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::broadcast;
 
 use super::contexts::{session_of, Context};
 use super::model::{is_terminal, now, state_of, TaskSnapshot, UserMessage};
@@ -103,14 +104,20 @@ impl A2aFace {
     }
 
     /// A new task in the message's context (made when it is new): its root
-    /// subagent spawned and delegated the message, committed.
-    pub(super) async fn start(&self, message: &UserMessage, caller: &Asker) -> Result<Found, RpcError> {
+    /// subagent spawned and delegated the message, committed; with the
+    /// context's events from before the task started.
+    pub(super) async fn start(
+        &self,
+        message: &UserMessage,
+        caller: &Asker,
+    ) -> Result<(Found, broadcast::Receiver<Arc<Value>>), RpcError> {
         let context_id = message.context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let session = session_of(caller.principal.as_deref(), &context_id);
         let create = Some((caller.principal.clone(), caller.token.as_deref()));
         let context = self.contexts.open(&self.sessions, &session, create).await?.ok_or_else(|| {
             RpcError::internal("the context's session could not be opened")
         })?;
+        let events = context.events.subscribe();
         let tree = context.tree();
         let client = || Caller::Client { tree, frame: None };
         let mut agent = self.config.agent.clone();
@@ -139,7 +146,7 @@ impl A2aFace {
         let delegated = (Operation::Delegate { target: subagent, task }).run(client()).await;
         context.commit().await;
         match delegated? {
-            Outcome::Delegated(reply) if reply.accepted => Ok(found),
+            Outcome::Delegated(reply) if reply.accepted => Ok((found, events)),
             other => Err(RpcError::internal(format!("the task was not accepted: {other:?}"))),
         }
     }
