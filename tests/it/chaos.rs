@@ -451,7 +451,11 @@ impl Chaos {
         for node in &self.nodes {
             let about: Vec<&String> =
                 node.log.iter().filter(|line| sessions.clone().any(|session| line.contains(session))).collect();
-            eprintln!("chaos: ---- node {}: its last 40 of {} lines about the failing sessions ----", node.id, about.len());
+            eprintln!(
+                "chaos: ---- node {}: its last 40 of {} lines about the failing sessions ----",
+                node.id,
+                about.len()
+            );
             for line in &about[about.len().saturating_sub(40)..] {
                 eprintln!("  {line}");
             }

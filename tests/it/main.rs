@@ -39,6 +39,7 @@ mod e2e_support;
 mod fake_openai;
 mod test_database;
 
+mod a2a;
 mod actor_adapters;
 mod actor_inspect;
 mod actor_lifecycle;

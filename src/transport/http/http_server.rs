@@ -5,11 +5,11 @@ use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
 
+use super::a2a::{self, A2aFace};
 use super::create_session::create;
 use super::health::{health, ready};
 use super::send_lines::send;
 use super::sse_stream::stream;
-use super::a2a::{self, A2aFace};
 use super::{admin_routes, metrics_endpoint, HttpSessions};
 use crate::config::A2aConfig;
 

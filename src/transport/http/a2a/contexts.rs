@@ -156,6 +156,8 @@ impl Contexts {
         let queue = service.limits().max_inflight_requests.max(INPUT_QUEUE);
         let opened = service.open_named(queue, true, id.to_owned()).map_err(|err| RpcError::internal(err.message))?;
         service.store_new_session(&opened, principal).await.map_err(|err| RpcError::internal(err.message))?;
+        let mut opened = opened;
+        opened.connection = opened.connection.with_transport("a2a");
         let id = sessions.insert(opened);
         let entry = sessions.get(&id).ok_or_else(|| RpcError::internal("the new session ended at once"))?;
         // Its handshake, as a client's: the session is then served as any

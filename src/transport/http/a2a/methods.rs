@@ -114,7 +114,10 @@ async fn serve(face: &Arc<A2aFace>, call: Call, asker: &Asker) -> Result<Answer,
             let found = face.find(&required_id(params)?, asker).await?;
             let state = face.snapshot(&found).await?.state;
             if is_terminal(state) {
-                return Err(RpcError::unsupported(format!("task {} is {state}: nothing more will happen", found.task_id)));
+                return Err(RpcError::unsupported(format!(
+                    "task {} is {state}: nothing more will happen",
+                    found.task_id
+                )));
             }
             let events = found.context.events.subscribe();
             Ok(Answer::Stream(found, events, false, false))
@@ -130,11 +133,18 @@ async fn serve(face: &Arc<A2aFace>, call: Call, asker: &Asker) -> Result<Answer,
 }
 
 fn required_id(params: &Map<String, Value>) -> Result<String, RpcError> {
-    string_field(params, "id", "id")?.filter(|id| !id.is_empty()).ok_or_else(|| RpcError::invalid_params("`id` is required"))
+    string_field(params, "id", "id")?
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| RpcError::invalid_params("`id` is required"))
 }
 
 // `SendMessage` / `SendStreamingMessage`: a new task, or a message to one.
-async fn send(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker, streaming: bool) -> Result<Answer, RpcError> {
+async fn send(
+    face: &Arc<A2aFace>,
+    params: &Map<String, Value>,
+    asker: &Asker,
+    streaming: bool,
+) -> Result<Answer, RpcError> {
     let message = read_message(params, &face.config.input_modes)?;
     let configuration = match params.get("configuration") {
         None | Some(Value::Null) => Map::new(),
@@ -191,7 +201,11 @@ async fn list(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker) -
     let contexts = match string_field(params, "contextId", "context_id")? {
         Some(context_id) => {
             let session = session_of(asker.principal.as_deref(), &context_id);
-            face.contexts.open(&face.sessions, &session, None).await?.map(|context| vec![(session, context)]).unwrap_or_default()
+            face.contexts
+                .open(&face.sessions, &session, None)
+                .await?
+                .map(|context| vec![(session, context)])
+                .unwrap_or_default()
         }
         None => face.contexts.served(),
     };

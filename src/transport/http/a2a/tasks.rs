@@ -63,7 +63,9 @@ impl A2aFace {
         let detail = context.tree().inspect_one(subagent).await.map_err(|_| not_found())?;
         let context_id = detail.config.metadata.get("a2a").and_then(|a2a| a2a["contextId"].as_str());
         match context_id {
-            Some(context_id) if detail.view.depth == 0 && session_of(caller.principal.as_deref(), context_id) == session => {
+            Some(context_id)
+                if detail.view.depth == 0 && session_of(caller.principal.as_deref(), context_id) == session =>
+            {
                 Ok(Found { context, subagent, context_id: context_id.to_owned(), task_id: id.to_owned() })
             }
             _ => Err(not_found()),
@@ -114,9 +116,11 @@ impl A2aFace {
         let context_id = message.context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let session = session_of(caller.principal.as_deref(), &context_id);
         let create = Some((caller.principal.clone(), caller.token.as_deref()));
-        let context = self.contexts.open(&self.sessions, &session, create).await?.ok_or_else(|| {
-            RpcError::internal("the context's session could not be opened")
-        })?;
+        let context = self
+            .contexts
+            .open(&self.sessions, &session, create)
+            .await?
+            .ok_or_else(|| RpcError::internal("the context's session could not be opened"))?;
         let events = context.events.subscribe();
         let tree = context.tree();
         let client = || Caller::Client { tree, frame: None };
@@ -131,8 +135,12 @@ impl A2aFace {
             other => return Err(RpcError::internal(format!("spawn answered {other:?}"))),
         };
         let subagent = spawned.subagent_id;
-        let found =
-            Found { context: context.clone(), subagent, context_id: context_id.clone(), task_id: task_id(&session, subagent) };
+        let found = Found {
+            context: context.clone(),
+            subagent,
+            context_id: context_id.clone(),
+            task_id: task_id(&session, subagent),
+        };
         let mut metadata = message.metadata.clone();
         if !message.data.is_empty() {
             metadata.insert("a2a_data".to_owned(), Value::Array(message.data.clone()));
@@ -234,7 +242,10 @@ fn instruction(message: &UserMessage) -> String {
 /// The request of task `found`'s tree that waits for a person, if any.
 pub(super) fn pending_for(found: &Found) -> Option<Arc<PersonRequest>> {
     let tree = found.context.tree();
-    tree.desk().pending(Some(tree.session_id())).into_iter().find(|request| request.path.first() == Some(&found.subagent))
+    tree.desk()
+        .pending(Some(tree.session_id()))
+        .into_iter()
+        .find(|request| request.path.first() == Some(&found.subagent))
 }
 
 /// What a person is asked, in words.
