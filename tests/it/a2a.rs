@@ -393,3 +393,32 @@ fn a_task_survives_a_kill_and_restart_and_is_found_again() {
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_idle_context_is_let_go_but_its_tasks_stay_findable() {
+    let dir = std::env::temp_dir().join(format!("subagentd-a2a-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite:{}", dir.join("store.db").display());
+    let config = "[limits]\nsession_idle_seconds = 1\n";
+    let server = Server::start(&["--http", "127.0.0.1:0", "--store", store.as_str()], Some(config));
+    let addr = addr(&server);
+    // A task that outlasts the idle time is never let go while it runs.
+    let script = json!([{ "sleep_ms": 2500 }, { "return": { "answer": "slow" } }]);
+    let slow = rpc(addr, "SendMessage", json!({ "message": message("slow", Some(script)) })).unwrap();
+    assert_eq!(state(&slow["task"]), "TASK_STATE_COMPLETED", "{slow}");
+    let id = slow["task"]["id"].as_str().unwrap().to_owned();
+    let served = |addr: &str| {
+        let (_, _, listed) = http_with_headers(addr, "GET", "/admin/sessions", &[], "");
+        listed["sessions"].as_array().map_or(0, Vec::len)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served(addr) > 0 {
+        assert!(Instant::now() < deadline, "the idle context was never let go");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let again = wait_task(addr, &id, |_| true);
+    assert_eq!(state(&again), "TASK_STATE_COMPLETED", "found again from the store: {again}");
+    assert_eq!(again["artifacts"][0]["parts"][0]["text"], "slow");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

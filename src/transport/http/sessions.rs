@@ -93,6 +93,9 @@ pub(super) struct HttpEntry {
     principal: Option<String>,
     // Its tree: the A2A face runs operations on it directly.
     pub(super) tree: crate::runtime::Tree,
+    // An A2A context's: idle, it is let go but stays stored (its tasks are
+    // found again later), and it is never idle while a task runs.
+    pub(super) keep_stored: std::sync::atomic::AtomicBool,
 }
 
 /// The lines last written to a stream, oldest first, with their numbers.
@@ -286,6 +289,7 @@ impl HttpSessions {
             idle_ms: AtomicU64::new(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)),
             principal: opened.principal,
             tree,
+            keep_stored: std::sync::atomic::AtomicBool::new(false),
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
@@ -299,6 +303,7 @@ impl HttpSessions {
         let run = connection.run();
         tokio::pin!(run);
         let mut expired = false;
+        let mut released = false;
         let end = loop {
             let idle = entry.idle();
             let streaming = entry.streams() > 0;
@@ -306,8 +311,18 @@ impl HttpSessions {
             tokio::select! {
                 end = &mut run => break end,
                 _ = tokio::time::sleep_until(deadline), if !streaming && !expired => {
-                    if entry.streams() == 0 && lock(&entry.last_active).elapsed() >= entry.idle() {
-                        log::debug!("http session {id} idle: closing");
+                    let kept = entry.keep_stored.load(Ordering::Acquire);
+                    if kept && entry.tree.stats().tasks() > 0 {
+                        // An A2A context is busy while its tasks run.
+                        entry.touch();
+                    } else if entry.streams() == 0 && lock(&entry.last_active).elapsed() >= entry.idle() {
+                        if kept && entry.log.is_recording() {
+                            log::debug!("http session {id} idle: let go, kept stored");
+                            entry.log.detach();
+                            released = true;
+                        } else {
+                            log::debug!("http session {id} idle: closing");
+                        }
                         entry.stop.cancel();
                         expired = true;
                     }
@@ -317,6 +332,10 @@ impl HttpSessions {
             }
         };
         log::debug!("http session {id} ended: {end:?}");
+        if released {
+            // Stored, and no longer this node's: any node may serve it again.
+            self.service.give_back(&id);
+        }
         if !expired && end != ConnectionEnd::Unauthenticated {
             self.linger(&id, &entry).await;
         }

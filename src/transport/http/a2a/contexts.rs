@@ -129,6 +129,7 @@ impl Contexts {
                 Err(err) => return Err(RpcError::internal(err.message)),
             },
         };
+        entry.keep_stored.store(true, std::sync::atomic::Ordering::Release);
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let context = Arc::new(Context { entry, events, ended: CancellationToken::new(), followups: Mutex::default() });
         lock(&self.live).retain(|_, context| !context.ended.is_cancelled());
