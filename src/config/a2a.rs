@@ -35,6 +35,11 @@ pub struct A2aConfig {
     /// reads as 0.3) with `VersionNotSupported` (-32009); by default it is
     /// served as 1.0, for clients that send no header.
     pub strict_version: bool,
+    /// Behave as the A2A test kit's system under test: a new message's
+    /// `messageId` prefix (`tck-complete-task`, `tck-input-required`,
+    /// `tck-artifact-text`, …) picks what the scripted agent does. For
+    /// running the kit only.
+    pub tck_mode: bool,
 }
 
 impl Default for A2aConfig {
@@ -49,6 +54,7 @@ impl Default for A2aConfig {
             skills: Vec::new(),
             input_modes: Vec::new(),
             strict_version: false,
+            tck_mode: false,
         }
     }
 }

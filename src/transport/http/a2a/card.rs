@@ -84,7 +84,9 @@ pub(super) async fn get_card(req: HttpRequest, face: web::Data<A2aFace>) -> Http
     let mut response = if matches { HttpResponse::NotModified() } else { HttpResponse::Ok() };
     response
         .insert_header((header::CACHE_CONTROL, format!("public, max-age={CARD_MAX_AGE_SECONDS}")))
-        .insert_header((header::ETAG, tag));
+        .insert_header((header::ETAG, tag))
+        // The card is made from the config, read at start.
+        .insert_header((header::LAST_MODIFIED, httpdate::fmt_http_date(face.started)));
     if matches {
         return response.finish();
     }

@@ -20,6 +20,7 @@ mod model;
 mod rpc;
 mod stream;
 mod tasks;
+mod tck;
 
 use actix_web::web;
 use std::sync::Arc;
@@ -33,12 +34,15 @@ pub(crate) struct A2aFace {
     sessions: Arc<HttpSessions>,
     config: A2aConfig,
     contexts: contexts::Contexts,
+    // When the face started (the card's `Last-Modified`).
+    started: std::time::SystemTime,
 }
 
 impl A2aFace {
     /// The face of `sessions`, as `config` describes it.
     pub(crate) fn new(sessions: Arc<HttpSessions>, config: A2aConfig) -> Arc<Self> {
-        Arc::new(Self { sessions, config, contexts: contexts::Contexts::default() })
+        let started = std::time::SystemTime::now();
+        Arc::new(Self { sessions, config, contexts: contexts::Contexts::default(), started })
     }
 }
 
@@ -50,8 +54,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, face: &Arc<A2aFace>) {
     // A request body as large as a protocol line may be.
     let body_limit = face.sessions.service.limits().max_line_bytes;
     cfg.app_data(web::Data::from(face.clone()));
-    for path in ["/.well-known/agent-card.json", "/.well-known/agent.json"] {
-        cfg.route(path, web::get().to(card::get_card));
+    // (Also under `/a2a`, where clients that derive the card's URL from
+    // the interface's look.)
+    for path in ["/.well-known/agent-card.json", "/.well-known/agent.json", "/a2a/.well-known/agent-card.json"] {
+        cfg.service(web::resource(path).route(web::get().to(card::get_card)).route(web::head().to(card::get_card)));
     }
     for path in ["/a2a", "/a2a/"] {
         cfg.service(

@@ -16,6 +16,8 @@ const HISTORY_MESSAGE_BYTES: usize = 16 << 10;
 pub(super) struct UserMessage {
     /// The message as it will show in `history` (its ids filled in later).
     pub(super) json: Map<String, Value>,
+    /// `messageId`.
+    pub(super) message_id: String,
     /// `taskId`: a follow-up to that task.
     pub(super) task_id: Option<String>,
     /// `contextId`.
@@ -34,10 +36,10 @@ pub(super) fn read_message(params: &Map<String, Value>, accepted: &[String]) -> 
     let Some(Value::Object(message)) = params.get("message") else {
         return Err(RpcError::invalid_params("`message` is required and must be an object"));
     };
-    match string_field(message, "messageId", "message_id")? {
-        Some(id) if !id.is_empty() => {}
+    let message_id = match string_field(message, "messageId", "message_id")? {
+        Some(id) if !id.is_empty() => id,
         _ => return Err(RpcError::invalid_params("`message.messageId` is required")),
-    }
+    };
     match string_field(message, "role", "role")?.as_deref() {
         Some("ROLE_USER" | "ROLE_AGENT") => {}
         Some(other) => return Err(RpcError::invalid_params(format!("`message.role` {other:?} is not a Role"))),
@@ -91,6 +93,7 @@ pub(super) fn read_message(params: &Map<String, Value>, accepted: &[String]) -> 
         Some(_) => return Err(RpcError::invalid_params("`message.metadata` must be an object")),
     };
     Ok(UserMessage {
+        message_id,
         json: message.clone(),
         task_id: string_field(message, "taskId", "task_id")?.filter(|id| !id.is_empty()),
         context_id: string_field(message, "contextId", "context_id")?.filter(|id| !id.is_empty()),
@@ -173,24 +176,45 @@ pub(super) fn agent_message(task_id: &str, context_id: &str, key: &str, text: &s
     message
 }
 
-/// The artifact of a finished task's result: a text part when the result
-/// holds its answer as text, and the whole result as a data part.
+/// The artifact of a finished task's result: a result with a `parts` list
+/// of A2A parts has those parts as they are; any other, a text part when
+/// it holds its answer as text ([`result_text`]), and the whole result as
+/// a data part.
 pub(super) fn result_artifact(result: &Value) -> Value {
+    if let Some(parts) = given_parts(result) {
+        return json!({ "artifactId": "result", "name": "result", "parts": parts });
+    }
     let mut parts = Vec::new();
-    let text = match result {
-        Value::String(text) => Some(text.as_str()),
-        Value::Object(object) => {
-            ["text", "content", "answer", "summary"].iter().find_map(|key| object.get(*key).and_then(Value::as_str))
-        }
-        _ => None,
-    };
-    if let Some(text) = text {
+    if let Some(text) = result_text(result) {
         parts.push(json!({ "text": text }));
     }
     if !result.is_string() {
         parts.push(json!({ "data": result }));
     }
     json!({ "artifactId": "result", "name": "result", "parts": parts })
+}
+
+/// A result's answer as text: the result itself when it is a string, else
+/// its `text`, `content`, `answer` or `summary` string.
+pub(super) fn result_text(result: &Value) -> Option<&str> {
+    match result {
+        Value::String(text) => Some(text.as_str()),
+        Value::Object(object) => {
+            ["text", "content", "answer", "summary"].iter().find_map(|key| object.get(*key).and_then(Value::as_str))
+        }
+        _ => None,
+    }
+}
+
+// A result's own `parts`: a non-empty list of objects each with exactly
+// one of text, raw, url, data.
+fn given_parts(result: &Value) -> Option<&Vec<Value>> {
+    let parts = result.get("parts")?.as_array().filter(|parts| !parts.is_empty())?;
+    let one_kind = |part: &Value| {
+        part.as_object()
+            .is_some_and(|part| ["text", "raw", "url", "data"].iter().filter(|k| part.contains_key(**k)).count() == 1)
+    };
+    parts.iter().all(one_kind).then_some(parts)
 }
 
 /// A task as one snapshot of its root subagent.

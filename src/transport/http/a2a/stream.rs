@@ -55,6 +55,14 @@ pub(super) fn respond(
         .streaming(body)
 }
 
+/// An SSE response of one event (a message answering a streaming request).
+pub(super) fn once(response: &Value) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(format!("data: {response}\n\n"))
+}
+
 struct Writer {
     tx: mpsc::Sender<Bytes>,
     id: Value,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use super::contexts::{session_of, Context};
-use super::model::{is_terminal, now, state_of, TaskSnapshot, UserMessage};
+use super::model::{is_terminal, now, result_text, state_of, TaskSnapshot, UserMessage};
 use super::rpc::RpcError;
 use super::A2aFace;
 use crate::ids::SubagentId;
@@ -78,14 +78,15 @@ impl A2aFace {
         let detail = tree.inspect_one(found.subagent).await.map_err(|_| RpcError::task_not_found(&found.task_id))?;
         let view = &detail.view;
         let state = state_of(view.status, view.waiting_for, view.queued);
+        let result: Option<Value> = (state == "TASK_STATE_COMPLETED")
+            .then(|| detail.result.as_ref().and_then(|raw| serde_json::from_str(raw.text()).ok()))
+            .flatten();
         let status_text = match state {
             "TASK_STATE_INPUT_REQUIRED" => pending_for(found).map(|request| ask_text(&request)),
             "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" => view.error.as_deref().map(str::to_owned),
+            "TASK_STATE_COMPLETED" => result.as_ref().and_then(result_text).map(str::to_owned),
             _ => None,
         };
-        let result = (state == "TASK_STATE_COMPLETED")
-            .then(|| detail.result.as_ref().and_then(|raw| serde_json::from_str(raw.text()).ok()))
-            .flatten();
         let mut history = Vec::new();
         if let Some(first) = detail.config.metadata.get("a2a").map(|a2a| &a2a["message"]).filter(|m| m.is_object()) {
             let mut first = first.clone();
@@ -142,6 +143,11 @@ impl A2aFace {
             task_id: task_id(&session, subagent),
         };
         let mut metadata = message.metadata.clone();
+        if self.config.tck_mode && !metadata.contains_key("script") {
+            if let Some(script) = super::tck::script_for(&message.message_id) {
+                metadata.insert("script".to_owned(), script);
+            }
+        }
         if !message.data.is_empty() {
             metadata.insert("a2a_data".to_owned(), Value::Array(message.data.clone()));
         }
