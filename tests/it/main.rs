@@ -40,6 +40,7 @@ mod fake_openai;
 mod test_database;
 
 mod a2a;
+mod a2a_sdk;
 mod actor_adapters;
 mod actor_inspect;
 mod actor_lifecycle;

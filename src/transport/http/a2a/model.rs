@@ -68,7 +68,7 @@ pub(super) fn read_message(params: &Map<String, Value>, accepted: &[String]) -> 
                 Value::String(text) => texts.push(text.clone()),
                 _ => return Err(RpcError::invalid_params(format!("`message.parts[{n}].text` must be a string"))),
             },
-            ["data"] => data.push(part["data"].clone()),
+            ["data"] => data.push(whole_numbers(part["data"].clone())),
             [kind @ ("raw" | "url")] => {
                 let Value::String(content) = &part[*kind] else {
                     return Err(RpcError::invalid_params(format!("`message.parts[{n}].{kind}` must be a string")));
@@ -89,7 +89,10 @@ pub(super) fn read_message(params: &Map<String, Value>, accepted: &[String]) -> 
     }
     let metadata = match field(message, "metadata", "metadata") {
         None => Map::new(),
-        Some(Value::Object(metadata)) => metadata.clone(),
+        Some(Value::Object(metadata)) => match whole_numbers(Value::Object(metadata.clone())) {
+            Value::Object(metadata) => metadata,
+            _ => Map::new(),
+        },
         Some(_) => return Err(RpcError::invalid_params("`message.metadata` must be an object")),
     };
     Ok(UserMessage {
@@ -101,6 +104,22 @@ pub(super) fn read_message(params: &Map<String, Value>, accepted: &[String]) -> 
         data,
         metadata,
     })
+}
+
+/// `value` with each whole number written as a float (`50.0`) made an
+/// integer: ProtoJSON clients send a `Struct`'s numbers as doubles, and a
+/// script's `sleep_ms` or a budget's limits are integers.
+fn whole_numbers(value: Value) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    match value {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < EXACT => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(whole_numbers).collect()),
+        Value::Object(object) => Value::Object(object.into_iter().map(|(k, v)| (k, whole_numbers(v))).collect()),
+        other => other,
+    }
 }
 
 impl UserMessage {
@@ -298,6 +317,16 @@ mod tests {
         let typed = json!({ "messageId": "m", "role": "ROLE_USER", "parts": [{ "raw": "dGNr", "mediaType": "x/y" }] });
         assert!(read_message(&params(typed.clone()), &[]).is_ok(), "any media type by default");
         assert_eq!(read_message(&params(typed), &["text/plain".into()]).unwrap_err().code, -32005);
+    }
+
+    #[test]
+    fn whole_floats_in_metadata_and_data_become_integers() {
+        let message = json!({ "messageId": "m", "role": "ROLE_USER", "parts": [{ "data": { "n": 2.0, "x": 0.5 } }],
+            "metadata": { "script": [{ "sleep_ms": 50.0 }] } });
+        let read = read_message(&params(message), &[]).unwrap();
+        assert_eq!(read.metadata["script"][0]["sleep_ms"], json!(50));
+        assert!(read.metadata["script"][0]["sleep_ms"].is_u64());
+        assert_eq!(read.data[0], json!({ "n": 2, "x": 0.5 }));
     }
 
     #[test]

@@ -77,12 +77,17 @@ impl A2aFace {
         let tree = found.context.tree();
         let detail = tree.inspect_one(found.subagent).await.map_err(|_| RpcError::task_not_found(&found.task_id))?;
         let view = &detail.view;
-        let state = state_of(view.status, view.waiting_for, view.queued);
+        let mut state = state_of(view.status, view.waiting_for, view.queued);
+        let pending = (state == "TASK_STATE_INPUT_REQUIRED").then(|| pending_for(found)).flatten();
+        if state == "TASK_STATE_INPUT_REQUIRED" && pending.is_none() {
+            // Answered a moment ago: the task is taking the answer in.
+            state = "TASK_STATE_WORKING";
+        }
         let result: Option<Value> = (state == "TASK_STATE_COMPLETED")
             .then(|| detail.result.as_ref().and_then(|raw| serde_json::from_str(raw.text()).ok()))
             .flatten();
         let status_text = match state {
-            "TASK_STATE_INPUT_REQUIRED" => pending_for(found).map(|request| ask_text(&request)),
+            "TASK_STATE_INPUT_REQUIRED" => pending.map(|request| ask_text(&request)),
             "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" => view.error.as_deref().map(str::to_owned),
             "TASK_STATE_COMPLETED" => result.as_ref().and_then(result_text).map(str::to_owned),
             _ => None,
