@@ -340,6 +340,29 @@ fn a_question_makes_the_task_input_required_and_the_next_message_answers_it() {
 }
 
 #[test]
+fn a_question_deep_in_the_tree_makes_the_task_input_required_in_get_and_stream() {
+    let server = start(None);
+    let addr = addr(&server);
+    let leaf = json!([{ "ask_user": { "question": "Deep?" } }, { "return": { "leaf": true } }]);
+    let spawn = |name: &str, script: Value| {
+        json!({ "spawn": { "agent": { "name": name, "model": "scripted" },
+            "task": { "name": "t", "instruction": "i", "metadata": { "script": script } } } })
+    };
+    let middle = json!([spawn("leaf", leaf), { "await_children": {} }, { "return": { "middle": true } }]);
+    let script = json!([spawn("middle", middle), { "await_children": {} }, { "return": { "answer": "done" } }]);
+    let events = stream(addr, "SendStreamingMessage", json!({ "message": message("deep", Some(script)) }));
+    let last = &events.last().unwrap()["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_INPUT_REQUIRED", "the stream ends waiting for the person: {events:#?}");
+    assert_eq!(last["message"]["parts"][0]["text"], "Deep?");
+    let id = events[0]["result"]["task"]["id"].as_str().unwrap();
+    assert_eq!(state(&rpc(addr, "GetTask", json!({ "id": id })).unwrap()), "TASK_STATE_INPUT_REQUIRED");
+    let mut answer = message("yes", None);
+    answer["taskId"] = json!(id);
+    let done = rpc(addr, "SendMessage", json!({ "message": answer })).unwrap();
+    assert_eq!(state(&done["task"]), "TASK_STATE_COMPLETED", "{done}");
+}
+
+#[test]
 fn tokens_guard_the_door_and_one_callers_tasks_are_not_anothers() {
     let server = start(Some("[auth]\ntokens = [\"alpha\", \"beta\"]\n"));
     let addr = addr(&server);

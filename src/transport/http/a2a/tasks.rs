@@ -78,8 +78,12 @@ impl A2aFace {
         let detail = tree.inspect_one(found.subagent).await.map_err(|_| RpcError::task_not_found(&found.task_id))?;
         let view = &detail.view;
         let mut state = state_of(view.status, view.waiting_for, view.queued);
-        let pending = (state == "TASK_STATE_INPUT_REQUIRED").then(|| pending_for(found)).flatten();
-        if state == "TASK_STATE_INPUT_REQUIRED" && pending.is_none() {
+        // A person asked anywhere in the task's tree: the task waits for
+        // its client. (The root itself may be waiting on that child.)
+        let pending = if is_terminal(state) { None } else { pending_for(found) };
+        if pending.is_some() {
+            state = "TASK_STATE_INPUT_REQUIRED";
+        } else if state == "TASK_STATE_INPUT_REQUIRED" {
             // Answered a moment ago: the task is taking the answer in.
             state = "TASK_STATE_WORKING";
         }
