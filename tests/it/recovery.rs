@@ -4,7 +4,8 @@
 //!   of its own on a thread) on one PostgreSQL database, driven over HTTP.
 //!   A restore whose client gives up after 5 ms runs to its end, and the
 //!   session is served; a session made on one node is served by the other
-//!   from its first `/send`.
+//!   from its first `/send`; an A2A task started on one node is found,
+//!   and its context served, on the other.
 //! - The real binary on SQLite, killed (SIGKILL) and restarted: its running
 //!   tasks go on before their clients come back, over HTTP and over TCP,
 //!   and the returning client is given what happened meanwhile.
@@ -185,6 +186,40 @@ fn a_session_made_on_one_node_is_served_by_another_from_its_first_send() {
     let mut fresh_stream = SseStream::open(&n2.http, &fresh);
     let early = fresh_stream.reply("early");
     assert_eq!(early["type"], "error", "no request before the handshake, on any node: {early}");
+}
+
+/// One A2A JSON-RPC call to `addr`: its result (the error object else).
+fn a2a(addr: &str, method: &str, params: Value) -> Result<Value, Value> {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
+    let (status, reply) = http(addr, "POST", "/a2a", &[("A2A-Version", "1.0"), ("Content-Type", "application/json")], &body);
+    assert_eq!(status, 200, "{reply}");
+    reply.get("result").cloned().ok_or_else(|| reply["error"].clone())
+}
+
+#[test]
+fn an_a2a_task_started_on_one_node_is_found_and_finished_from_another() {
+    let db = TestDatabase::create();
+    let n1 = Node::start(&db.url, "n1");
+    let n2 = Node::start(&db.url, "n2");
+    let script = json!([{ "progress": "one" }, { "sleep_ms": 1500 }, { "return": { "answer": "moved" } }]);
+    let message = json!({ "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": "go" }], "metadata": { "script": script } });
+    let started =
+        a2a(&n1.http, "SendMessage", json!({ "message": message, "configuration": { "returnImmediately": true } })).unwrap();
+    let id = started["task"]["id"].as_str().unwrap().to_owned();
+    let context = started["task"]["contextId"].as_str().unwrap().to_owned();
+    // Asked on n2, which takes the context over from n1: the task goes on
+    // there and ends.
+    let done = eventually_blocking("the task finished, read on n2", Duration::from_secs(20), || {
+        let task = a2a(&n2.http, "GetTask", json!({ "id": id })).ok()?;
+        (task["status"]["state"] == "TASK_STATE_COMPLETED").then_some(task)
+    });
+    assert_eq!(done["artifacts"][0]["parts"][0]["text"], "moved", "{done}");
+    // The context's next task, sent to n2, is of the same session.
+    let next = json!({ "messageId": "m2", "role": "ROLE_USER", "contextId": context, "parts": [{ "text": "again" }] });
+    let second = a2a(&n2.http, "SendMessage", json!({ "message": next })).unwrap();
+    assert_eq!(second["task"]["id"].as_str().unwrap().split_once('-').unwrap().0, id.split_once('-').unwrap().0);
+    let listed = a2a(&n2.http, "ListTasks", json!({ "contextId": context })).unwrap();
+    assert_eq!(listed["totalSize"], 2, "{listed}");
 }
 
 /// The single-node host of the restart tests: TCP and HTTP on SQLite.
