@@ -191,7 +191,8 @@ fn a_session_made_on_one_node_is_served_by_another_from_its_first_send() {
 /// One A2A JSON-RPC call to `addr`: its result (the error object else).
 fn a2a(addr: &str, method: &str, params: Value) -> Result<Value, Value> {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
-    let (status, reply) = http(addr, "POST", "/a2a", &[("A2A-Version", "1.0"), ("Content-Type", "application/json")], &body);
+    let (status, reply) =
+        http(addr, "POST", "/a2a", &[("A2A-Version", "1.0"), ("Content-Type", "application/json")], &body);
     assert_eq!(status, 200, "{reply}");
     reply.get("result").cloned().ok_or_else(|| reply["error"].clone())
 }
@@ -204,7 +205,8 @@ fn an_a2a_task_started_on_one_node_is_found_and_finished_from_another() {
     let script = json!([{ "progress": "one" }, { "sleep_ms": 1500 }, { "return": { "answer": "moved" } }]);
     let message = json!({ "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": "go" }], "metadata": { "script": script } });
     let started =
-        a2a(&n1.http, "SendMessage", json!({ "message": message, "configuration": { "returnImmediately": true } })).unwrap();
+        a2a(&n1.http, "SendMessage", json!({ "message": message, "configuration": { "returnImmediately": true } }))
+            .unwrap();
     let id = started["task"]["id"].as_str().unwrap().to_owned();
     let context = started["task"]["contextId"].as_str().unwrap().to_owned();
     // Asked on n2, which takes the context over from n1: the task goes on

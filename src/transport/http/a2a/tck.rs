@@ -7,6 +7,13 @@ use serde_json::{json, Value};
 /// The answer of a `tck-message-response` message: a message, not a task.
 pub(super) const MESSAGE_RESPONSE: &str = "tck-message-response";
 
+/// A follow-up with this prefix leaves its task asking again; any other
+/// answers every question left, so that the task completes.
+pub(super) const INPUT_REQUIRED: &str = "tck-input-required";
+
+/// How many times a `tck-input-required` task asks, at most.
+pub(super) const ASKS: usize = 8;
+
 /// The script a message whose id starts with one of the kit's prefixes
 /// runs (longest prefixes first); `None`: the agent's own behaviour.
 pub(super) fn script_for(message_id: &str) -> Option<Value> {
@@ -22,10 +29,13 @@ pub(super) fn script_for(message_id: &str) -> Option<Value> {
         ("tck-artifact-text", parts(json!({ "text": "Generated text content" }))),
         ("tck-artifact-data", parts(json!({ "data": { "key": "value", "count": 42 } }))),
         (MESSAGE_RESPONSE, json!([{ "return": { "text": "Direct message response" } }])),
-        (
-            "tck-input-required",
-            json!([{ "ask_user": { "question": "Input required" } }, { "return": { "text": "Hello from TCK" } }]),
-        ),
+        (INPUT_REQUIRED, {
+            // Each question its own: one answered is never asked again.
+            let mut steps: Vec<Value> =
+                (1..=ASKS).map(|n| json!({ "ask_user": { "question": format!("Input required ({n})") } })).collect();
+            steps.push(json!({ "return": { "text": "Hello from TCK" } }));
+            Value::Array(steps)
+        }),
         ("tck-reject-task", json!([{ "fail": "rejected by the test kit's request" }])),
         (
             "test-resubscribe-message-id",
