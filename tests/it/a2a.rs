@@ -445,3 +445,28 @@ fn an_idle_context_is_let_go_but_its_tasks_stay_findable() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn first_messages_of_one_new_context_at_once_make_one_session() {
+    let server = start(None);
+    let addr = addr(&server).to_owned();
+    let sends: Vec<_> = (0..8)
+        .map(|n| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let message = json!({ "messageId": format!("m{n}"), "role": "ROLE_USER", "contextId": "shared",
+                    "parts": [{ "text": "at once" }] });
+                rpc(&addr, "SendMessage", json!({ "message": message })).unwrap()
+            })
+        })
+        .collect();
+    let sessions: std::collections::BTreeSet<String> = sends
+        .into_iter()
+        .map(|send| send.join().unwrap()["task"]["id"].as_str().unwrap().split_once('-').unwrap().0.to_owned())
+        .collect();
+    assert_eq!(sessions.len(), 1, "every task in one session: {sessions:?}");
+    let listed = rpc(&addr, "ListTasks", json!({ "contextId": "shared" })).unwrap();
+    assert_eq!(listed["totalSize"], 8, "{listed}");
+    let (_, _, admin) = http_with_headers(&addr, "GET", "/admin/sessions", &[], "");
+    assert_eq!(admin["sessions"].as_array().map(Vec::len), Some(1), "{admin}");
+}

@@ -92,9 +92,9 @@ impl Context {
 #[derive(Debug, Default)]
 pub(super) struct Contexts {
     live: Mutex<HashMap<String, Arc<Context>>>,
-    // One context opened at a time: two first messages of one context make
-    // one session.
-    opening: tokio::sync::Mutex<()>,
+    // Each context is opened by one request at a time (two first messages
+    // of one context make one session); other contexts do not wait.
+    opening: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Contexts {
@@ -114,10 +114,21 @@ impl Contexts {
         if let Some(context) = self.current(sessions, id) {
             return Ok(Some(context));
         }
-        let _one = self.opening.lock().await;
-        if let Some(context) = self.current(sessions, id) {
-            return Ok(Some(context));
+        let gate = Gate::enter(self, id);
+        let _one = gate.lock.lock().await;
+        match self.current(sessions, id) {
+            Some(context) => Ok(Some(context)),
+            None => self.open_here(sessions, id, create).await,
         }
+    }
+
+    // [`Contexts::open`], once this request is the one opening `id`.
+    async fn open_here(
+        &self,
+        sessions: &Arc<HttpSessions>,
+        id: &str,
+        create: Option<(Option<String>, Option<&str>)>,
+    ) -> Result<Option<Arc<Context>>, RpcError> {
         let entry = match sessions.get(id).filter(|entry| !entry.log.is_detached()) {
             Some(entry) => entry,
             None => match sessions.restore(id).await {
@@ -177,6 +188,32 @@ impl Contexts {
         };
         entry.input.try_send(frame).map_err(|_| RpcError::internal("the new session took no handshake"))?;
         Ok(entry)
+    }
+}
+
+// A request's place in line to open one context; the last one out (done,
+// or its request dropped) takes the line away.
+struct Gate<'a> {
+    contexts: &'a Contexts,
+    id: &'a str,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<'a> Gate<'a> {
+    fn enter(contexts: &'a Contexts, id: &'a str) -> Self {
+        let lock = lock(&contexts.opening).entry(id.to_owned()).or_default().clone();
+        Self { contexts, id, lock }
+    }
+}
+
+impl Drop for Gate<'_> {
+    fn drop(&mut self) {
+        let mut opening = lock(&self.contexts.opening);
+        // The map's and this one's: nobody else waits.
+        if Arc::strong_count(&self.lock) == 2 && opening.get(self.id).is_some_and(|lock| Arc::ptr_eq(lock, &self.lock))
+        {
+            opening.remove(self.id);
+        }
     }
 }
 
