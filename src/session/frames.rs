@@ -106,7 +106,7 @@ impl Connection {
             req.agent_id
         );
         self.service.claim_session(&self.session_id);
-        self.service.serve_session(&self.session_id, &self.log, &self.stop);
+        let _ = self.service.serve_session(&self.session_id, &self.log, &self.stop);
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),

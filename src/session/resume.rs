@@ -121,7 +121,13 @@ impl Connection {
         service.release_session(&self.session_id);
         self.session_id = wanted.to_owned();
         self.log = log;
-        service.serve_session(wanted, &self.log, &self.stop);
+        if !service.serve_session(wanted, &self.log, &self.stop) {
+            // Another node asked for it while it was restored here: it is
+            // theirs. This connection ends as a handed-off one does, and its
+            // client resumes it there.
+            self.log.detach();
+            self.stop.cancel();
+        }
         self.log.open(SessionRow {
             id: self.log.id().clone(),
             agent_id: req.agent_id.clone(),

@@ -57,6 +57,9 @@ pub struct Service {
     // connection may not resume one of them), with what stops one when
     // another node takes it.
     pub(super) in_use: Mutex<HashMap<String, Option<Served>>>,
+    // Sessions being restored here that another node asked for meanwhile:
+    // their restore must not serve them (locked after `in_use`).
+    pub(super) called_off: Mutex<std::collections::HashSet<String>>,
     // The open sessions as the operator sees them, and their event hub.
     pub(super) admin: Arc<Admin>,
     // Where a TCP session whose connection dropped goes to wait for its
@@ -125,6 +128,7 @@ impl Service {
             shutdown: CancellationToken::new(),
             store,
             in_use: Mutex::default(),
+            called_off: Mutex::default(),
             admin: Arc::default(),
             parking: Mutex::default(),
             attach: std::sync::OnceLock::new(),

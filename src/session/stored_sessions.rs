@@ -35,6 +35,12 @@ pub fn is_in_use(err: &HostError) -> bool {
     err.detail.as_ref().is_some_and(|detail| detail["reason"] == IN_USE)
 }
 
+fn lock_set(
+    set: &std::sync::Mutex<std::collections::HashSet<String>>,
+) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    set.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Service {
     /// Marks a session served by a connection of this process; `false` when
     /// one already serves it.
@@ -47,11 +53,18 @@ impl Service {
             }
         }
     }
-    /// A claimed session is served by `log`'s connection, which `stop` closes.
-    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken) {
-        if let Some(served) = self.in_use().get_mut(id) {
+    /// A claimed session is served by `log`'s connection, which `stop`
+    /// closes; `false` when another node asked for it while it was being
+    /// restored here (it is theirs: it must not be served here).
+    pub fn serve_session(&self, id: &str, log: &Arc<SessionLog>, stop: &CancellationToken) -> bool {
+        let mut in_use = self.in_use();
+        if lock_set(&self.called_off).remove(id) {
+            return false;
+        }
+        if let Some(served) = in_use.get_mut(id) {
             *served = Some(Served { log: Arc::downgrade(log), stop: stop.clone() });
         }
+        true
     }
     /// Whether a connection of this process serves (or is restoring) `id`.
     pub fn is_served(&self, id: &str) -> bool {
@@ -59,7 +72,9 @@ impl Service {
     }
     /// The session is no longer served here.
     pub fn release_session(&self, id: &str) {
-        self.in_use().remove(id);
+        let mut in_use = self.in_use();
+        in_use.remove(id);
+        lock_set(&self.called_off).remove(id);
     }
     /// A session claimed and taken from the store will not be served here
     /// after all: it is released here and its ownership given back.
@@ -169,8 +184,17 @@ impl Service {
         }
         log.resume_inbound_after(stored.last_inbound);
         let stop = self.shutdown.child_token();
+        if !self.serve_session(id, &log, &stop) {
+            // Another node asked for it meanwhile, and has it: the tasks
+            // resumed here stop, recording nothing (the claim's drop gives
+            // the session back).
+            log.detach();
+            tree.close().await;
+            return Err(HostError::runtime(format!(
+                "session {id} was taken by another node while it was restored here; try again"
+            )));
+        }
         std::mem::forget(claim);
-        self.serve_session(id, &log, &stop);
         let grant = handshaken.then_some((Grant::for_caps(&stored.row.capabilities), stored.row.agent_id));
         let connection = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
             .with_transport("http")
@@ -208,7 +232,7 @@ impl Service {
         }
         let id = opened.session_id.as_str();
         self.claim_session(id);
-        self.serve_session(id, &opened.log, &opened.stop);
+        let _ = self.serve_session(id, &opened.log, &opened.stop);
         opened.log.open(SessionRow {
             id: opened.log.id().clone(),
             agent_id: String::new(),
@@ -237,7 +261,19 @@ impl Service {
 
 impl SessionOwner for Service {
     fn give_up(&self, id: &str, reason: &str) -> bool {
-        let served = self.in_use().get_mut(id).and_then(Option::take);
+        let served = {
+            let mut in_use = self.in_use();
+            match in_use.get_mut(id) {
+                Some(Some(_)) => in_use.get_mut(id).and_then(Option::take),
+                Some(None) => {
+                    // Being restored here: the restore must not serve it.
+                    lock_set(&self.called_off).insert(id.to_owned());
+                    log::info!("session {id}: its restore here is called off ({reason})");
+                    None
+                }
+                None => None,
+            }
+        };
         let Some(served) = served else { return false };
         if let Some(log) = served.log.upgrade() {
             log.detach();
