@@ -46,16 +46,27 @@ fn message(text: &str, script: Option<Value>) -> Value {
     message
 }
 
+/// A scripted step spawning `name` with `script` as its first task.
+pub(crate) fn spawn_step(name: &str, script: Value) -> Value {
+    json!({ "spawn": { "agent": { "name": name, "model": "scripted" },
+        "task": { "name": "t", "instruction": "i", "metadata": { "script": script } } } })
+}
+
 /// A script whose root spawns a child that spawns a grandchild that
 /// sleeps `leaf_ms`; each awaits its child.
-fn three_levels(leaf_ms: u64) -> Value {
+pub(crate) fn three_levels(leaf_ms: u64) -> Value {
     let leaf = json!([{ "progress": "leaf working" }, { "sleep_ms": leaf_ms }, { "return": { "leaf": true } }]);
-    let spawn = |name: &str, script: Value| {
-        json!({ "spawn": { "agent": { "name": name, "model": "scripted" },
-            "task": { "name": "t", "instruction": "i", "metadata": { "script": script } } } })
-    };
-    let middle = json!([spawn("leaf", leaf), { "await_children": {} }, { "return": { "middle": true } }]);
-    json!([{ "progress": "root working" }, spawn("middle", middle), { "await_children": {} }, { "return": { "answer": "done" } }])
+    let middle = json!([spawn_step("leaf", leaf), { "await_children": {} }, { "return": { "middle": true } }]);
+    json!([{ "progress": "root working" }, spawn_step("middle", middle), { "await_children": {} }, { "return": { "answer": "done" } }])
+}
+
+/// How many subagents of `session` are `RUNNING` or `WAITING`, with the
+/// admin API's row of it; `None` while no node here serves it.
+pub(crate) fn busy_in(addr: &str, session: &str) -> Option<(u64, Value)> {
+    let (_, _, listed) = http_with_headers(addr, "GET", "/admin/sessions", &[], "");
+    let row = listed["sessions"].as_array()?.iter().find(|row| row["session_id"] == session)?.clone();
+    let counts = &row["subagents"];
+    Some((counts["RUNNING"].as_u64().unwrap_or(0) + counts["WAITING"].as_u64().unwrap_or(0), row))
 }
 
 fn state(task: &Value) -> &str {
@@ -288,22 +299,14 @@ fn cancel_stops_a_running_three_level_tree_and_says_canceled() {
     let id = started["task"]["id"].as_str().unwrap().to_owned();
     assert!(["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"].contains(&state(&started["task"])), "{started}");
     let session = id.split_once('-').unwrap().0.to_owned();
-    let running = |addr: &str| {
-        let (_, _, listed) = http_with_headers(addr, "GET", "/admin/sessions", &[], "");
-        let row =
-            listed["sessions"].as_array().unwrap().iter().find(|row| row["session_id"] == session.as_str()).cloned();
-        row.map(|row| {
-            (row["subagents"]["RUNNING"].as_u64().unwrap_or(0) + row["subagents"]["WAITING"].as_u64().unwrap_or(0), row)
-        })
-    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while running(addr).is_none_or(|(busy, _)| busy < 3) {
-        assert!(Instant::now() < deadline, "the three levels never ran: {:?}", running(addr));
+    while busy_in(addr, &session).is_none_or(|(busy, _)| busy < 3) {
+        assert!(Instant::now() < deadline, "the three levels never ran: {:?}", busy_in(addr, &session));
         std::thread::sleep(Duration::from_millis(20));
     }
     let cancelled = rpc(addr, "CancelTask", json!({ "id": id })).unwrap();
     assert_eq!(state(&cancelled), "TASK_STATE_CANCELED", "{cancelled}");
-    let (busy, row) = running(addr).unwrap();
+    let (busy, row) = busy_in(addr, &session).unwrap();
     assert_eq!(busy, 0, "nothing of the tree runs once CancelTask answered: {row}");
     assert_eq!(row["subagents"]["CANCELLED"], 3, "{row}");
     assert_eq!(state(&wait_task(addr, &id, |_| true)), "TASK_STATE_CANCELED");
@@ -344,12 +347,8 @@ fn a_question_deep_in_the_tree_makes_the_task_input_required_in_get_and_stream()
     let server = start(None);
     let addr = addr(&server);
     let leaf = json!([{ "ask_user": { "question": "Deep?" } }, { "return": { "leaf": true } }]);
-    let spawn = |name: &str, script: Value| {
-        json!({ "spawn": { "agent": { "name": name, "model": "scripted" },
-            "task": { "name": "t", "instruction": "i", "metadata": { "script": script } } } })
-    };
-    let middle = json!([spawn("leaf", leaf), { "await_children": {} }, { "return": { "middle": true } }]);
-    let script = json!([spawn("middle", middle), { "await_children": {} }, { "return": { "answer": "done" } }]);
+    let middle = json!([spawn_step("leaf", leaf), { "await_children": {} }, { "return": { "middle": true } }]);
+    let script = json!([spawn_step("middle", middle), { "await_children": {} }, { "return": { "answer": "done" } }]);
     let events = stream(addr, "SendStreamingMessage", json!({ "message": message("deep", Some(script)) }));
     let last = &events.last().unwrap()["result"]["statusUpdate"]["status"];
     assert_eq!(last["state"], "TASK_STATE_INPUT_REQUIRED", "the stream ends waiting for the person: {events:#?}");

@@ -5,7 +5,8 @@
 //! question answered, a running three-level tree cancelled and checked
 //! through the protocol, listing, and a missing task.
 
-use crate::e2e_support::{http_with_headers, Server};
+use crate::a2a::{busy_in, three_levels};
+use crate::e2e_support::Server;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,18 +36,6 @@ fn start() -> (Server, String) {
     let server = Server::start(&["--http", "127.0.0.1:0", "--store", "memory"], None);
     let base = format!("http://{}", server.http.as_deref().unwrap());
     (server, base)
-}
-
-fn spawn_step(name: &str, script: Value) -> Value {
-    json!({ "spawn": { "agent": { "name": name, "model": "scripted" },
-        "task": { "name": "t", "instruction": "i", "metadata": { "script": script } } } })
-}
-
-/// A root spawning a middle spawning a leaf that sleeps `leaf_ms`.
-fn three_levels(leaf_ms: u64) -> Value {
-    let leaf = json!([{ "progress": "leaf working" }, { "sleep_ms": leaf_ms }, { "return": { "leaf": true } }]);
-    let middle = json!([spawn_step("leaf", leaf), { "await_children": {} }, { "return": { "middle": true } }]);
-    json!([{ "progress": "root working" }, spawn_step("middle", middle), { "await_children": {} }, { "return": { "answer": "done" } }])
 }
 
 #[test]
@@ -104,15 +93,7 @@ fn the_sdk_answers_a_question_and_cancels_a_running_tree() {
     let task_id = started["task_id"].as_str().unwrap().to_owned();
     let session = task_id.split_once('-').unwrap().0.to_owned();
     let addr = server.http.as_deref().unwrap();
-    let busy = || {
-        let (_, _, listed) = http_with_headers(addr, "GET", "/admin/sessions", &[], "");
-        let row =
-            listed["sessions"].as_array().unwrap().iter().find(|row| row["session_id"] == session.as_str()).cloned();
-        row.map_or((0, Value::Null), |row| {
-            let counts = &row["subagents"];
-            (counts["RUNNING"].as_u64().unwrap_or(0) + counts["WAITING"].as_u64().unwrap_or(0), row)
-        })
-    };
+    let busy = || busy_in(addr, &session).unwrap_or((0, Value::Null));
     let deadline = Instant::now() + Duration::from_secs(10);
     while busy().0 < 3 {
         assert!(Instant::now() < deadline, "the three levels never ran: {:?}", busy());

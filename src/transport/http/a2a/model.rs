@@ -147,9 +147,9 @@ impl UserMessage {
 }
 
 /// A task's state, as A2A names it, from its root subagent's record.
-pub(super) fn state_of(status: SubagentStatus, waiting_for: Option<WaitingFor>, queued: bool) -> &'static str {
+pub(super) fn state_of(status: SubagentStatus, waiting_for: Option<WaitingFor>) -> &'static str {
     match status {
-        SubagentStatus::Ready if queued => "TASK_STATE_SUBMITTED",
+        // Queued for a running slot, or not yet started.
         SubagentStatus::Ready => "TASK_STATE_SUBMITTED",
         SubagentStatus::Running => "TASK_STATE_WORKING",
         SubagentStatus::Waiting if waiting_for.is_some() => "TASK_STATE_INPUT_REQUIRED",
@@ -337,9 +337,9 @@ mod tests {
 
     #[test]
     fn states_map_as_the_readme_says() {
-        assert_eq!(state_of(SubagentStatus::Running, None, false), "TASK_STATE_WORKING");
-        assert_eq!(state_of(SubagentStatus::Waiting, Some(WaitingFor::Input), false), "TASK_STATE_INPUT_REQUIRED");
-        assert_eq!(state_of(SubagentStatus::Terminated, None, false), "TASK_STATE_CANCELED");
-        assert!(is_terminal(state_of(SubagentStatus::Failed, None, false)));
+        assert_eq!(state_of(SubagentStatus::Running, None), "TASK_STATE_WORKING");
+        assert_eq!(state_of(SubagentStatus::Waiting, Some(WaitingFor::Input)), "TASK_STATE_INPUT_REQUIRED");
+        assert_eq!(state_of(SubagentStatus::Terminated, None), "TASK_STATE_CANCELED");
+        assert!(is_terminal(state_of(SubagentStatus::Failed, None)));
     }
 }

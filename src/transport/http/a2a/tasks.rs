@@ -77,7 +77,7 @@ impl A2aFace {
         let tree = found.context.tree();
         let detail = tree.inspect_one(found.subagent).await.map_err(|_| RpcError::task_not_found(&found.task_id))?;
         let view = &detail.view;
-        let mut state = state_of(view.status, view.waiting_for, view.queued);
+        let mut state = state_of(view.status, view.waiting_for);
         // A person asked anywhere in the task's tree: the task waits for
         // its client. (The root itself may be waiting on that child.)
         let pending = if is_terminal(state) { None } else { pending_for(found) };
