@@ -1,5 +1,5 @@
 //! `subagentd`: serves the A2E subagents capability over stdio, TCP and/or
-//! HTTP+SSE. The service is the library's `server::run`; this is argument
+//! HTTP+SSE (`serve`), or one MCP session over stdio (`mcp`). The service is the library's `server::run`; this is argument
 //! parsing, binding, start-up checks and signals.
 
 use clap::{Args, Parser, Subcommand};
@@ -35,6 +35,43 @@ struct Cli {
 enum Command {
     /// Serve the protocol over stdio, TCP and/or HTTP+SSE.
     Serve(ServeArgs),
+    /// Serve one MCP session on stdin/stdout (JSON-RPC, one message per
+    /// line; logs go to stderr): the host's tools for an MCP client's
+    /// `mcpServers` entry. With [auth] tokens, SUBAGENTD_TOKEN holds one.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+struct McpArgs {
+    /// TOML config file, as `serve` takes it ([mcp.server], [limits], [[routes]], …).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Where state is kept: `memory` (the default here: each MCP client
+    /// starts its own process), `sqlite:PATH` (MCP tasks survive a restart),
+    /// or `postgres://…`. Default: `[store] url` in --config, else memory.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// How log records are written to stderr (`RUST_LOG` picks which).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormatArg,
+}
+
+impl From<McpArgs> for ServeArgs {
+    fn from(args: McpArgs) -> Self {
+        Self {
+            stdio: false,
+            mcp: true,
+            tcp: None,
+            http: None,
+            config: args.config,
+            insecure: false,
+            store: args.store,
+            data_dir: PathBuf::from("./subagentd-data"),
+            node_id: None,
+            log_format: args.log_format,
+            metrics: None,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +81,9 @@ struct ServeArgs {
     /// --tcp or --http.
     #[arg(long, conflicts_with_all = ["tcp", "http"])]
     stdio: bool,
+    /// Serve one MCP session on stdin/stdout instead (`subagentd mcp`).
+    #[arg(skip)]
+    mcp: bool,
     /// Serve NDJSON over TCP on HOST:PORT, one session per connection
     /// (default when omitted: 127.0.0.1:7700; a bare PORT means 127.0.0.1:PORT).
     #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = DEFAULT_TCP)]
@@ -96,7 +136,10 @@ enum LogFormatArg {
 }
 
 fn main() -> ExitCode {
-    let Command::Serve(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Serve(args) => args,
+        Command::Mcp(args) => args.into(),
+    };
     subagent_host::logging::init(match args.log_format {
         LogFormatArg::Text => LogFormat::Text,
         LogFormatArg::Json => LogFormat::Json,
@@ -166,7 +209,7 @@ fn bound(listener: &Option<std::net::TcpListener>) -> Option<SocketAddr> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    if !args.stdio && args.tcp.is_none() && args.http.is_none() {
+    if !args.stdio && !args.mcp && args.tcp.is_none() && args.http.is_none() {
         return Err("nothing to serve: give --stdio, --tcp [HOST:PORT] and/or --http [HOST:PORT] (see --help)".into());
     }
     let file = match &args.config {
@@ -180,7 +223,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Some(text) => StoreUrl::parse(text)?,
         None => match file.store.configured_url()? {
             Some(text) => StoreUrl::parse(&text)?,
-            None if args.stdio => StoreUrl::Memory,
+            None if args.stdio || args.mcp => StoreUrl::Memory,
             None => StoreUrl::default_sqlite(&args.data_dir),
         },
     };
@@ -223,7 +266,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         announce("tcp", &tcp);
         announce("http", &http);
         announce("metrics", &metrics);
-        let listeners = Listeners { tcp, http, stdio: args.stdio, metrics };
+        let listeners = Listeners { tcp, http, stdio: args.stdio, mcp_stdio: args.mcp, metrics };
         server::run(settings, listeners, stop_signal).await
     })
 }

@@ -62,6 +62,9 @@ pub struct Settings {
     pub approvals: crate::ApprovalPolicy,
     /// The A2A front door (`[a2a]`), on the HTTP listener.
     pub a2a: crate::config::A2aConfig,
+    /// The MCP front door (`[mcp.server]`): `/mcp` on the HTTP listener,
+    /// and what [`Listeners::mcp_stdio`] serves.
+    pub mcp: crate::config::McpFaceConfig,
 }
 
 impl Settings {
@@ -88,6 +91,7 @@ impl Settings {
             approvals: crate::ApprovalPolicy::new(&file.tools.approval)
                 .map_err(|err| format!("invalid config: {err}"))?,
             a2a: file.a2a.clone(),
+            mcp: file.mcp.server.clone(),
         })
     }
 }
@@ -101,6 +105,8 @@ pub struct Listeners {
     pub http: Option<std::net::TcpListener>,
     /// One session on stdin/stdout (alone: not with `tcp` or `http`).
     pub stdio: bool,
+    /// One MCP session on stdin/stdout (`subagentd mcp`; alone, as `stdio`).
+    pub mcp_stdio: bool,
     /// `GET /metrics` alone (`--metrics`), beside any of the others.
     pub metrics: Option<std::net::TcpListener>,
 }
@@ -120,7 +126,8 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + 'static,
 ) -> Result<(), String> {
-    if listeners.stdio && (listeners.tcp.is_some() || listeners.http.is_some()) {
+    let on_stdio = listeners.stdio || listeners.mcp_stdio;
+    if on_stdio && (listeners.tcp.is_some() || listeners.http.is_some() || (listeners.stdio && listeners.mcp_stdio)) {
         return Err("stdio cannot be combined with tcp or http".into());
     }
     let workers: Vec<actix_rt::Arbiter> = match settings.workers {
@@ -160,6 +167,9 @@ pub async fn run(
             stop_sessions(&on_shutdown).await;
         });
         stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
+    } else if listeners.mcp_stdio {
+        serve_mcp_stdio(service, settings.mcp, settings.final_flush, settings.journal_retained, settings.resume_concurrency, shutdown)
+            .await
     } else {
         let http = HttpSettings {
             workers: settings.http_workers,
@@ -167,6 +177,7 @@ pub async fn run(
             resume_concurrency: settings.resume_concurrency,
             admin,
             a2a: settings.a2a,
+            mcp: settings.mcp,
         };
         serve_network(service, listeners.tcp, listeners.http, http, settings.final_flush, shutdown).await
     };
@@ -196,6 +207,35 @@ struct HttpSettings {
     resume_concurrency: usize,
     admin: Arc<http::admin_routes::AdminApi>,
     a2a: crate::config::A2aConfig,
+    mcp: crate::config::McpFaceConfig,
+}
+
+// `subagentd mcp`: one MCP session on stdin/stdout, its sessions in an
+// HTTP registry (stored, restored) as every other face's; with a durable
+// store, stored sessions resume here as on any node.
+async fn serve_mcp_stdio(
+    service: Arc<Service>,
+    config: crate::config::McpFaceConfig,
+    final_flush: Duration,
+    journal_retained: usize,
+    resume_concurrency: usize,
+    shutdown: impl Future<Output = ()> + 'static,
+) -> Result<(), String> {
+    let sessions = http::HttpSessions::with_replay(service.clone(), final_flush, journal_retained);
+    let attach: std::sync::Weak<dyn crate::session::Attach> = Arc::downgrade(&sessions) as _;
+    service.set_attach(attach);
+    if service.store().is_durable() {
+        let parked = service.park_with();
+        actix_rt::spawn(http::adopt_orphans(sessions.clone(), resume_concurrency, parked));
+    }
+    let face = http::mcp::McpFace::new(sessions, config);
+    let served = tokio::select! {
+        served = http::mcp::serve_stdio(face) => served.map_err(|err| format!("mcp stdio: {err}")),
+        _ = shutdown => Ok(()),
+    };
+    stop_sessions(&service).await;
+    service.wait_idle().await;
+    served
 }
 
 async fn serve_network(
@@ -226,7 +266,8 @@ async fn serve_network(
     if let Some(listener) = http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
-        let server = http::server(listener, sessions, settings.admin, settings.a2a, threads(settings.workers))
+        let server =
+            http::server(listener, sessions, settings.admin, settings.a2a, settings.mcp, threads(settings.workers))
             .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
         actix_rt::spawn(server);

@@ -166,11 +166,18 @@ pub struct McpClientConfig {
     pub allowed_urls: Vec<String>,
     /// How many servers one session may register (default 4).
     pub max_client_servers: usize,
+    /// `[mcp.server]`: the host as an MCP server.
+    pub server: super::McpFaceConfig,
 }
 
 impl Default for McpClientConfig {
     fn default() -> Self {
-        Self { allow_client_stdio: false, allowed_urls: Vec::new(), max_client_servers: DEFAULT_MAX_CLIENT_SERVERS }
+        Self {
+            allow_client_stdio: false,
+            allowed_urls: Vec::new(),
+            max_client_servers: DEFAULT_MAX_CLIENT_SERVERS,
+            server: super::McpFaceConfig::default(),
+        }
     }
 }
 

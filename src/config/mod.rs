@@ -7,6 +7,7 @@ mod approval;
 mod file;
 mod limits;
 mod mcp;
+mod mcp_face;
 mod providers;
 
 pub use a2a::{A2aConfig, A2aSkill};
@@ -19,4 +20,5 @@ pub use mcp::{
     McpClientConfig, McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS,
     DEFAULT_MAX_CLIENT_SERVERS, DEFAULT_MAX_RESULT_BYTES,
 };
+pub use mcp_face::{McpFaceConfig, DEFAULT_MCP_POLL_INTERVAL_MS, DEFAULT_MCP_TASK_TTL_MS};
 pub use providers::{Jitter, ProviderConfig, RetryConfig};

@@ -269,6 +269,7 @@ fn config_keys() -> Vec<(String, String)> {
         "src/config/providers.rs",
         "src/config/approval.rs",
         "src/config/a2a.rs",
+        "src/config/mcp_face.rs",
     ] {
         let text = read(file);
         let mut deserialized = false;

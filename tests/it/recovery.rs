@@ -59,6 +59,7 @@ impl Node {
                     tools: Default::default(),
                     approvals: Default::default(),
                     a2a: Default::default(),
+                    mcp: Default::default(),
                 };
                 let listeners = Listeners { http: Some(listener), ..Listeners::default() };
                 server::run(settings, listeners, async move {

@@ -40,6 +40,7 @@ impl InProcess {
             tools: Default::default(),
             approvals: Default::default(),
             a2a: Default::default(),
+            mcp: Default::default(),
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

@@ -1,17 +1,18 @@
-//! [`server`]: the HTTP server and its routing table (the A2A face's
-//! routes included).
+//! [`server`]: the HTTP server and its routing table (the A2A and MCP
+//! faces' routes included).
 
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
 
 use super::a2a::{self, A2aFace};
+use super::mcp::{self, McpFace};
 use super::create_session::create;
 use super::health::{health, ready};
 use super::send_lines::send;
 use super::sse_stream::stream;
 use super::{admin_routes, metrics_endpoint, HttpSessions};
-use crate::config::A2aConfig;
+use crate::config::{A2aConfig, McpFaceConfig};
 
 /// Builds the HTTP server on an already bound listener; run the returned
 /// [`Server`] (a future) and stop it through its handle.
@@ -20,6 +21,7 @@ pub(crate) fn server(
     sessions: Arc<HttpSessions>,
     admin: Arc<admin_routes::AdminApi>,
     a2a: A2aConfig,
+    mcp: McpFaceConfig,
     workers: usize,
 ) -> std::io::Result<Server> {
     listener.set_nonblocking(true)?;
@@ -27,12 +29,14 @@ pub(crate) fn server(
     // actix bounds connections per worker: split `max_connections` evenly.
     let per_worker = sessions.service.limits().max_connections.div_ceil(workers).max(1);
     let a2a = A2aFace::new(sessions.clone(), a2a);
+    let mcp = McpFace::new(sessions.clone(), mcp);
     let data = web::Data::from(sessions);
     let admin = web::Data::from(admin);
     let server = HttpServer::new(move || {
         App::new()
             .configure(|cfg| admin_routes::routes(cfg, admin.clone()))
             .configure(|cfg| a2a::routes(cfg, &a2a))
+            .configure(|cfg| mcp::routes(cfg, &mcp))
             .app_data(data.clone())
             .route("/session", web::post().to(create))
             .route("/send", web::post().to(send))

@@ -133,6 +133,18 @@ impl Recent {
 }
 
 impl HttpEntry {
+    /// Ends the session for good (a client's `DELETE /mcp`): it is closed,
+    /// not kept stored.
+    pub(super) fn close(&self) {
+        self.keep_stored.store(false, Ordering::Release);
+        self.stop.cancel();
+    }
+
+    /// The token holder it belongs to.
+    pub(super) fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+
     /// Records activity: the idle deadline moves.
     pub(super) fn touch(&self) {
         *lock(&self.last_active) = Instant::now();

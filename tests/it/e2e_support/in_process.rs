@@ -50,7 +50,7 @@ impl InProcess {
         let (stop, stopped) = oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             actix_rt::System::new().block_on(async move {
-                let listeners = Listeners { tcp, http, stdio: false, metrics };
+                let listeners = Listeners { tcp, http, metrics, ..Listeners::default() };
                 server::run(settings, listeners, async move {
                     let _ = stopped.await;
                 })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-use super::contexts::session_of;
+use super::tasks::session_of;
 use super::model::{agent_message, is_terminal, read_message};
 use super::rpc::{bool_field, failure, history_length, int_field, read_call, string_field, success, Call, RpcError};
 use super::tasks::{status_filter, task_id, Asker, Found};
@@ -215,7 +215,8 @@ async fn list(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker) -
             let session = session_of(asker.principal.as_deref(), &context_id);
             face.contexts
                 .open(&face.sessions, &session, None)
-                .await?
+                .await
+                .map_err(|err| RpcError::internal(err.message))?
                 .map(|context| vec![(session, context)])
                 .unwrap_or_default()
         }

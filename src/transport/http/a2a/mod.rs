@@ -7,14 +7,13 @@
 //!   `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask` and
 //!   `SubscribeToTask` (`methods`; streams in `stream`).
 //!
-//! A context is a session (`contexts`), a task a root subagent made from
+//! A context is a session (`../face_sessions.rs`), a task a root subagent made from
 //! `[a2a] agent` (`tasks`), written as A2A's objects (`model`) over
 //! JSON-RPC (`rpc`). The `[auth]` tokens and every `[limits]` bound apply:
 //! a context takes a `max_sessions` place like any session, and its tasks
 //! count against the session's limits.
 
 mod card;
-mod contexts;
 mod methods;
 mod model;
 mod rpc;
@@ -33,7 +32,7 @@ use crate::config::A2aConfig;
 pub(crate) struct A2aFace {
     sessions: Arc<HttpSessions>,
     config: A2aConfig,
-    contexts: contexts::Contexts,
+    contexts: super::face_sessions::Contexts,
     // When the face started (the card's `Last-Modified`).
     started: std::time::SystemTime,
 }
@@ -42,7 +41,7 @@ impl A2aFace {
     /// The face of `sessions`, as `config` describes it.
     pub(crate) fn new(sessions: Arc<HttpSessions>, config: A2aConfig) -> Arc<Self> {
         let started = std::time::SystemTime::now();
-        Arc::new(Self { sessions, config, contexts: contexts::Contexts::default(), started })
+        Arc::new(Self { sessions, config, contexts: super::face_sessions::Contexts::default(), started })
     }
 }
 

@@ -165,19 +165,7 @@ pub(super) fn is_terminal(state: &str) -> bool {
     matches!(state, "TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_REJECTED")
 }
 
-/// Unix seconds as an RFC 3339 UTC timestamp with milliseconds (`…Z`).
-pub(super) fn timestamp(unix_seconds: f64) -> String {
-    let millis = (unix_seconds * 1000.0).round() as i128;
-    time::OffsetDateTime::from_unix_timestamp_nanos(millis * 1_000_000)
-        .ok()
-        .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
-}
-
-/// Now, in Unix seconds.
-pub(super) fn now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |at| at.as_secs_f64())
-}
+pub(super) use super::super::face_sessions::{now, timestamp};
 
 /// An agent's message about task `task_id` (its id made from `key`, so the
 /// same status reads the same every time).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-use super::contexts::{session_of, Context};
+use super::super::face_sessions::{Context, Opener};
 use super::model::{is_terminal, now, result_text, state_of, TaskSnapshot, UserMessage};
 use super::rpc::RpcError;
 use super::A2aFace;
@@ -40,6 +40,15 @@ pub(super) fn task_id(session: &str, subagent: SubagentId) -> String {
     format!("{session}-{subagent}")
 }
 
+/// The session of a context: 32 hex digits of a SHA-256 of the caller and
+/// the context id, so that another caller's context is never reached, and
+/// no A2E session is.
+pub(super) fn session_of(principal: Option<&str>, context_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("a2a\n{}\n{context_id}", principal.unwrap_or("")).as_bytes());
+    digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// Who asks: their principal (when `[auth]` has tokens) and token.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Asker {
@@ -59,7 +68,12 @@ impl A2aFace {
         if session.len() != 32 || !session.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
             return Err(not_found());
         }
-        let context = self.contexts.open(&self.sessions, session, None).await?.ok_or_else(not_found)?;
+        let context = self
+            .contexts
+            .open(&self.sessions, session, None)
+            .await
+            .map_err(|err| RpcError::internal(err.message))?
+            .ok_or_else(not_found)?;
         let detail = context.tree().inspect_one(subagent).await.map_err(|_| not_found())?;
         let context_id = detail.config.metadata.get("a2a").and_then(|a2a| a2a["contextId"].as_str());
         match context_id {
@@ -125,11 +139,12 @@ impl A2aFace {
     ) -> Result<(Found, broadcast::Receiver<Arc<Value>>), RpcError> {
         let context_id = message.context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let session = session_of(caller.principal.as_deref(), &context_id);
-        let create = Some((caller.principal.clone(), caller.token.as_deref()));
+        let create = Some(Opener { face: "a2a", principal: caller.principal.as_deref(), token: caller.token.as_deref() });
         let context = self
             .contexts
             .open(&self.sessions, &session, create)
-            .await?
+            .await
+            .map_err(|err| RpcError::internal(err.message))?
             .ok_or_else(|| RpcError::internal("the context's session could not be opened"))?;
         let events = context.events.subscribe();
         let tree = context.tree();
@@ -353,5 +368,20 @@ pub(super) fn status_filter(params: &Map<String, Value>) -> Result<Option<&'stat
             _ => Err(RpcError::invalid_params("`status` is not a TaskState")),
         },
         Some(_) => Err(RpcError::invalid_params("`status` must be a TaskState")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_of;
+
+    #[test]
+    fn a_context_names_one_session_per_caller() {
+        let a = session_of(None, "ctx");
+        assert_eq!(a, session_of(None, "ctx"));
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(a, session_of(Some("alice"), "ctx"), "another caller's context is another session");
+        assert_ne!(a, session_of(None, "ctx2"));
     }
 }

@@ -1,9 +1,8 @@
-//! A2A contexts as sessions. A context's session is an HTTP session like
-//! any other (stored, restored after a restart, handed between cluster
-//! nodes, closed after `session_idle_seconds` unused), named after the
-//! context and its caller, so any node finds it again without a table. The
-//! face reads the session's events (no other client does) and shares them
-//! with the context's waiting requests and streams.
+//! The sessions a face serves itself (an A2A context, an MCP client's
+//! session): HTTP sessions like any other (stored, restored after a
+//! restart, handed between cluster nodes, closed after
+//! `session_idle_seconds` unused), whose events the face reads (no other
+//! client does) and shares with its waiting requests and streams.
 
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -11,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::super::sessions::{lock, HttpEntry};
-use super::super::HttpSessions;
-use super::rpc::RpcError;
+use super::sessions::{lock, HttpEntry};
+use super::HttpSessions;
+use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
 use crate::session::INPUT_QUEUE;
@@ -25,24 +24,15 @@ const EVENT_BUFFER: usize = 1024;
 const FOLLOWUPS_KEPT: usize = 64;
 const TASKS_WITH_FOLLOWUPS: usize = 1024;
 
-/// The session of a context: 32 hex digits of a SHA-256 of the caller and
-/// the context id, so that another caller's context is never reached, and
-/// no A2E session is.
-pub(super) fn session_of(principal: Option<&str>, context_id: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("a2a\n{}\n{context_id}", principal.unwrap_or("")).as_bytes());
-    digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
-}
-
 /// A context's session served here, and its events.
 #[derive(Debug)]
-pub(super) struct Context {
+pub(in crate::transport::http) struct Context {
     /// The session.
-    pub(super) entry: Arc<HttpEntry>,
+    pub(in crate::transport::http) entry: Arc<HttpEntry>,
     /// Every `SUBAGENT_EVENT` the session sends.
-    pub(super) events: broadcast::Sender<Arc<Value>>,
+    pub(in crate::transport::http) events: broadcast::Sender<Arc<Value>>,
     // Fires when the reader stops (the session ended or moved away).
-    ended: CancellationToken,
+    pub(in crate::transport::http) ended: CancellationToken,
     // The messages that followed each task's first (answers, mail), for
     // `history`: kept here only, not stored (see docs/a2a.md).
     followups: Mutex<HashMap<SubagentId, Vec<Value>>>,
@@ -50,25 +40,25 @@ pub(super) struct Context {
 
 impl Context {
     /// Whether this is still how the session is served here.
-    fn is_current(&self, sessions: &HttpSessions, id: &str) -> bool {
+    pub(in crate::transport::http) fn is_current(&self, sessions: &HttpSessions, id: &str) -> bool {
         !self.ended.is_cancelled()
             && !self.entry.log.is_detached()
             && sessions.get(id).is_some_and(|entry| Arc::ptr_eq(&entry, &self.entry))
     }
 
     /// The session's tree.
-    pub(super) fn tree(&self) -> &crate::runtime::Tree {
+    pub(in crate::transport::http) fn tree(&self) -> &crate::runtime::Tree {
         &self.entry.tree
     }
 
     /// The messages that followed task `root`'s first, oldest first.
-    pub(super) fn followups(&self, root: SubagentId) -> Vec<Value> {
+    pub(in crate::transport::http) fn followups(&self, root: SubagentId) -> Vec<Value> {
         lock(&self.followups).get(&root).cloned().unwrap_or_default()
     }
 
     /// Keeps a message that followed task `root`'s first (the last
     /// [`FOLLOWUPS_KEPT`] of each of at most [`TASKS_WITH_FOLLOWUPS`] tasks).
-    pub(super) fn add_followup(&self, root: SubagentId, message: Value) {
+    pub(in crate::transport::http) fn add_followup(&self, root: SubagentId, message: Value) {
         let mut followups = lock(&self.followups);
         if followups.len() >= TASKS_WITH_FOLLOWUPS && !followups.contains_key(&root) {
             followups.clear();
@@ -81,16 +71,27 @@ impl Context {
     }
 
     /// Commits what the last operations recorded (durable stores).
-    pub(super) async fn commit(&self) {
+    pub(in crate::transport::http) async fn commit(&self) {
         if self.entry.log.is_recording() {
             self.entry.log.store().flush().await;
         }
     }
 }
 
-/// The contexts served here.
+/// Who opens a new session, and for which face.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::transport::http) struct Opener<'a> {
+    /// The face (`a2a`, `mcp`): the session's transport and handshake agent.
+    pub(in crate::transport::http) face: &'static str,
+    /// The token holder's name, stored with the session.
+    pub(in crate::transport::http) principal: Option<&'a str>,
+    /// The bearer token, for the session's handshake.
+    pub(in crate::transport::http) token: Option<&'a str>,
+}
+
+/// The sessions a face serves here.
 #[derive(Debug, Default)]
-pub(super) struct Contexts {
+pub(in crate::transport::http) struct Contexts {
     live: Mutex<HashMap<String, Arc<Context>>>,
     // Each context is opened by one request at a time (two first messages
     // of one context make one session); other contexts do not wait.
@@ -99,18 +100,18 @@ pub(super) struct Contexts {
 
 impl Contexts {
     /// The contexts served here now.
-    pub(super) fn served(&self) -> Vec<(String, Arc<Context>)> {
+    pub(in crate::transport::http) fn served(&self) -> Vec<(String, Arc<Context>)> {
         lock(&self.live).iter().map(|(id, context)| (id.clone(), context.clone())).collect()
     }
 
     /// Context session `id`, served here: live, restored from the store,
     /// or (with `create`) opened. `Ok(None)`: not found and not created.
-    pub(super) async fn open(
+    pub(in crate::transport::http) async fn open(
         &self,
         sessions: &Arc<HttpSessions>,
         id: &str,
-        create: Option<(Option<String>, Option<&str>)>,
-    ) -> Result<Option<Arc<Context>>, RpcError> {
+        create: Option<Opener<'_>>,
+    ) -> Result<Option<Arc<Context>>, HostError> {
         if let Some(context) = self.current(sessions, id) {
             return Ok(Some(context));
         }
@@ -127,17 +128,17 @@ impl Contexts {
         &self,
         sessions: &Arc<HttpSessions>,
         id: &str,
-        create: Option<(Option<String>, Option<&str>)>,
-    ) -> Result<Option<Arc<Context>>, RpcError> {
+        create: Option<Opener<'_>>,
+    ) -> Result<Option<Arc<Context>>, HostError> {
         let entry = match sessions.get(id).filter(|entry| !entry.log.is_detached()) {
             Some(entry) => entry,
             None => match sessions.restore(id).await {
                 Ok(Some(entry)) => entry,
                 Ok(None) => match create {
-                    Some((principal, token)) => Self::create(sessions, id, principal, token).await?,
+                    Some(opener) => Self::create(sessions, id, opener).await?,
                     None => return Ok(None),
                 },
-                Err(err) => return Err(RpcError::internal(err.message)),
+                Err(err) => return Err(err),
             },
         };
         entry.keep_stored.store(true, std::sync::atomic::Ordering::Release);
@@ -161,23 +162,23 @@ impl Contexts {
     async fn create(
         sessions: &Arc<HttpSessions>,
         id: &str,
-        principal: Option<String>,
-        token: Option<&str>,
-    ) -> Result<Arc<HttpEntry>, RpcError> {
+        opener: Opener<'_>,
+    ) -> Result<Arc<HttpEntry>, HostError> {
+        let Opener { face, principal, token } = opener;
         let service = &sessions.service;
         let queue = service.limits().max_inflight_requests.max(INPUT_QUEUE);
-        let opened = service.open_named(queue, true, id.to_owned()).map_err(|err| RpcError::internal(err.message))?;
-        service.store_new_session(&opened, principal).await.map_err(|err| RpcError::internal(err.message))?;
+        let opened = service.open_named(queue, true, id.to_owned())?;
+        service.store_new_session(&opened, principal.map(str::to_owned)).await?;
         let mut opened = opened;
-        opened.connection = opened.connection.with_transport("a2a");
+        opened.connection = opened.connection.with_transport(face);
         let id = sessions.insert(opened);
-        let entry = sessions.get(&id).ok_or_else(|| RpcError::internal("the new session ended at once"))?;
+        let entry = sessions.get(&id).ok_or_else(|| HostError::new(ErrorCode::RuntimeError, "the new session ended at once"))?;
         // Its handshake, as a client's: the session is then served as any
         // handshaken one (and restored as one).
         let hello = json!({
             "type": "handshake/req",
-            "id": "a2a-handshake",
-            "agent_id": "a2a",
+            "id": format!("{face}-handshake"),
+            "agent_id": face,
             "agent_caps": ["multi_agent"],
             "auth_token": token,
         });
@@ -186,7 +187,7 @@ impl Contexts {
             Some(seq) => Frame::Journaled { seq, line },
             None => Frame::Line(line),
         };
-        entry.input.try_send(frame).map_err(|_| RpcError::internal("the new session took no handshake"))?;
+        entry.input.try_send(frame).map_err(|_| HostError::new(ErrorCode::RuntimeError, "the new session took no handshake"))?;
         Ok(entry)
     }
 }
@@ -226,7 +227,7 @@ async fn read_events(context: Arc<Context>) {
         _ = context.ended.cancelled() => return,
     };
     while let Some(line) = receiver.recv().await {
-        log::trace!("a2a context {}: {line}", context.tree().session_id());
+        log::trace!("face session {}: {line}", context.tree().session_id());
         let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
         if value["type"] == "SUBAGENT_EVENT" {
             context.entry.touch();
@@ -236,17 +237,17 @@ async fn read_events(context: Arc<Context>) {
     context.ended.cancel();
 }
 
-#[cfg(test)]
-mod tests {
-    use super::session_of;
+/// A moment as RFC 3339 in UTC (`2026-12-04T09:30:00.25Z`), from seconds
+/// since the Unix epoch.
+pub(in crate::transport::http) fn timestamp(unix_seconds: f64) -> String {
+    let millis = (unix_seconds * 1000.0).round() as i128;
+    time::OffsetDateTime::from_unix_timestamp_nanos(millis * 1_000_000)
+        .ok()
+        .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
 
-    #[test]
-    fn a_context_names_one_session_per_caller() {
-        let a = session_of(None, "ctx");
-        assert_eq!(a, session_of(None, "ctx"));
-        assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-        assert_ne!(a, session_of(Some("alice"), "ctx"), "another caller's context is another session");
-        assert_ne!(a, session_of(None, "ctx2"));
-    }
+/// Now, in seconds since the Unix epoch.
+pub(in crate::transport::http) fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |at| at.as_secs_f64())
 }

@@ -1,0 +1,327 @@
+//! `/mcp`: MCP streamable HTTP.
+//!
+//! - `POST` one JSON-RPC message. `initialize` opens a session and names
+//!   it in `Mcp-Session-Id`, which every later request carries (400
+//!   without it, 404 for a session that is gone). A notification or a
+//!   response is taken with 202. A request is answered with JSON, but
+//!   `tools/call` and `tasks/result`, which may run long and report
+//!   progress, with an SSE stream: its messages, then the answer.
+//! - `GET` (`Accept: text/event-stream`): the session's stream of messages
+//!   that belong to no request (elicitations, resource updates); a newer
+//!   one replaces it.
+//! - `Last-Event-ID` on a `GET` resumes the stream it names (a request's
+//!   or the session's) after that event: nothing written is lost to a
+//!   dropped connection, and a call runs on whether or not its client is
+//!   connected.
+//! - `DELETE` ends the session and its tree.
+//!
+//! With `[auth]` tokens every request needs `Authorization: Bearer` (401
+//! otherwise), and a session is only ever served to its token's holder. A
+//! request with an `Origin` other than the host it is sent to (or a
+//! loopback one) is refused with 403 (DNS rebinding).
+
+use actix_web::http::{header, StatusCode};
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpRequest, HttpResponse};
+use serde_json::Value;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+use super::super::request_info::bearer;
+use super::jsonrpc::{self, Incoming, RpcError};
+use super::outlet::{Next, Outlet};
+use super::session::{Asker, McpSession, VERSIONS};
+use super::McpFace;
+
+/// The session header.
+const SESSION_HEADER: &str = "Mcp-Session-Id";
+/// The protocol version header.
+const VERSION_HEADER: &str = "MCP-Protocol-Version";
+/// A comment on a quiet stream, so that proxies keep it open.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Chunks written ahead of a slow client.
+const AHEAD: usize = 16;
+
+/// Adds `/mcp` (nothing when `[mcp.server] enabled = false`).
+pub(crate) fn routes(cfg: &mut web::ServiceConfig, face: &Arc<McpFace>) {
+    if !face.config.enabled {
+        return;
+    }
+    let body_limit = face.sessions.service.limits().max_line_bytes;
+    cfg.service(
+        web::resource("/mcp")
+            .app_data(web::Data::from(face.clone()))
+            .app_data(web::PayloadConfig::new(body_limit))
+            .route(web::post().to(post))
+            .route(web::get().to(get))
+            .route(web::delete().to(delete)),
+    );
+}
+
+fn refuse(status: StatusCode, err: &RpcError) -> HttpResponse {
+    HttpResponse::build(status).content_type("application/json").body(jsonrpc::failure(&Value::Null, err).to_string())
+}
+
+// A request refused before it reaches a session: the status, and why.
+struct Refused(StatusCode, RpcError);
+
+impl Refused {
+    fn response(self) -> HttpResponse {
+        let mut response = refuse(self.0, &self.1);
+        if self.0 == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+// Token and origin: who asks, or the refusal.
+fn gate(req: &HttpRequest, face: &McpFace) -> Result<Asker, Refused> {
+    let auth = face.sessions.service.auth();
+    let token = bearer(req).map(str::to_owned);
+    if !auth.check(token.as_deref()) {
+        crate::metrics::metrics().auth_failed("mcp");
+        return Err(Refused(StatusCode::UNAUTHORIZED, RpcError::invalid_request("a valid bearer token is required")));
+    }
+    if let Some(origin) = req.headers().get(header::ORIGIN).and_then(|value| value.to_str().ok()) {
+        if !origin_allowed(origin, req.connection_info().host()) {
+            return Err(Refused(StatusCode::FORBIDDEN, RpcError::invalid_request(format!("origin {origin} is not allowed"))));
+        }
+    }
+    Ok(Asker { principal: auth.principal(token.as_deref()), token })
+}
+
+// An origin is the host the request was sent to, or a loopback one.
+fn origin_allowed(origin: &str, host: &str) -> bool {
+    let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
+    let name = |authority: &str| -> String {
+        let name = if authority.starts_with('[') {
+            authority.split(']').next().map(|name| format!("{name}]")).unwrap_or_default()
+        } else {
+            authority.split(':').next().unwrap_or_default().to_owned()
+        };
+        name.to_ascii_lowercase()
+    };
+    let origin_name = name(authority);
+    authority.eq_ignore_ascii_case(host) || matches!(origin_name.as_str(), "localhost" | "127.0.0.1" | "[::1]")
+}
+
+fn header_text<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|value| value.to_str().ok()).map(str::trim).filter(|text| !text.is_empty())
+}
+
+fn accepts(req: &HttpRequest, media: &str) -> bool {
+    header_text(req, "accept").is_none_or(|accept| {
+        accept.split(',').any(|part| {
+            let part = part.split(';').next().unwrap_or("").trim();
+            part == media || part == "*/*" || part.strip_suffix("/*").is_some_and(|kind| media.starts_with(kind))
+        })
+    })
+}
+
+// The session a request names, with the protocol version it says.
+async fn named_session(req: &HttpRequest, face: &McpFace, asker: &Asker) -> Result<Arc<McpSession>, Refused> {
+    let Some(id) = header_text(req, SESSION_HEADER) else {
+        return Err(Refused(StatusCode::BAD_REQUEST, RpcError::invalid_request("Mcp-Session-Id is required (initialize first)")));
+    };
+    let version = header_text(req, VERSION_HEADER);
+    if let Some(version) = version.filter(|version| !VERSIONS.contains(version)) {
+        let message = format!("unsupported {VERSION_HEADER} {version}; supported: {}", VERSIONS.join(", "));
+        return Err(Refused(StatusCode::BAD_REQUEST, RpcError::invalid_request(message)));
+    }
+    match face.session(id, asker, version).await {
+        Ok(Some(session)) => Ok(session),
+        Ok(None) => Err(Refused(StatusCode::NOT_FOUND, RpcError::invalid_request(format!("no session {id}: initialize again")))),
+        Err(err) => Err(Refused(StatusCode::SERVICE_UNAVAILABLE, err)),
+    }
+}
+
+async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpResponse {
+    let face = face.into_inner();
+    let asker = match gate(&req, &face) {
+        Ok(asker) => asker,
+        Err(refused) => return refused.response(),
+    };
+    let json_body = header_text(&req, "content-type")
+        .is_some_and(|value| value.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
+    if !json_body {
+        return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, &RpcError::invalid_request("the body must be application/json"));
+    }
+    if !accepts(&req, "application/json") && !accepts(&req, "text/event-stream") {
+        return refuse(StatusCode::NOT_ACCEPTABLE, &RpcError::invalid_request("Accept must take application/json and text/event-stream"));
+    }
+    let message = match serde_json::from_slice::<Value>(&body) {
+        Ok(value) => jsonrpc::read(value),
+        Err(err) => Err((Value::Null, RpcError::parse(format!("not JSON: {err}")))),
+    };
+    let message = match message {
+        Ok(message) => message,
+        Err((id, err)) => {
+            return HttpResponse::BadRequest().content_type("application/json").body(jsonrpc::failure(&id, &err).to_string())
+        }
+    };
+    if let Incoming::Request { id, method, params } = &message {
+        if method == "initialize" && header_text(&req, SESSION_HEADER).is_none() {
+            return match face.initialize(&asker, params, Outlet::new(0)).await {
+                Ok((session, result)) => HttpResponse::Ok()
+                    .content_type("application/json")
+                    .insert_header((SESSION_HEADER, session.id.clone()))
+                    .body(jsonrpc::success(id, result).to_string()),
+                Err(err) if err.code == -32602 => {
+                    HttpResponse::BadRequest().content_type("application/json").body(jsonrpc::failure(id, &err).to_string())
+                }
+                Err(err) => HttpResponse::ServiceUnavailable()
+                    .content_type("application/json")
+                    .body(jsonrpc::failure(id, &err).to_string()),
+            };
+        }
+    }
+    let session = match named_session(&req, &face, &asker).await {
+        Ok(session) => session,
+        Err(refused) => return refused.response(),
+    };
+    let (id, method, params) = match message {
+        Incoming::Request { id, method, params } => (id, method, params),
+        other => {
+            face.take(&session, other);
+            return HttpResponse::Accepted().finish();
+        }
+    };
+    if !matches!(method.as_str(), "tools/call" | "tasks/result") {
+        let outlet = session.general.clone();
+        return match face.answer(&session, &asker, &id, &method, params, &outlet).await {
+            Some(answer) => HttpResponse::Ok().content_type("application/json").body(answer.to_string()),
+            None => HttpResponse::Accepted().finish(),
+        };
+    }
+    // Streamed: the call runs on its own, whether or not its client stays
+    // connected; its stream keeps what it says for a reconnect.
+    let outlet = session.new_stream();
+    {
+        let (face, session, outlet) = (face.clone(), session.clone(), outlet.clone());
+        actix_rt::spawn(async move {
+            match face.answer(&session, &asker, &id, &method, params, &outlet).await {
+                Some(answer) => outlet.finish_with(&answer),
+                None => outlet.finish(),
+            }
+        });
+    }
+    sse(&session, outlet, 0, false)
+}
+
+async fn get(req: HttpRequest, face: web::Data<McpFace>) -> HttpResponse {
+    let face = face.into_inner();
+    let asker = match gate(&req, &face) {
+        Ok(asker) => asker,
+        Err(refused) => return refused.response(),
+    };
+    if !accepts(&req, "text/event-stream") || header_text(&req, "accept").is_none() {
+        return refuse(StatusCode::NOT_ACCEPTABLE, &RpcError::invalid_request("Accept must take text/event-stream"));
+    }
+    let session = match named_session(&req, &face, &asker).await {
+        Ok(session) => session,
+        Err(refused) => return refused.response(),
+    };
+    let resumed = header_text(&req, "last-event-id").and_then(|last| {
+        let (stream, number) = last.split_once('-')?;
+        Some((stream.parse::<u64>().ok()?, number.parse::<u64>().ok()?))
+    });
+    match resumed.and_then(|(stream, after)| Some((session.stream(stream)?, after))) {
+        Some((outlet, after)) => {
+            let general = outlet.stream == 0;
+            sse(&session, outlet, after, general)
+        }
+        None => {
+            let after = session.general_read.load(std::sync::atomic::Ordering::Acquire);
+            sse(&session, session.general.clone(), after, true)
+        }
+    }
+}
+
+async fn delete(req: HttpRequest, face: web::Data<McpFace>) -> HttpResponse {
+    let face = face.into_inner();
+    let asker = match gate(&req, &face) {
+        Ok(asker) => asker,
+        Err(refused) => return refused.response(),
+    };
+    match named_session(&req, &face, &asker).await {
+        Ok(session) => {
+            face.end_session(&session);
+            HttpResponse::Ok().finish()
+        }
+        Err(refused) => refused.response(),
+    }
+}
+
+// An SSE response carrying `outlet` after message `after`. The session's
+// own stream (`general`) has one reader: a newer one ends this one.
+fn sse(session: &Arc<McpSession>, outlet: Arc<Outlet>, after: u64, general: bool) -> HttpResponse {
+    let (tx, rx) = mpsc::channel::<Bytes>(AHEAD);
+    let session = session.clone();
+    let replaced = general.then(|| session.take_general_reader());
+    let priming = session.client().version.as_str() >= "2025-11-25";
+    actix_rt::spawn(async move {
+        let stream = outlet.stream;
+        if priming && after == 0 && !general {
+            // An event id before anything else: a client that loses the
+            // connection now can still resume (2025-11-25).
+            if tx.send(Bytes::from(format!("id: {stream}-0\ndata: \n\n"))).await.is_err() {
+                return;
+            }
+        }
+        let mut after = after;
+        loop {
+            let next = tokio::select! {
+                next = outlet.next(after) => next,
+                _ = tokio::time::sleep(KEEPALIVE) => {
+                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
+                    continue;
+                }
+                _ = tx.closed() => return,
+                _ = async { match &replaced { Some(token) => token.cancelled().await, None => std::future::pending().await } } => return,
+                _ = session.closed.cancelled(), if general => return,
+            };
+            let messages = match next {
+                Next::Messages(messages) => messages,
+                Next::Finished | Next::Lost => return,
+            };
+            let mut chunk = String::new();
+            for (number, message) in &messages {
+                chunk.push_str(&format!("id: {stream}-{number}\ndata: {message}\n\n"));
+                after = *number;
+            }
+            if tx.send(Bytes::from(chunk)).await.is_err() {
+                return;
+            }
+            outlet.delivered(after);
+            if general {
+                session.general_read.fetch_max(after, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_allowed;
+
+    #[test]
+    fn origins_are_the_host_itself_or_loopback() {
+        assert!(origin_allowed("http://localhost:3000", "127.0.0.1:8080"));
+        assert!(origin_allowed("http://127.0.0.1", "example.com"));
+        assert!(origin_allowed("http://[::1]:9", "example.com"));
+        assert!(origin_allowed("https://agents.example.com", "agents.example.com"));
+        assert!(!origin_allowed("https://evil.example", "agents.example.com"));
+        assert!(!origin_allowed("http://localhost.evil.example", "127.0.0.1:8080"));
+    }
+}

@@ -1,0 +1,153 @@
+//! `subagentd mcp`: one MCP session over stdin and stdout, one JSON-RPC
+//! message per line. Only protocol goes to stdout (logs go to stderr).
+//! Requests are served concurrently (a long `run_subagent` does not hold
+//! up a `tasks/get`). EOF on stdin ends the session: calls still running
+//! are cancelled (their subtrees stop), then the process exits.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+use super::jsonrpc::{self, Incoming, RpcError};
+use super::outlet::{Next, Outlet};
+use super::session::{Asker, McpSession};
+use super::McpFace;
+use crate::protocol::codec::{Frame, LineDecoder};
+
+/// The environment variable that holds the bearer token (with `[auth]` tokens).
+pub(crate) const TOKEN_ENV: &str = "SUBAGENTD_TOKEN";
+
+/// Lines read ahead of the session.
+const READ_AHEAD: usize = 64;
+
+/// Serves one MCP session on stdin/stdout until stdin ends.
+pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
+    let auth = face.sessions.service.auth();
+    // Stdio has no header to carry a token: with `[auth]` tokens, the
+    // client's MCP config puts one in the environment.
+    let token = std::env::var(TOKEN_ENV).ok().filter(|token| !token.is_empty());
+    let refused = !auth.check(token.as_deref());
+    let asker = Asker { principal: auth.principal(token.as_deref()), token };
+    let limit = face.sessions.service.limits().max_line_bytes;
+    let (lines, mut incoming) = mpsc::channel(READ_AHEAD);
+    std::thread::Builder::new().name("mcp-stdin".into()).spawn(move || read_stdin(limit, lines))?;
+    let out = Outlet::new(0);
+    let writer = {
+        let out = out.clone();
+        std::thread::Builder::new().name("mcp-stdout".into()).spawn(move || write_stdout(&out))?
+    };
+    let mut session: Option<Arc<McpSession>> = None;
+    while let Some(frame) = incoming.recv().await {
+        let line = match frame {
+            Frame::Line(line) | Frame::Journaled { line, .. } => line,
+            Frame::TooLong { limit } => {
+                out.push(&jsonrpc::failure(&Value::Null, &RpcError::invalid_request(format!("a message longer than {limit} bytes (max_line_bytes) was skipped"))));
+                continue;
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let message = match serde_json::from_slice::<Value>(&line) {
+            Ok(value) => jsonrpc::read(value),
+            Err(err) => Err((Value::Null, RpcError::parse(format!("not JSON: {err}")))),
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err((id, err)) => {
+                out.push(&jsonrpc::failure(&id, &err));
+                continue;
+            }
+        };
+        match (&session, message) {
+            (None, Incoming::Request { id, method, .. }) if method == "initialize" && refused => {
+                let message = format!("a valid token is required: set {TOKEN_ENV} to one of [auth] tokens");
+                out.push(&jsonrpc::failure(&id, &RpcError::invalid_request(message)));
+            }
+            (_, Incoming::Request { id, method, params }) if method == "initialize" && session.is_none() => {
+                match face.initialize(&asker, &params, out.clone()).await {
+                    Ok((opened, result)) => {
+                        out.push(&jsonrpc::success(&id, result));
+                        session = Some(opened);
+                    }
+                    Err(err) => out.push(&jsonrpc::failure(&id, &err)),
+                }
+            }
+            (None, Incoming::Request { id, method, .. }) => {
+                let answer = if method == "ping" {
+                    jsonrpc::success(&id, serde_json::json!({}))
+                } else {
+                    jsonrpc::failure(&id, &RpcError::invalid_request("initialize first"))
+                };
+                out.push(&answer);
+            }
+            (Some(live), Incoming::Request { id, method, params }) => {
+                let (face, live, asker, out) = (face.clone(), live.clone(), asker.clone(), out.clone());
+                actix_rt::spawn(async move {
+                    if let Some(answer) = face.answer(&live, &asker, &id, &method, params, &out).await {
+                        out.push(&answer);
+                    }
+                });
+            }
+            (Some(live), message) => face.take(live, message),
+            (None, _) => {}
+        }
+    }
+    // The client went: its calls stop, and so does the session.
+    if let Some(live) = session {
+        live.closed.cancel();
+        face.end_session(&live);
+        live.context.ended.cancelled().await;
+    }
+    out.finish();
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    Ok(())
+}
+
+fn read_stdin(limit: usize, lines: mpsc::Sender<Frame>) {
+    let mut stdin = std::io::stdin().lock();
+    let mut decoder = LineDecoder::new(limit);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut frames = Vec::new();
+    loop {
+        let n = match stdin.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        decoder.feed(&chunk[..n], &mut frames);
+        for frame in frames.drain(..) {
+            if lines.blocking_send(frame).is_err() {
+                return;
+            }
+        }
+    }
+    if let Some(frame) = decoder.finish() {
+        let _ = lines.blocking_send(frame);
+    }
+}
+
+fn write_stdout(out: &Outlet) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut stdout = stdout.lock();
+    let mut after = 0;
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    loop {
+        match runtime.block_on(out.next(after)) {
+            Next::Messages(messages) => {
+                for (number, message) in messages {
+                    stdout.write_all(message.as_bytes())?;
+                    stdout.write_all(b"\n")?;
+                    after = number;
+                }
+                stdout.flush()?;
+                out.delivered(after);
+            }
+            Next::Finished => return Ok(()),
+            // Never on stdio: the writer keeps up or the pipe is gone.
+            Next::Lost => return Ok(()),
+        }
+    }
+}
