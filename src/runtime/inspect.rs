@@ -48,6 +48,9 @@ pub struct SubagentView {
     pub waiting_for: Option<crate::protocol::wire::WaitingFor>,
     /// Its task waits for a running slot (a concurrency cap).
     pub queued: bool,
+    /// How many tasks it has been handed (its newest task's number; kept
+    /// across restarts).
+    pub tasks_started: u64,
     /// Its last task's error.
     pub error: Option<Arc<str>>,
 }

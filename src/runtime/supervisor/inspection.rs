@@ -65,6 +65,7 @@ impl Supervisor {
             task_ended_at: TaskTime::wall(time.ended, now.instant, now.ts),
             waiting_for: entry.waiting_for(),
             queued: entry.caps.queued,
+            tasks_started: entry.ticket,
             error: entry.error.clone(),
         }
     }

@@ -88,6 +88,16 @@ fn host_error(err: &HostError) -> Value {
     tool_error(&format!("{}: {}", err.code.as_str(), err.message))
 }
 
+// How handing a call's task over ended.
+enum Started {
+    // What the call answers.
+    Answer(Value),
+    // The subagent did not take the task.
+    Refused,
+    // The client cancelled the call (which is not answered).
+    Cancelled,
+}
+
 /// A subagent from the call's arguments, over the configured agent.
 pub(super) fn agent_of(default: &SubagentConfig, call: &ToolCall) -> SubagentConfig {
     let mut agent = default.clone();
@@ -221,9 +231,10 @@ impl McpFace {
             Err(err) => return Ok(Some(host_error(&err))),
         };
         match self.start_task(session, &call, target, outlet, cancel).await? {
-            Some(answer) => Ok(Some(answer)),
+            Started::Answer(answer) => Ok(Some(answer)),
+            Started::Cancelled => Ok(None),
             // Refused: the subagent made for it is not left behind.
-            None => {
+            Started::Refused => {
                 let _ = (Operation::Terminate { target }).run(session.caller()).await;
                 Ok(Some(tool_error(&format!("the task was refused: {target} could not take it"))))
             }
@@ -243,15 +254,15 @@ impl McpFace {
             Ok(target) => target,
             Err(error) => return Ok(Some(error)),
         };
-        Ok(Some(match self.start_task(session, &call, target, outlet, cancel).await? {
-            Some(answer) => answer,
-            None => tool_error(&format!("invalid_state: {target} is busy or cannot take tasks")),
-        }))
+        Ok(match self.start_task(session, &call, target, outlet, cancel).await? {
+            Started::Answer(answer) => Some(answer),
+            Started::Cancelled => None,
+            Started::Refused => Some(tool_error(&format!("invalid_state: {target} is busy or cannot take tasks"))),
+        })
     }
 
     // Delegates the call's task to `target` and answers: a task handle (a
     // task-augmented call), at once (`wait: false`), or the task's outcome.
-    // `Ok(None)`: the subagent did not take the task.
     async fn start_task(
         &self,
         session: &Arc<McpSession>,
@@ -259,26 +270,24 @@ impl McpFace {
         target: SubagentId,
         outlet: &Arc<Outlet>,
         cancel: &CancellationToken,
-    ) -> Result<Option<Value>, RpcError> {
-        let mut task = task_of(call);
-        if let Some(ttl) = call.task {
-            task.metadata.insert("mcp_task".to_owned(), self.task_record(ttl));
-        }
+    ) -> Result<Started, RpcError> {
+        let task = task_of(call);
+        let made = super::super::face_sessions::now();
         // Followed from before it starts, so that no event is missed.
         let watching = session.watch(target, call.progress.clone(), outlet.clone());
         let delegated = (Operation::Delegate { target, task }).run(session.caller()).await;
         let status = match delegated {
             Ok(Outcome::Delegated(delegated)) if delegated.accepted => delegated.status,
-            Ok(Outcome::Delegated(_)) => return Ok(None),
+            Ok(Outcome::Delegated(_)) => return Ok(Started::Refused),
             Ok(other) => return Err(RpcError::internal(format!("delegate answered {other:?}"))),
-            Err(err) => return Ok(Some(host_error(&err))),
+            Err(err) => return Ok(Started::Answer(host_error(&err))),
         };
-        if call.task.is_some() {
+        if let Some(ttl) = call.task {
             drop(watching);
-            return self.created_task(session, target).await.map(Some);
+            return self.created_task(session, target, made, ttl).await.map(Started::Answer);
         }
         if call.arguments.get("wait").and_then(Value::as_bool) == Some(false) {
-            return Ok(Some(tool_result(json!({ "subagent_id": target.to_string(), "status": status }))));
+            return Ok(Started::Answer(tool_result(json!({ "subagent_id": target.to_string(), "status": status }))));
         }
         let awaited = tokio::select! {
             awaited = (Operation::Await { target }).run(session.caller()) => awaited,
@@ -288,11 +297,11 @@ impl McpFace {
                 log::debug!("mcp session {}: call on {target} cancelled by the client", session.id);
                 let _ = (Operation::Cancel { target }).run(session.caller()).await;
                 let _ = (Operation::Await { target }).run(session.caller()).await;
-                return Ok(None);
+                return Ok(Started::Cancelled);
             }
         };
         drop(watching);
-        Ok(Some(match awaited {
+        Ok(Started::Answer(match awaited {
             Ok(outcome) => tool_result(structured_of(outcome)),
             Err(err) => host_error(&err),
         }))

@@ -163,6 +163,11 @@ impl McpFace {
         };
         session.end(id);
         session.context.entry.touch();
+        // What a call changed is committed before the client hears of it
+        // (a task it was handed is still there after a crash).
+        if matches!(method, "tools/call" | "tasks/cancel") {
+            session.context.commit().await;
+        }
         match result {
             Ok(Some(result)) => Some(jsonrpc::success(id, result)),
             Ok(None) => None,

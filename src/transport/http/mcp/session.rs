@@ -23,6 +23,9 @@ use crate::runtime::people::{AskKind, Given, PersonRequest};
 /// The protocol versions served, newest first.
 pub(super) const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// MCP tasks a session lists (`tasks/list`).
+const TASKS_LISTED: usize = 1024;
+
 /// Finished request streams kept for a client that reconnects to one.
 const FINISHED_STREAMS_KEPT: usize = 64;
 
@@ -99,6 +102,8 @@ pub(super) struct McpSession {
     next_ask: AtomicU64,
     // People's requests already put to the client.
     elicited: Mutex<HashSet<Arc<str>>>,
+    // The MCP tasks it made, oldest first (`tasks/list`).
+    tasks: Mutex<std::collections::VecDeque<String>>,
     // Requests being served, by id: `notifications/cancelled` fires these.
     inflight: Mutex<HashMap<String, CancellationToken>>,
     // The reader of the general outlet now (`GET /mcp`).
@@ -123,6 +128,7 @@ impl McpSession {
             asks: Mutex::default(),
             next_ask: AtomicU64::new(1),
             elicited: Mutex::default(),
+            tasks: Mutex::default(),
             inflight: Mutex::default(),
             general_reader: Mutex::default(),
             closed: CancellationToken::new(),
@@ -177,6 +183,20 @@ impl McpSession {
         let token = CancellationToken::new();
         std::mem::replace(&mut *lock(&self.general_reader), token.clone()).cancel();
         token
+    }
+
+    /// Keeps an MCP task's id for `tasks/list` (the last [`TASKS_LISTED`]).
+    pub(super) fn add_task(&self, id: String) {
+        let mut tasks = lock(&self.tasks);
+        tasks.push_back(id);
+        if tasks.len() > TASKS_LISTED {
+            tasks.pop_front();
+        }
+    }
+
+    /// The MCP tasks it made, oldest first.
+    pub(super) fn tasks(&self) -> Vec<String> {
+        lock(&self.tasks).iter().cloned().collect()
     }
 
     /// Registers request `id` as served now; the token fires when the

@@ -3,11 +3,12 @@
 //! `tasks/get`, fetches the outcome with `tasks/result` (which waits for
 //! it), lists with `tasks/list` and cancels with `tasks/cancel`.
 //!
-//! A task is the subagent's task: its id is the session's and the
-//! subagent's (`{session}-{subagent}`), and its record (`ttl`, when it was
-//! made) is in the task's metadata, stored with the subagent. So a task is
-//! found after a restart or on another node, by a later MCP session of the
-//! same token holder; it is forgotten `ttl` after it was made.
+//! A task is one task of a subagent, and its id says which, with when it
+//! was made and its `ttl`: `{session}-{subagent}-{task number}-{made, ms}-{ttl}`.
+//! Nothing else is kept, so a task is found after a restart or on another
+//! node (by a later MCP session of the same token holder) as long as its
+//! subagent is stored. It is forgotten `ttl` after it was made, or once its
+//! subagent is handed another task.
 
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -29,15 +30,48 @@ const RECHECK: Duration = Duration::from_millis(100);
 /// The `_meta` key naming the task a message belongs to.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
+/// What a task's id says.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct TaskKey {
+    /// The MCP session (the host session) it was made in.
+    pub(super) session: String,
+    /// Its subagent.
+    pub(super) subagent: SubagentId,
+    /// Its number among the subagent's tasks.
+    pub(super) number: u64,
+    /// When it was made, in ms since the Unix epoch.
+    pub(super) made_ms: u64,
+    /// How long it is kept from then, in ms.
+    pub(super) ttl_ms: u64,
+}
+
+impl TaskKey {
+    /// Its id.
+    pub(super) fn id(&self) -> String {
+        format!("{}-{}-{}-{}-{}", self.session, self.subagent, self.number, self.made_ms, self.ttl_ms)
+    }
+
+    /// Reads an id (`None`: not one of ours).
+    pub(super) fn parse(id: &str) -> Option<Self> {
+        let mut parts = id.split('-');
+        let key = Self {
+            session: parts.next().filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))?.to_owned(),
+            subagent: SubagentId::parse(parts.next()?)?,
+            number: parts.next()?.parse().ok()?,
+            made_ms: parts.next()?.parse().ok()?,
+            ttl_ms: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(key)
+    }
+}
+
 /// A task found.
 #[derive(Debug)]
 struct Found {
     session: Arc<McpSession>,
-    subagent: SubagentId,
+    key: TaskKey,
     task_id: String,
     detail: SubagentDetail,
-    created_at: f64,
-    ttl_ms: u64,
 }
 
 // Whether a task in this state has ended.
@@ -46,17 +80,25 @@ fn ended(status: SubagentStatus) -> bool {
 }
 
 impl McpFace {
-    /// The record a task-augmented call's task keeps: its `ttl` (asked,
-    /// cut to `task_ttl_ms`) and when it was made.
-    pub(super) fn task_record(&self, asked_ttl: Option<u64>) -> Value {
-        let ttl = asked_ttl.unwrap_or(self.config.task_ttl_ms).min(self.config.task_ttl_ms);
-        json!({ "ttl": ttl, "created_at": now() })
-    }
-
-    /// The `CreateTaskResult` of a task just delegated to `subagent`.
-    pub(super) async fn created_task(&self, session: &Arc<McpSession>, subagent: SubagentId) -> Result<Value, RpcError> {
-        let task_id = format!("{}-{subagent}", session.id);
-        let found = self.found_in(session.clone(), subagent, &task_id).await?;
+    /// The `CreateTaskResult` of a task just delegated to `subagent`, made
+    /// at `made` (seconds) and kept `asked_ttl` (cut to `task_ttl_ms`).
+    pub(super) async fn created_task(
+        &self,
+        session: &Arc<McpSession>,
+        subagent: SubagentId,
+        made: f64,
+        asked_ttl: Option<u64>,
+    ) -> Result<Value, RpcError> {
+        let detail = session.tree().inspect_one(subagent).await.map_err(|err| RpcError::from_host(&err))?;
+        let key = TaskKey {
+            session: session.id.clone(),
+            subagent,
+            number: detail.view.tasks_started,
+            made_ms: (made * 1000.0) as u64,
+            ttl_ms: asked_ttl.unwrap_or(self.config.task_ttl_ms).min(self.config.task_ttl_ms),
+        };
+        session.add_task(key.id());
+        let found = self.found_in(session.clone(), &key.id()).await?;
         Ok(json!({ "task": self.task_of(&found) }))
     }
 
@@ -77,10 +119,9 @@ impl McpFace {
         let mut found = self.find_task(session, asker, params).await?;
         while !ended(found.detail.view.status) {
             tokio::time::sleep(RECHECK).await;
-            let id = found.task_id.clone();
-            found = self.found_in(found.session.clone(), found.subagent, &id).await?;
+            found = self.found_in(found.session.clone(), &found.task_id).await?;
         }
-        let awaited = (Operation::Await { target: found.subagent })
+        let awaited = (Operation::Await { target: found.key.subagent })
             .run(found.session.caller())
             .await
             .map_err(|err| RpcError::from_host(&err))?;
@@ -101,27 +142,22 @@ impl McpFace {
         if ended(found.detail.view.status) {
             return Err(RpcError::invalid_params(format!("task {} has already ended", found.task_id)));
         }
-        let cancel = Operation::Cancel { target: found.subagent };
+        let cancel = Operation::Cancel { target: found.key.subagent };
         match cancel.run(found.session.caller()).await {
             Ok(Outcome::Cancelled { .. }) => {}
             Ok(other) => return Err(RpcError::internal(format!("cancel answered {other:?}"))),
             Err(err) => return Err(RpcError::from_host(&err)),
         }
-        let found = self.found_in(found.session.clone(), found.subagent, &found.task_id).await?;
+        let found = self.found_in(found.session.clone(), &found.task_id).await?;
         Ok(self.task_of(&found))
     }
 
-    /// `tasks/list`: this session's tasks, oldest first.
+    /// `tasks/list`: the tasks this session made, oldest first (those
+    /// still kept).
     pub(super) async fn list_tasks(&self, session: &Arc<McpSession>) -> Result<Value, RpcError> {
-        let listed = match (Operation::List).run(session.caller()).await {
-            Ok(Outcome::Listed(listed)) => listed,
-            Ok(other) => return Err(RpcError::internal(format!("list answered {other:?}"))),
-            Err(err) => return Err(RpcError::from_host(&err)),
-        };
         let mut tasks = Vec::new();
-        for row in listed.subagents.iter() {
-            let task_id = format!("{}-{}", session.id, row.subagent_id);
-            if let Ok(found) = self.found_in(session.clone(), row.subagent_id, &task_id).await {
+        for task_id in session.tasks() {
+            if let Ok(found) = self.found_in(session.clone(), &task_id).await {
                 tasks.push(self.task_of(&found));
             }
         }
@@ -133,27 +169,28 @@ impl McpFace {
     async fn find_task(&self, session: &Arc<McpSession>, asker: &Asker, params: &Map<String, Value>) -> Result<Found, RpcError> {
         let id = params.get("taskId").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("no `taskId`"))?;
         let not_found = || RpcError::invalid_params(format!("task not found: {id}"));
-        let (owner, subagent) = id.split_once('-').ok_or_else(not_found)?;
-        let subagent = SubagentId::parse(subagent).ok_or_else(not_found)?;
-        let owner = if owner == session.id {
+        let key = TaskKey::parse(id).ok_or_else(not_found)?;
+        let owner = if key.session == session.id {
             session.clone()
         } else {
-            self.session(owner, asker, None).await?.ok_or_else(not_found)?
+            self.session(&key.session, asker, None).await?.ok_or_else(not_found)?
         };
-        self.found_in(owner, subagent, id).await
+        self.found_in(owner, id).await
     }
 
-    async fn found_in(&self, session: Arc<McpSession>, subagent: SubagentId, task_id: &str) -> Result<Found, RpcError> {
+    async fn found_in(&self, session: Arc<McpSession>, task_id: &str) -> Result<Found, RpcError> {
         let not_found = || RpcError::invalid_params(format!("task not found: {task_id}"));
-        let detail = session.tree().inspect_one(subagent).await.map_err(|_| not_found())?;
-        let record = detail.task.as_ref().and_then(|task| task.metadata.get("mcp_task")).cloned().ok_or_else(not_found)?;
-        let created_at = record["created_at"].as_f64().ok_or_else(not_found)?;
-        let ttl_ms = record["ttl"].as_u64().ok_or_else(not_found)?;
+        let key = TaskKey::parse(task_id).ok_or_else(not_found)?;
         // Past its `ttl`, a task is forgotten.
-        if now() > created_at + ttl_ms as f64 / 1000.0 {
+        if now() * 1000.0 > (key.made_ms + key.ttl_ms) as f64 {
             return Err(not_found());
         }
-        Ok(Found { session, subagent, task_id: task_id.to_owned(), detail, created_at, ttl_ms })
+        let detail = session.tree().inspect_one(key.subagent).await.map_err(|_| not_found())?;
+        // Its subagent took another task since: this one's outcome is gone.
+        if detail.view.tasks_started != key.number {
+            return Err(not_found());
+        }
+        Ok(Found { session, key, task_id: task_id.to_owned(), detail })
     }
 
     // The task's `Task` object.
@@ -166,17 +203,18 @@ impl McpFace {
             _ if view.waiting_for.is_some() => "input_required",
             _ => "working",
         };
-        let updated = view.task_ended_at.or(view.task_started_at).unwrap_or(found.created_at);
+        let made = found.key.made_ms as f64 / 1000.0;
+        let updated = view.task_ended_at.or(view.task_started_at).unwrap_or(made);
         let mut task = json!({
             "taskId": found.task_id,
             "status": status,
-            "createdAt": timestamp(found.created_at),
-            "lastUpdatedAt": timestamp(updated.max(found.created_at)),
-            "ttl": found.ttl_ms,
+            "createdAt": timestamp(made),
+            "lastUpdatedAt": timestamp(updated.max(made)),
+            "ttl": found.key.ttl_ms,
             "pollInterval": self.config.poll_interval_ms,
         });
         let message = match status {
-            "input_required" => Some(format!("{} waits for a person's answer", found.subagent)),
+            "input_required" => Some(format!("{} waits for a person's answer", found.key.subagent)),
             "failed" | "cancelled" => view.error.as_deref().map(str::to_owned),
             _ => None,
         };
@@ -184,5 +222,27 @@ impl McpFace {
             task["statusMessage"] = json!(message);
         }
         task
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_id_says_which_task_it_is() {
+        let key = TaskKey {
+            session: "0123456789abcdef0123456789abcdef".into(),
+            subagent: SubagentId(0xab),
+            number: 3,
+            made_ms: 1_764_000_000_000,
+            ttl_ms: 60_000,
+        };
+        let id = key.id();
+        assert_eq!(id, "0123456789abcdef0123456789abcdef-sub_000000ab-3-1764000000000-60000");
+        assert_eq!(TaskKey::parse(&id), Some(key));
+        for bad in ["", "x-sub_000000ab-3-1-1", "0123456789abcdef0123456789abcdef-sub_000000ab-3-1", &format!("{id}-9")] {
+            assert_eq!(TaskKey::parse(bad), None, "{bad}");
+        }
     }
 }
