@@ -26,6 +26,11 @@ pub struct McpFaceConfig {
     pub task_ttl_ms: u64,
     /// The `pollInterval` a task suggests to its client, in ms.
     pub poll_interval_ms: u64,
+    /// The names (`agents.example.com`, or with a port) `/mcp` answers to
+    /// besides loopback ones, in the `Host` header and in a browser's
+    /// `Origin`; without `[auth]` tokens any other is refused (403), which
+    /// keeps a web page from reaching a local host by DNS rebinding.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for McpFaceConfig {
@@ -35,6 +40,7 @@ impl Default for McpFaceConfig {
             agent: SubagentConfig::new("subagent", "scripted"),
             task_ttl_ms: DEFAULT_MCP_TASK_TTL_MS,
             poll_interval_ms: DEFAULT_MCP_POLL_INTERVAL_MS,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -69,6 +69,8 @@ mod golden;
 mod layers;
 mod mcp_command;
 mod mcp_durable;
+mod mcp_face;
+mod mcp_face_sdk;
 mod mcp_registry;
 mod mcp_tools;
 mod model;

@@ -43,6 +43,7 @@ impl Context {
     pub(in crate::transport::http) fn is_current(&self, sessions: &HttpSessions, id: &str) -> bool {
         !self.ended.is_cancelled()
             && !self.entry.log.is_detached()
+            && !self.entry.is_closing()
             && sessions.get(id).is_some_and(|entry| Arc::ptr_eq(&entry, &self.entry))
     }
 
@@ -130,10 +131,15 @@ impl Contexts {
         id: &str,
         create: Option<Opener<'_>>,
     ) -> Result<Option<Arc<Context>>, HostError> {
-        let entry = match sessions.get(id).filter(|entry| !entry.log.is_detached()) {
+        let entry = match sessions.get(id).filter(|entry| !entry.log.is_detached() && !entry.is_closing()) {
             Some(entry) => entry,
             None => match sessions.restore(id).await {
-                Ok(Some(entry)) => entry,
+                Ok(Some(entry)) if !entry.is_closing() => entry,
+                // Ended a moment ago (a client ended it, or it expired).
+                Ok(Some(_)) if create.is_none() => return Ok(None),
+                Ok(Some(_)) => {
+                    return Err(HostError::new(ErrorCode::InvalidState, "the session is closing: try again"))
+                }
                 Ok(None) => match create {
                     Some(opener) => Self::create(sessions, id, opener).await?,
                     None => return Ok(None),

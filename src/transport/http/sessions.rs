@@ -140,6 +140,11 @@ impl HttpEntry {
         self.stop.cancel();
     }
 
+    /// Whether it is closing (idle, or a client ended it).
+    pub(super) fn is_closing(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
     /// The token holder it belongs to.
     pub(super) fn principal(&self) -> Option<&str> {
         self.principal.as_deref()

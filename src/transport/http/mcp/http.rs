@@ -16,9 +16,10 @@
 //! - `DELETE` ends the session and its tree.
 //!
 //! With `[auth]` tokens every request needs `Authorization: Bearer` (401
-//! otherwise), and a session is only ever served to its token's holder. A
-//! request with an `Origin` other than the host it is sent to (or a
-//! loopback one) is refused with 403 (DNS rebinding).
+//! otherwise), and a session is only ever served to its token's holder.
+//! Against DNS rebinding (403): without tokens, the `Host` must be a
+//! loopback name or one of `[mcp.server] allowed_hosts`; an `Origin` must
+//! be one of those too (or, with tokens, the host itself).
 
 use actix_web::http::{header, StatusCode};
 use actix_web::web::{self, Bytes};
@@ -77,7 +78,7 @@ impl Refused {
     }
 }
 
-// Token and origin: who asks, or the refusal.
+// Token, host and origin: who asks, or the refusal.
 fn gate(req: &HttpRequest, face: &McpFace) -> Result<Asker, Refused> {
     let auth = face.sessions.service.auth();
     let token = bearer(req).map(str::to_owned);
@@ -85,27 +86,33 @@ fn gate(req: &HttpRequest, face: &McpFace) -> Result<Asker, Refused> {
         crate::metrics::metrics().auth_failed("mcp");
         return Err(Refused(StatusCode::UNAUTHORIZED, RpcError::invalid_request("a valid bearer token is required")));
     }
-    if let Some(origin) = req.headers().get(header::ORIGIN).and_then(|value| value.to_str().ok()) {
-        if !origin_allowed(origin, req.connection_info().host()) {
+    let allowed = &face.config.allowed_hosts;
+    let host = req.connection_info().host().to_owned();
+    // Without tokens, a name an attacker's DNS points here must not pass.
+    if !auth.is_enabled() && !host_allowed(&host, allowed) {
+        return Err(Refused(StatusCode::FORBIDDEN, RpcError::invalid_request(format!("host {host} is not allowed ([mcp.server] allowed_hosts)"))));
+    }
+    if let Some(origin) = header_text(req, "origin") {
+        let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
+        let same = auth.is_enabled() && authority.eq_ignore_ascii_case(&host);
+        if !same && !host_allowed(authority, allowed) {
             return Err(Refused(StatusCode::FORBIDDEN, RpcError::invalid_request(format!("origin {origin} is not allowed"))));
         }
     }
     Ok(Asker { principal: auth.principal(token.as_deref()), token })
 }
 
-// An origin is the host the request was sent to, or a loopback one.
-fn origin_allowed(origin: &str, host: &str) -> bool {
-    let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
-    let name = |authority: &str| -> String {
-        let name = if authority.starts_with('[') {
-            authority.split(']').next().map(|name| format!("{name}]")).unwrap_or_default()
-        } else {
-            authority.split(':').next().unwrap_or_default().to_owned()
-        };
-        name.to_ascii_lowercase()
-    };
-    let origin_name = name(authority);
-    authority.eq_ignore_ascii_case(host) || matches!(origin_name.as_str(), "localhost" | "127.0.0.1" | "[::1]")
+// Whether `authority` (`name` or `name:port`) is a loopback name or one of
+// `allowed` (a name alone allows it on any port).
+fn host_allowed(authority: &str, allowed: &[String]) -> bool {
+    let name = if authority.starts_with('[') {
+        authority.split(']').next().map(|name| format!("{name}]")).unwrap_or_default()
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(name, _)| name).to_owned()
+    }
+    .to_ascii_lowercase();
+    matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]")
+        || allowed.iter().any(|entry| entry.eq_ignore_ascii_case(authority) || entry.eq_ignore_ascii_case(&name))
 }
 
 fn header_text<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
@@ -189,6 +196,11 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
             return HttpResponse::Accepted().finish();
         }
     };
+    // A call that cannot start is answered at once.
+    let bad_call = (method == "tools/call").then(|| super::calls::ToolCall::read(&params).err()).flatten();
+    if let Some(err) = bad_call {
+        return HttpResponse::Ok().content_type("application/json").body(jsonrpc::failure(&id, &err).to_string());
+    }
     if !matches!(method.as_str(), "tools/call" | "tasks/result") {
         let outlet = session.general.clone();
         return match face.answer(&session, &asker, &id, &method, params, &outlet).await {
@@ -313,15 +325,16 @@ fn sse(session: &Arc<McpSession>, outlet: Arc<Outlet>, after: u64, general: bool
 
 #[cfg(test)]
 mod tests {
-    use super::origin_allowed;
+    use super::host_allowed;
 
     #[test]
-    fn origins_are_the_host_itself_or_loopback() {
-        assert!(origin_allowed("http://localhost:3000", "127.0.0.1:8080"));
-        assert!(origin_allowed("http://127.0.0.1", "example.com"));
-        assert!(origin_allowed("http://[::1]:9", "example.com"));
-        assert!(origin_allowed("https://agents.example.com", "agents.example.com"));
-        assert!(!origin_allowed("https://evil.example", "agents.example.com"));
-        assert!(!origin_allowed("http://localhost.evil.example", "127.0.0.1:8080"));
+    fn hosts_are_loopback_or_allowed() {
+        let allowed = ["agents.example.com".to_owned(), "tools.example.com:8443".to_owned()];
+        for host in ["localhost:3000", "127.0.0.1", "[::1]:9", "agents.example.com", "agents.example.com:443", "tools.example.com:8443"] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in ["evil.example", "localhost.evil.example", "tools.example.com:80", "127.0.0.1.evil.example:80", ""] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
     }
 }

@@ -83,7 +83,7 @@ impl McpFace {
             .await
             .map_err(|err| RpcError::from_host(&err))?
             .ok_or_else(|| RpcError::internal("the session could not be opened"))?;
-        let session = McpSession::start(id.clone(), context, client, general);
+        let session = McpSession::start(id.clone(), context, asker.principal.clone(), client, general);
         self.keep(&session);
         let result = json!({
             "protocolVersion": version,
@@ -108,7 +108,7 @@ impl McpFace {
     /// store (after a restart, or from another node) with `version` as
     /// the protocol its client speaks. `None`: no such session of theirs.
     async fn session(&self, id: &str, asker: &Asker, version: Option<&str>) -> Result<Option<Arc<McpSession>>, RpcError> {
-        let kept = lock(&self.live).get(id).cloned();
+        let kept = lock(&self.live).get(id).cloned().filter(|session| session.principal == asker.principal);
         if let Some(session) = &kept {
             if !session.closed.is_cancelled() && session.context.is_current(&self.sessions, id) {
                 return Ok(Some(session.clone()));
@@ -120,18 +120,19 @@ impl McpFace {
         let Some(context) = self.contexts.open(&self.sessions, id, None).await.map_err(|err| RpcError::from_host(&err))? else {
             return Ok(None);
         };
-        if context.entry.principal() != asker.principal.as_deref() {
-            return Ok(None);
-        }
         // What its client said before, or (restored) what it says now.
-        let (client, general) = match kept {
-            Some(old) => (old.client(), old.general.clone()),
+        let (client, general, principal) = match kept {
+            Some(old) => (old.client(), old.general.clone(), old.principal.clone()),
             None => {
                 let version = version.filter(|v| VERSIONS.contains(v)).unwrap_or("2025-03-26");
-                (ClientInfo { version: version.to_owned(), capabilities: json!({}) }, Outlet::new(0))
+                let client = ClientInfo { version: version.to_owned(), capabilities: json!({}) };
+                (client, Outlet::new(0), context.entry.principal().map(str::to_owned))
             }
         };
-        let session = McpSession::start(id.to_owned(), context, client, general);
+        if principal != asker.principal {
+            return Ok(None);
+        }
+        let session = McpSession::start(id.to_owned(), context, principal, client, general);
         self.keep(&session);
         Ok(Some(session))
     }

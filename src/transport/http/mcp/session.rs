@@ -84,6 +84,8 @@ pub(super) struct McpSession {
     pub(super) id: String,
     /// The host session.
     pub(super) context: Arc<Context>,
+    /// The token holder it belongs to.
+    pub(super) principal: Option<String>,
     /// What the client said at `initialize`.
     pub(super) client: Mutex<ClientInfo>,
     /// Messages that belong to no request (`GET /mcp`; over stdio, all).
@@ -114,10 +116,17 @@ pub(super) struct McpSession {
 
 impl McpSession {
     /// A session over `context`; its pump starts at once.
-    pub(super) fn start(id: String, context: Arc<Context>, client: ClientInfo, general: Arc<Outlet>) -> Arc<Self> {
+    pub(super) fn start(
+        id: String,
+        context: Arc<Context>,
+        principal: Option<String>,
+        client: ClientInfo,
+        general: Arc<Outlet>,
+    ) -> Arc<Self> {
         let session = Arc::new(Self {
             id,
             context,
+            principal,
             client: Mutex::new(client),
             general,
             general_read: AtomicU64::new(0),
