@@ -68,6 +68,7 @@ mod e2e_ui;
 mod golden;
 mod layers;
 mod mcp_command;
+mod mcp_conformance;
 mod mcp_durable;
 mod mcp_face;
 mod mcp_face_sdk;

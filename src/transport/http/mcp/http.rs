@@ -42,6 +42,8 @@ const SESSION_HEADER: &str = "Mcp-Session-Id";
 const VERSION_HEADER: &str = "MCP-Protocol-Version";
 /// A comment on a quiet stream, so that proxies keep it open.
 const KEEPALIVE: Duration = Duration::from_secs(15);
+/// How long a client that lost a stream waits before it resumes it (SSE `retry:`).
+const RETRY_MS: u64 = 1000;
 /// Chunks written ahead of a slow client.
 const AHEAD: usize = 16;
 
@@ -279,7 +281,8 @@ fn sse(session: &Arc<McpSession>, outlet: Arc<Outlet>, after: u64, general: bool
         if priming && after == 0 && !general {
             // An event id before anything else: a client that loses the
             // connection now can still resume (2025-11-25).
-            if tx.send(Bytes::from(format!("id: {stream}-0\ndata: \n\n"))).await.is_err() {
+            let primed = format!("id: {stream}-0\nretry: {RETRY_MS}\ndata: \n\n");
+            if tx.send(Bytes::from(primed)).await.is_err() {
                 return;
             }
         }
