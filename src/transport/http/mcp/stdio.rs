@@ -1,8 +1,10 @@
 //! `subagentd mcp`: one MCP session over stdin and stdout, one JSON-RPC
 //! message per line. Only protocol goes to stdout (logs go to stderr).
 //! Requests are served concurrently (a long `run_subagent` does not hold
-//! up a `tasks/get`). EOF on stdin ends the session: calls still running
-//! are cancelled (their subtrees stop), then the process exits.
+//! up a `tasks/get`). EOF on stdin ends the session as `serve --stdio`
+//! does: requests already read are answered (for up to
+//! [`EOF_DRAIN`](crate::transport::stdio::EOF_DRAIN)), then calls still
+//! running are cancelled (their subtrees stop) and the process exits.
 
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -94,8 +96,13 @@ pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
             (None, _) => {}
         }
     }
-    // The client went: its calls stop, and so does the session.
+    // The client went: what it asked is answered, for a while; then its
+    // calls stop, and so does the session.
     if let Some(live) = session {
+        let deadline = tokio::time::Instant::now() + crate::transport::stdio::EOF_DRAIN;
+        while live.inflight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         live.closed.cancel();
         face.end_session(&live);
         live.context.ended.cancelled().await;
