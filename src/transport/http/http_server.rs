@@ -51,6 +51,13 @@ pub(crate) fn server(
     // A client closing its side ends its stream at once, so the outbox is
     // not drained into a dead connection.
     .h1_allow_half_closed(false)
+    // A response written in pieces (an SSE answer: its events, then the
+    // body's end) goes out at once, not after the client's delayed ACK.
+    .on_connect(|connection, _| {
+        if let Some(socket) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            let _ = socket.set_nodelay(true);
+        }
+    })
     .shutdown_timeout(1)
     .listen(listener)?
     .run();

@@ -297,8 +297,17 @@ pub(super) fn list() -> Vec<Value> {
 /// A call's arguments checked against the tool's input schema: `Err`
 /// says what is wrong, in words a model can act on.
 pub(super) fn check_arguments(name: &str, arguments: &Value) -> Result<(), String> {
-    let Some(d) = definition(name) else { return Err(format!("unknown tool {name}")) };
-    let validator = jsonschema::validator_for(&d.input).map_err(|err| err.to_string())?;
+    // Each schema compiled once, not per call.
+    static VALIDATORS: std::sync::LazyLock<Vec<(&'static str, jsonschema::Validator)>> =
+        std::sync::LazyLock::new(|| {
+            TOOL_NAMES
+                .iter()
+                .filter_map(|name| Some((*name, jsonschema::validator_for(&definition(name)?.input).ok()?)))
+                .collect()
+        });
+    let Some((_, validator)) = VALIDATORS.iter().find(|(tool, _)| *tool == name) else {
+        return Err(format!("unknown tool {name}"));
+    };
     let errors: Vec<String> =
         validator.iter_errors(arguments).take(4).map(|err| format!("{} {err}", err.instance_path())).collect();
     if errors.is_empty() {
