@@ -168,8 +168,15 @@ pub async fn run(
         });
         stdio::serve(service, settings.final_flush).await.map(drop).map_err(|err| format!("stdio: {err}"))
     } else if listeners.mcp_stdio {
-        serve_mcp_stdio(service, settings.mcp, settings.final_flush, settings.journal_retained, settings.resume_concurrency, shutdown)
-            .await
+        serve_mcp_stdio(
+            service,
+            settings.mcp,
+            settings.final_flush,
+            settings.journal_retained,
+            settings.resume_concurrency,
+            shutdown,
+        )
+        .await
     } else {
         let http = HttpSettings {
             workers: settings.http_workers,
@@ -268,7 +275,7 @@ async fn serve_network(
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
         let server =
             http::server(listener, sessions, settings.admin, settings.a2a, settings.mcp, threads(settings.workers))
-            .map_err(|err| format!("http {addr}: {err}"))?;
+                .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
         actix_rt::spawn(server);
     }

@@ -162,7 +162,10 @@ impl Connection {
             }
             text.push_str(std::str::from_utf8(&chunk[..size]).unwrap());
         }
-        text.lines().filter_map(|line| line.strip_prefix("data: ")).filter_map(|data| serde_json::from_str(data).ok()).collect()
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str(data).ok())
+            .collect()
     }
 }
 
@@ -226,4 +229,3 @@ impl A2eSession {
         assert_eq!(done["status"], "COMPLETED", "{done}");
     }
 }
-

@@ -192,7 +192,8 @@ fn the_readme_mcp_example_runs_a_subagent_to_its_result() {
     let output = run_to_end(bash(&dir.0, &block));
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{said}\n{}", String::from_utf8_lossy(&output.stderr));
-    let answers: Vec<serde_json::Value> = said.lines().map(|line| serde_json::from_str(line).expect("JSON-RPC only")).collect();
+    let answers: Vec<serde_json::Value> =
+        said.lines().map(|line| serde_json::from_str(line).expect("JSON-RPC only")).collect();
     assert_eq!(answers.len(), 2, "{said}");
     assert_eq!(answers[0]["result"]["serverInfo"]["name"], "subagentd", "{said}");
     assert_eq!(answers[1]["result"]["structuredContent"]["status"], "COMPLETED", "{said}");

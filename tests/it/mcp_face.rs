@@ -164,13 +164,21 @@ fn sessions_versions_and_every_refusal_have_their_status() {
     assert_eq!(answer["error"]["code"], -32600, "initialized twice: {answer}");
 
     // Malformed input: a clear error, and the session goes on.
-    for (body, code) in [("{not json", -32700), ("[]", -32600), (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, -32600)] {
+    for (body, code) in [("{not json", -32700), ("[]", -32600), (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, -32600)]
+    {
         let (status, _, answer) = post(&addr, Some(&session), &[], body);
         assert_eq!((status, answer["error"]["code"].as_i64()), (400, Some(code)), "{body}: {answer}");
     }
-    let (status, _, _) = http_with_headers(&addr, "POST", "/mcp", &[ACCEPT, ("Content-Type", "text/plain"), ("Mcp-Session-Id", &session)], &ping);
+    let (status, _, _) = http_with_headers(
+        &addr,
+        "POST",
+        "/mcp",
+        &[ACCEPT, ("Content-Type", "text/plain"), ("Mcp-Session-Id", &session)],
+        &ping,
+    );
     assert_eq!(status, 415);
-    let (status, _, _) = http_with_headers(&addr, "GET", "/mcp", &[("Accept", "application/json"), ("Mcp-Session-Id", &session)], "");
+    let (status, _, _) =
+        http_with_headers(&addr, "GET", "/mcp", &[("Accept", "application/json"), ("Mcp-Session-Id", &session)], "");
     assert_eq!(status, 406);
     let big = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(2 << 20));
     assert_eq!(post(&addr, Some(&session), &[], &big).0, 413, "a body past max_line_bytes");
@@ -201,7 +209,12 @@ fn a_call_streams_its_progress_and_answer_and_a_dropped_stream_is_resumed() {
     // The connection drops; the call goes on, and a GET resumes its stream
     // after the last event seen: nothing lost, nothing twice.
     drop(events);
-    let mut resumed = Events::open(&addr, "GET", &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &session), ("Last-Event-ID", &first)], "");
+    let mut resumed = Events::open(
+        &addr,
+        "GET",
+        &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &session), ("Last-Event-ID", &first)],
+        "",
+    );
     assert_eq!(resumed.status, 200);
     let mut seen = vec![progress];
     let answer = loop {
@@ -217,7 +230,11 @@ fn a_call_streams_its_progress_and_answer_and_a_dropped_stream_is_resumed() {
     let texts: Vec<&str> = seen.iter().filter_map(|m| m["params"]["message"].as_str()).collect();
     assert!(texts.iter().any(|t| t.ends_with("progress: two")), "{texts:?}");
     let outcome = &answer["result"]["structuredContent"];
-    assert_eq!((outcome["status"].as_str(), outcome["result"]["answer"].as_u64()), (Some("COMPLETED"), Some(7)), "{answer}");
+    assert_eq!(
+        (outcome["status"].as_str(), outcome["result"]["answer"].as_u64()),
+        (Some("COMPLETED"), Some(7)),
+        "{answer}"
+    );
     assert!(resumed.next().is_none(), "the stream ends with its answer");
 }
 
@@ -273,7 +290,13 @@ fn without_elicitation_an_approval_waits_and_the_task_says_input_required() {
     let (_, _, pending) = http_with_headers(&addr, "GET", "/admin/approvals", &[], "");
     let approval = pending["pending"][0]["id"].as_str().expect("a pending approval").to_owned();
     let decision = r#"{"decision":"approve"}"#;
-    let (status, _, _) = http_with_headers(&addr, "POST", &format!("/admin/approvals/{approval}"), &[JSON, ("X-Subagentd-Confirm", "yes")], decision);
+    let (status, _, _) = http_with_headers(
+        &addr,
+        "POST",
+        &format!("/admin/approvals/{approval}"),
+        &[JSON, ("X-Subagentd-Confirm", "yes")],
+        decision,
+    );
     assert_eq!(status, 200);
     let result = request(5, "tasks/result", json!({ "taskId": task_id }));
     let mut answer = Events::open(&addr, "POST", &[ACCEPT, JSON, ("Mcp-Session-Id", &session)], &result);
@@ -294,11 +317,14 @@ fn without_elicitation_an_approval_waits_and_the_task_says_input_required() {
 }
 
 /// `subagentd mcp` with `config`, its stdin and a reader of its stdout.
-fn stdio(config: Option<&str>) -> (std::process::Child, std::process::ChildStdin, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+fn stdio(
+    config: Option<&str>,
+) -> (std::process::Child, std::process::ChildStdin, std::io::Lines<BufReader<std::process::ChildStdout>>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_subagentd"));
     command.arg("mcp");
     let file = config.map(|text| {
-        let path = std::env::temp_dir().join(format!("subagentd-mcp-{}-{}.toml", std::process::id(), fastrand::u64(..)));
+        let path =
+            std::env::temp_dir().join(format!("subagentd-mcp-{}-{}.toml", std::process::id(), fastrand::u64(..)));
         std::fs::write(&path, text).unwrap();
         path
     });
@@ -333,8 +359,14 @@ fn over_stdio_bad_lines_are_answered_and_an_approval_is_elicited() {
     assert_eq!(invalid["result"]["isError"], true, "{invalid}");
     assert!(invalid["result"]["content"][0]["text"].as_str().unwrap().contains("instruction"), "{invalid}");
 
-    let script = json!([{ "call_tool": { "tool": "deploy", "arguments": { "env": "prod" } } }, { "return": { "done": true } }]);
-    writeln!(stdin, "{}", call(3, "run_subagent", json!({ "instruction": "deploy", "task_metadata": { "script": script } }))).unwrap();
+    let script =
+        json!([{ "call_tool": { "tool": "deploy", "arguments": { "env": "prod" } } }, { "return": { "done": true } }]);
+    writeln!(
+        stdin,
+        "{}",
+        call(3, "run_subagent", json!({ "instruction": "deploy", "task_metadata": { "script": script } }))
+    )
+    .unwrap();
     let asked = next_json(&mut lines);
     assert_eq!(asked["method"], "elicitation/create", "{asked}");
     assert_eq!(asked["params"]["mode"], "form");

@@ -165,11 +165,7 @@ impl Contexts {
     }
 
     // Opens and stores session `id`, handshaken with the caller's token.
-    async fn create(
-        sessions: &Arc<HttpSessions>,
-        id: &str,
-        opener: Opener<'_>,
-    ) -> Result<Arc<HttpEntry>, HostError> {
+    async fn create(sessions: &Arc<HttpSessions>, id: &str, opener: Opener<'_>) -> Result<Arc<HttpEntry>, HostError> {
         let Opener { face, principal, token } = opener;
         let service = &sessions.service;
         let queue = service.limits().max_inflight_requests.max(INPUT_QUEUE);
@@ -178,7 +174,9 @@ impl Contexts {
         let mut opened = opened;
         opened.connection = opened.connection.with_transport(face);
         let id = sessions.insert(opened);
-        let entry = sessions.get(&id).ok_or_else(|| HostError::new(ErrorCode::RuntimeError, "the new session ended at once"))?;
+        let entry = sessions
+            .get(&id)
+            .ok_or_else(|| HostError::new(ErrorCode::RuntimeError, "the new session ended at once"))?;
         // Its handshake, as a client's: the session is then served as any
         // handshaken one (and restored as one).
         let hello = json!({
@@ -193,7 +191,10 @@ impl Contexts {
             Some(seq) => Frame::Journaled { seq, line },
             None => Frame::Line(line),
         };
-        entry.input.try_send(frame).map_err(|_| HostError::new(ErrorCode::RuntimeError, "the new session took no handshake"))?;
+        entry
+            .input
+            .try_send(frame)
+            .map_err(|_| HostError::new(ErrorCode::RuntimeError, "the new session took no handshake"))?;
         Ok(entry)
     }
 }

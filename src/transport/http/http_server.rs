@@ -6,9 +6,9 @@ use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
 
 use super::a2a::{self, A2aFace};
-use super::mcp::{self, McpFace};
 use super::create_session::create;
 use super::health::{health, ready};
+use super::mcp::{self, McpFace};
 use super::send_lines::send;
 use super::sse_stream::stream;
 use super::{admin_routes, metrics_endpoint, HttpSessions};

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-use super::tasks::session_of;
 use super::model::{agent_message, is_terminal, read_message};
 use super::rpc::{bool_field, failure, history_length, int_field, read_call, string_field, success, Call, RpcError};
+use super::tasks::session_of;
 use super::tasks::{status_filter, task_id, Asker, Found};
 use super::{stream, tck, A2aFace};
 use crate::transport::http::request_info::bearer;

@@ -139,7 +139,8 @@ impl A2aFace {
     ) -> Result<(Found, broadcast::Receiver<Arc<Value>>), RpcError> {
         let context_id = message.context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let session = session_of(caller.principal.as_deref(), &context_id);
-        let create = Some(Opener { face: "a2a", principal: caller.principal.as_deref(), token: caller.token.as_deref() });
+        let create =
+            Some(Opener { face: "a2a", principal: caller.principal.as_deref(), token: caller.token.as_deref() });
         let context = self
             .contexts
             .open(&self.sessions, &session, create)

@@ -34,7 +34,8 @@ pub(super) struct ToolCall {
 impl ToolCall {
     /// Reads a `tools/call`'s params.
     pub(super) fn read(params: &Map<String, Value>) -> Result<Self, RpcError> {
-        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("no tool `name`"))?;
+        let name =
+            params.get("name").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("no tool `name`"))?;
         if !tools::is_tool(name) {
             return Err(RpcError::invalid_params(format!("unknown tool: {name}")));
         }
@@ -130,7 +131,10 @@ pub(super) fn agent_of(default: &SubagentConfig, call: &ToolCall) -> SubagentCon
 
 /// The task from the call's arguments.
 pub(super) fn task_of(call: &ToolCall) -> TaskDefinition {
-    let mut task = TaskDefinition::new(call.text("task_name").unwrap_or_else(|| "task".to_owned()), call.text("instruction").unwrap_or_default());
+    let mut task = TaskDefinition::new(
+        call.text("task_name").unwrap_or_else(|| "task".to_owned()),
+        call.text("instruction").unwrap_or_default(),
+    );
     if let Some(criteria) = call.arguments.get("success_criteria").and_then(Value::as_array) {
         task.success_criteria = criteria.iter().filter_map(Value::as_str).map(str::to_owned).collect();
     }
@@ -223,8 +227,11 @@ impl McpFace {
         outlet: &Arc<Outlet>,
         cancel: &CancellationToken,
     ) -> Result<Option<Value>, RpcError> {
-        let request =
-            SpawnRequest { agent: agent_of(&self.config.agent, &call), parent_agent_id: call.text("parent_id"), root_agent_id: None };
+        let request = SpawnRequest {
+            agent: agent_of(&self.config.agent, &call),
+            parent_agent_id: call.text("parent_id"),
+            root_agent_id: None,
+        };
         let target = match (Operation::Spawn { request, task: None }).run(session.caller()).await {
             Ok(Outcome::Spawned(spawned)) => spawned.subagent_id,
             Ok(other) => return Err(RpcError::internal(format!("spawn answered {other:?}"))),
@@ -311,7 +318,9 @@ impl McpFace {
 /// An outcome as a tool's structured content.
 pub(super) fn structured_of(outcome: Outcome) -> Value {
     match outcome {
-        Outcome::Spawned(spawned) => json!({ "subagent_id": spawned.subagent_id.to_string(), "status": spawned.status }),
+        Outcome::Spawned(spawned) => {
+            json!({ "subagent_id": spawned.subagent_id.to_string(), "status": spawned.status })
+        }
         Outcome::Awaited(awaited) => {
             let mut value = serde_json::to_value(&awaited).unwrap_or_else(|_| json!({}));
             if let Some(object) = value.as_object_mut() {

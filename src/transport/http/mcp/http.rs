@@ -92,13 +92,19 @@ fn gate(req: &HttpRequest, face: &McpFace) -> Result<Asker, Refused> {
     let host = req.connection_info().host().to_owned();
     // Without tokens, a name an attacker's DNS points here must not pass.
     if !auth.is_enabled() && !host_allowed(&host, allowed) {
-        return Err(Refused(StatusCode::FORBIDDEN, RpcError::invalid_request(format!("host {host} is not allowed ([mcp.server] allowed_hosts)"))));
+        return Err(Refused(
+            StatusCode::FORBIDDEN,
+            RpcError::invalid_request(format!("host {host} is not allowed ([mcp.server] allowed_hosts)")),
+        ));
     }
     if let Some(origin) = header_text(req, "origin") {
         let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
         let same = auth.is_enabled() && authority.eq_ignore_ascii_case(&host);
         if !same && !host_allowed(authority, allowed) {
-            return Err(Refused(StatusCode::FORBIDDEN, RpcError::invalid_request(format!("origin {origin} is not allowed"))));
+            return Err(Refused(
+                StatusCode::FORBIDDEN,
+                RpcError::invalid_request(format!("origin {origin} is not allowed")),
+            ));
         }
     }
     Ok(Asker { principal: auth.principal(token.as_deref()), token })
@@ -133,7 +139,10 @@ fn accepts(req: &HttpRequest, media: &str) -> bool {
 // The session a request names, with the protocol version it says.
 async fn named_session(req: &HttpRequest, face: &McpFace, asker: &Asker) -> Result<Arc<McpSession>, Refused> {
     let Some(id) = header_text(req, SESSION_HEADER) else {
-        return Err(Refused(StatusCode::BAD_REQUEST, RpcError::invalid_request("Mcp-Session-Id is required (initialize first)")));
+        return Err(Refused(
+            StatusCode::BAD_REQUEST,
+            RpcError::invalid_request("Mcp-Session-Id is required (initialize first)"),
+        ));
     };
     let version = header_text(req, VERSION_HEADER);
     if let Some(version) = version.filter(|version| !VERSIONS.contains(version)) {
@@ -142,7 +151,9 @@ async fn named_session(req: &HttpRequest, face: &McpFace, asker: &Asker) -> Resu
     }
     match face.session(id, asker, version).await {
         Ok(Some(session)) => Ok(session),
-        Ok(None) => Err(Refused(StatusCode::NOT_FOUND, RpcError::invalid_request(format!("no session {id}: initialize again")))),
+        Ok(None) => {
+            Err(Refused(StatusCode::NOT_FOUND, RpcError::invalid_request(format!("no session {id}: initialize again"))))
+        }
         Err(err) => Err(Refused(StatusCode::SERVICE_UNAVAILABLE, err)),
     }
 }
@@ -156,10 +167,16 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
     let json_body = header_text(&req, "content-type")
         .is_some_and(|value| value.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
     if !json_body {
-        return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, &RpcError::invalid_request("the body must be application/json"));
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &RpcError::invalid_request("the body must be application/json"),
+        );
     }
     if !accepts(&req, "application/json") && !accepts(&req, "text/event-stream") {
-        return refuse(StatusCode::NOT_ACCEPTABLE, &RpcError::invalid_request("Accept must take application/json and text/event-stream"));
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            &RpcError::invalid_request("Accept must take application/json and text/event-stream"),
+        );
     }
     let message = match serde_json::from_slice::<Value>(&body) {
         Ok(value) => jsonrpc::read(value),
@@ -168,7 +185,9 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
     let message = match message {
         Ok(message) => message,
         Err((id, err)) => {
-            return HttpResponse::BadRequest().content_type("application/json").body(jsonrpc::failure(&id, &err).to_string())
+            return HttpResponse::BadRequest()
+                .content_type("application/json")
+                .body(jsonrpc::failure(&id, &err).to_string())
         }
     };
     if let Incoming::Request { id, method, params } = &message {
@@ -178,9 +197,9 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
                     .content_type("application/json")
                     .insert_header((SESSION_HEADER, session.id.clone()))
                     .body(jsonrpc::success(id, result).to_string()),
-                Err(err) if err.code == -32602 => {
-                    HttpResponse::BadRequest().content_type("application/json").body(jsonrpc::failure(id, &err).to_string())
-                }
+                Err(err) if err.code == -32602 => HttpResponse::BadRequest()
+                    .content_type("application/json")
+                    .body(jsonrpc::failure(id, &err).to_string()),
                 Err(err) => HttpResponse::ServiceUnavailable()
                     .content_type("application/json")
                     .body(jsonrpc::failure(id, &err).to_string()),
@@ -333,10 +352,18 @@ mod tests {
     #[test]
     fn hosts_are_loopback_or_allowed() {
         let allowed = ["agents.example.com".to_owned(), "tools.example.com:8443".to_owned()];
-        for host in ["localhost:3000", "127.0.0.1", "[::1]:9", "agents.example.com", "agents.example.com:443", "tools.example.com:8443"] {
+        for host in [
+            "localhost:3000",
+            "127.0.0.1",
+            "[::1]:9",
+            "agents.example.com",
+            "agents.example.com:443",
+            "tools.example.com:8443",
+        ] {
             assert!(host_allowed(host, &allowed), "{host}");
         }
-        for host in ["evil.example", "localhost.evil.example", "tools.example.com:80", "127.0.0.1.evil.example:80", ""] {
+        for host in ["evil.example", "localhost.evil.example", "tools.example.com:80", "127.0.0.1.evil.example:80", ""]
+        {
             assert!(!host_allowed(host, &allowed), "{host}");
         }
     }

@@ -72,9 +72,15 @@ impl McpFace {
         params: &Map<String, Value>,
         general: Arc<Outlet>,
     ) -> Result<(Arc<McpSession>, Value), RpcError> {
-        let asked = params.get("protocolVersion").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("no `protocolVersion`"))?;
+        let asked = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::invalid_params("no `protocolVersion`"))?;
         let version = VERSIONS.iter().find(|version| **version == asked).unwrap_or(&VERSIONS[0]).to_string();
-        let client = ClientInfo { version: version.clone(), capabilities: params.get("capabilities").cloned().unwrap_or(json!({})) };
+        let client = ClientInfo {
+            version: version.clone(),
+            capabilities: params.get("capabilities").cloned().unwrap_or(json!({})),
+        };
         let id = uuid::Uuid::new_v4().simple().to_string();
         let opener = Opener { face: "mcp", principal: asker.principal.as_deref(), token: asker.token.as_deref() };
         let context = self
@@ -107,7 +113,12 @@ impl McpFace {
     /// Session `id` of `asker`, served here: live, or restored from the
     /// store (after a restart, or from another node) with `version` as
     /// the protocol its client speaks. `None`: no such session of theirs.
-    async fn session(&self, id: &str, asker: &Asker, version: Option<&str>) -> Result<Option<Arc<McpSession>>, RpcError> {
+    async fn session(
+        &self,
+        id: &str,
+        asker: &Asker,
+        version: Option<&str>,
+    ) -> Result<Option<Arc<McpSession>>, RpcError> {
         let kept = lock(&self.live).get(id).cloned().filter(|session| session.principal == asker.principal);
         if let Some(session) = &kept {
             if !session.closed.is_cancelled() && session.context.is_current(&self.sessions, id) {
@@ -117,7 +128,9 @@ impl McpFace {
         if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Ok(None);
         }
-        let Some(context) = self.contexts.open(&self.sessions, id, None).await.map_err(|err| RpcError::from_host(&err))? else {
+        let Some(context) =
+            self.contexts.open(&self.sessions, id, None).await.map_err(|err| RpcError::from_host(&err))?
+        else {
             return Ok(None);
         };
         // What its client said before, or (restored) what it says now.

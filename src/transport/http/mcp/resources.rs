@@ -84,7 +84,11 @@ pub(super) async fn read(session: &Arc<McpSession>, params: &Map<String, Value>)
 }
 
 /// `resources/subscribe` (with `on`) and `resources/unsubscribe`.
-pub(super) async fn subscribe(session: &Arc<McpSession>, params: &Map<String, Value>, on: bool) -> Result<Value, RpcError> {
+pub(super) async fn subscribe(
+    session: &Arc<McpSession>,
+    params: &Map<String, Value>,
+    on: bool,
+) -> Result<Value, RpcError> {
     let (uri, subagent) = subagent_of(session, params)?;
     if on {
         session.tree().inspect_one(subagent).await.map_err(|_| RpcError::resource_not_found(&uri))?;

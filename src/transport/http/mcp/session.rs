@@ -245,7 +245,8 @@ impl McpSession {
     /// Follows `root`'s subtree for a call: with a progress token, each of
     /// its events is a `notifications/progress` on `outlet`.
     pub(super) fn watch(self: &Arc<Self>, root: SubagentId, token: Option<Value>, outlet: Arc<Outlet>) -> Watching {
-        let watch = Arc::new(Watch { outlet, token, members: Mutex::new(HashSet::from([root])), sent: AtomicU64::new(0) });
+        let watch =
+            Arc::new(Watch { outlet, token, members: Mutex::new(HashSet::from([root])), sent: AtomicU64::new(0) });
         lock(&self.watches).push(watch.clone());
         // Asked before the call started following: put to the client now.
         self.elicit_pending();

@@ -44,7 +44,12 @@ pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
         let line = match frame {
             Frame::Line(line) | Frame::Journaled { line, .. } => line,
             Frame::TooLong { limit } => {
-                out.push(&jsonrpc::failure(&Value::Null, &RpcError::invalid_request(format!("a message longer than {limit} bytes (max_line_bytes) was skipped"))));
+                out.push(&jsonrpc::failure(
+                    &Value::Null,
+                    &RpcError::invalid_request(format!(
+                        "a message longer than {limit} bytes (max_line_bytes) was skipped"
+                    )),
+                ));
                 continue;
             }
         };

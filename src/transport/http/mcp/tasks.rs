@@ -76,7 +76,10 @@ struct Found {
 
 // Whether a task in this state has ended.
 fn ended(status: SubagentStatus) -> bool {
-    matches!(status, SubagentStatus::Completed | SubagentStatus::Failed | SubagentStatus::Cancelled | SubagentStatus::Terminated)
+    matches!(
+        status,
+        SubagentStatus::Completed | SubagentStatus::Failed | SubagentStatus::Cancelled | SubagentStatus::Terminated
+    )
 }
 
 impl McpFace {
@@ -103,7 +106,12 @@ impl McpFace {
     }
 
     /// `tasks/get`.
-    pub(super) async fn get_task(&self, session: &Arc<McpSession>, asker: &Asker, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    pub(super) async fn get_task(
+        &self,
+        session: &Arc<McpSession>,
+        asker: &Asker,
+        params: &Map<String, Value>,
+    ) -> Result<Value, RpcError> {
         let found = self.find_task(session, asker, params).await?;
         Ok(self.task_of(&found))
     }
@@ -166,7 +174,12 @@ impl McpFace {
 
     // Task `params.taskId` of `asker`: this session's, or (after a
     // restart, from a later session) a stored one of theirs.
-    async fn find_task(&self, session: &Arc<McpSession>, asker: &Asker, params: &Map<String, Value>) -> Result<Found, RpcError> {
+    async fn find_task(
+        &self,
+        session: &Arc<McpSession>,
+        asker: &Asker,
+        params: &Map<String, Value>,
+    ) -> Result<Found, RpcError> {
         let id = params.get("taskId").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("no `taskId`"))?;
         let not_found = || RpcError::invalid_params(format!("task not found: {id}"));
         let key = TaskKey::parse(id).ok_or_else(not_found)?;
@@ -241,7 +254,8 @@ mod tests {
         let id = key.id();
         assert_eq!(id, "0123456789abcdef0123456789abcdef-sub_000000ab-3-1764000000000-60000");
         assert_eq!(TaskKey::parse(&id), Some(key));
-        for bad in ["", "x-sub_000000ab-3-1-1", "0123456789abcdef0123456789abcdef-sub_000000ab-3-1", &format!("{id}-9")] {
+        for bad in ["", "x-sub_000000ab-3-1-1", "0123456789abcdef0123456789abcdef-sub_000000ab-3-1", &format!("{id}-9")]
+        {
             assert_eq!(TaskKey::parse(bad), None, "{bad}");
         }
     }
