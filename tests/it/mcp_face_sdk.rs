@@ -88,6 +88,14 @@ fn over_stdio_a_task_is_answered_by_the_next_server_after_a_sigkill() {
 }
 
 #[test]
+fn over_stdio_a_task_outlives_its_client_leaving_and_the_next_server_answers_it() {
+    let dir = scratch("mcp-resume-stdio");
+    let store = format!("--store=sqlite:{}", dir.join("store.db").display());
+    let resumed = check(&["resume-stdio", "stdio", binary(), &store]);
+    assert!(resumed["task_id"].is_string(), "{resumed}");
+}
+
+#[test]
 fn over_http_the_client_runs_a_tree_cancels_one_and_answers_a_question() {
     let (_server, url) = http_server();
     let tree = check(&["tree", "http", &url]);

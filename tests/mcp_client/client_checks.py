@@ -273,6 +273,16 @@ async def check_restart_stdio(target):
     print(json.dumps({"check": "restart-stdio", "task_id": task_id}))
 
 
+async def check_resume_stdio(target):
+    """stdio: a task started, the client leaves (stdin closed) while it
+    runs; the next server on the same store answers it."""
+    async with target.session() as first:
+        task_id = await start_task(first, 2_000)
+    async with target.session() as second:
+        await finish_task(second, task_id)
+    print(json.dumps({"check": "resume-stdio", "task_id": task_id}))
+
+
 CHECKS = {
     "tree": check_tree,
     "cancel": check_cancel,
@@ -281,6 +291,7 @@ CHECKS = {
     "task-cancel": check_task_cancel,
     "restart-stdio": check_restart_stdio,
     "restart-http": check_restart_http,
+    "resume-stdio": check_resume_stdio,
 }
 
 

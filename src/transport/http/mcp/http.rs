@@ -197,7 +197,7 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
                     .content_type("application/json")
                     .insert_header((SESSION_HEADER, session.id.clone()))
                     .body(jsonrpc::success(id, result).to_string()),
-                Err(err) if err.code == -32602 => HttpResponse::BadRequest()
+                Err(err) if err.code == -32602 && err.data.is_none() => HttpResponse::BadRequest()
                     .content_type("application/json")
                     .body(jsonrpc::failure(id, &err).to_string()),
                 Err(err) => HttpResponse::ServiceUnavailable()
@@ -224,7 +224,8 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
     }
     if !matches!(method.as_str(), "tools/call" | "tasks/result") {
         let outlet = session.general.clone();
-        return match face.answer(&session, &asker, &id, &method, params, &outlet).await {
+        let cancel = session.begin(&id);
+        return match face.answer(&session, &asker, &id, &method, params, &outlet, cancel).await {
             Some(answer) => HttpResponse::Ok().content_type("application/json").body(answer.to_string()),
             None => HttpResponse::Accepted().finish(),
         };
@@ -233,9 +234,10 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
     // connected; its stream keeps what it says for a reconnect.
     let outlet = session.new_stream();
     {
+        let cancel = session.begin(&id);
         let (face, session, outlet) = (face.clone(), session.clone(), outlet.clone());
         actix_rt::spawn(async move {
-            match face.answer(&session, &asker, &id, &method, params, &outlet).await {
+            match face.answer(&session, &asker, &id, &method, params, &outlet, cancel).await {
                 Some(answer) => outlet.finish_with(&answer),
                 None => outlet.finish(),
             }

@@ -134,7 +134,7 @@ impl McpFace {
             return Ok(None);
         };
         // What its client said before, or (restored) what it says now.
-        let (client, general, principal) = match kept {
+        let (client, general, principal) = match &kept {
             Some(old) => (old.client(), old.general.clone(), old.principal.clone()),
             None => {
                 let version = version.filter(|v| VERSIONS.contains(v)).unwrap_or("2025-03-26");
@@ -146,6 +146,9 @@ impl McpFace {
             return Ok(None);
         }
         let session = McpSession::start(id.to_owned(), context, principal, client, general);
+        if let Some(old) = &kept {
+            session.inherit_tasks(old);
+        }
         self.keep(&session);
         Ok(Some(session))
     }
@@ -157,8 +160,11 @@ impl McpFace {
         session.context.entry.close();
     }
 
-    /// Answers a request of an initialized session; `None` when the
-    /// client cancelled it. `outlet` carries what belongs to it.
+    /// Answers a request of an initialized session, registered with
+    /// [`McpSession::begin`] (whose token is `cancel`) as it was read;
+    /// `None` when the client cancelled it. `outlet` carries what belongs
+    /// to it.
+    #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
         session: &Arc<McpSession>,
@@ -167,8 +173,8 @@ impl McpFace {
         method: &str,
         params: Map<String, Value>,
         outlet: &Arc<Outlet>,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> Option<Value> {
-        let cancel = session.begin(id);
         let limit = self.sessions.service.limits().max_inflight_requests.max(1);
         let result = if session.inflight() > limit {
             Err(RpcError::invalid_request(format!("more than {limit} requests at once (max_inflight_requests)")))

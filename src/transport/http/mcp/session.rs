@@ -208,6 +208,11 @@ impl McpSession {
         lock(&self.tasks).iter().cloned().collect()
     }
 
+    /// Takes over `old`'s tasks (the same session, served again).
+    pub(super) fn inherit_tasks(&self, old: &McpSession) {
+        *lock(&self.tasks) = lock(&old.tasks).clone();
+    }
+
     /// Registers request `id` as served now; the token fires when the
     /// client cancels it.
     pub(super) fn begin(&self, id: &Value) -> CancellationToken {
@@ -356,9 +361,12 @@ impl McpSession {
             params["mode"] = json!("form");
         }
         self.outlet_for(request.subagent_id).push(&jsonrpc::request(&ask, "elicitation/create", params));
+        // Past its deadline the request is answered without us.
+        let left = (request.expires_at - super::super::face_sessions::now()).max(0.0);
         let outcome = tokio::select! {
             outcome = answer => outcome.ok(),
             _ = self.closed.cancelled() => None,
+            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(left)) => None,
         };
         lock(&self.asks).remove(&ask);
         let Some(Ok(result)) = outcome else {

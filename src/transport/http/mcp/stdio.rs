@@ -4,7 +4,9 @@
 //! up a `tasks/get`). EOF on stdin ends the session as `serve --stdio`
 //! does: requests already read are answered (for up to
 //! [`EOF_DRAIN`](crate::transport::stdio::EOF_DRAIN)), then calls still
-//! running are cancelled (their subtrees stop) and the process exits.
+//! running are cancelled (their subtrees stop) and the process exits;
+//! with a durable store, a session whose MCP tasks still run is kept
+//! stored instead, for the next process on that store to answer them.
 
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -90,9 +92,11 @@ pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
                 out.push(&answer);
             }
             (Some(live), Incoming::Request { id, method, params }) => {
+                // In flight from now: end of input waits for its answer.
+                let cancel = live.begin(&id);
                 let (face, live, asker, out) = (face.clone(), live.clone(), asker.clone(), out.clone());
                 actix_rt::spawn(async move {
-                    if let Some(answer) = face.answer(&live, &asker, &id, &method, params, &out).await {
+                    if let Some(answer) = face.answer(&live, &asker, &id, &method, params, &out, cancel).await {
                         out.push(&answer);
                     }
                 });
@@ -102,19 +106,32 @@ pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
         }
     }
     // The client went: what it asked is answered, for a while; then its
-    // calls stop, and so does the session.
+    // calls stop (their subtrees with them).
     if let Some(live) = session {
-        let deadline = tokio::time::Instant::now() + crate::transport::stdio::EOF_DRAIN;
-        while live.inflight() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_answered(&live, crate::transport::stdio::EOF_DRAIN).await;
         live.closed.cancel();
-        face.end_session(&live);
-        live.context.ended.cancelled().await;
+        wait_answered(&live, crate::transport::stdio::EOF_DRAIN).await;
+        // MCP tasks still running outlive the process with a durable store:
+        // the session stays stored (the host freezes the store as it stops),
+        // and the next `subagentd mcp` on it resumes them and answers them.
+        if face.sessions.service.store().is_durable() && face.has_running_tasks(&live).await {
+            log::info!("mcp session {}: MCP tasks still running, kept stored", live.id);
+        } else {
+            face.end_session(&live);
+            live.context.ended.cancelled().await;
+        }
     }
     out.finish();
     let _ = tokio::task::spawn_blocking(move || writer.join()).await;
     Ok(())
+}
+
+// Waits (up to `patience`) until the session's requests are answered.
+async fn wait_answered(session: &McpSession, patience: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + patience;
+    while session.inflight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 fn read_stdin(limit: usize, lines: mpsc::Sender<Frame>) {

@@ -172,6 +172,18 @@ impl McpFace {
         Ok(json!({ "tasks": tasks }))
     }
 
+    /// Whether any MCP task the session made is still running.
+    pub(super) async fn has_running_tasks(&self, session: &Arc<McpSession>) -> bool {
+        for task_id in session.tasks() {
+            if let Ok(found) = self.found_in(session.clone(), &task_id).await {
+                if !ended(found.detail.view.status) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     // Task `params.taskId` of `asker`: this session's, or (after a
     // restart, from a later session) a stored one of theirs.
     async fn find_task(
