@@ -1432,6 +1432,65 @@ fn drain_stream(log: &mut SseLog, stream: &mut SseStream) {
     }
 }
 
+/// A frame's number keys what it did (a spawn served again after a restart
+/// answers with the subagent it made): after a restart with every earlier
+/// frame served, new frames are still numbered past them, so a new spawn
+/// replayed after a second crash makes its own subagent instead of
+/// answering an old frame's.
+#[test]
+fn durable_frames_after_a_restart_are_numbered_past_every_served_one() {
+    frames_numbered_past_served_ones(Backing::sqlite());
+}
+
+#[test]
+fn durable_postgres_frames_after_a_restart_are_numbered_past_every_served_one() {
+    frames_numbered_past_served_ones(Backing::postgres());
+}
+
+fn frames_numbered_past_served_ones(backing: Backing) {
+    // One request at a time: a frame behind a long await stays unserved.
+    let config = format!("{CONFIG}max_inflight_requests = 1\n");
+    let mut node = Node::start(backing, &config);
+    let (_, _, body) = http_with_headers(node.http(), "POST", "/session", &[], "");
+    let session = text(&body["session_id"]);
+    let mut log = SseLog::default();
+    let mut stream = SseStream::open(node.http(), &session);
+    let hs = json!({ "type": "handshake/req", "id": "h", "agent_id": "web", "agent_caps": ["multi_agent"] });
+    let spawn =
+        |name: &str| json!({ "type": "SUBAGENT_SPAWN_REQ", "id": name, "agent": { "name": name, "model": "m" } });
+    send_lines(node.http(), &session, &[hs, spawn("first"), spawn("sleeper")]);
+    let first = text(&log.reply(&mut stream, "first")["subagent_id"]);
+    let sleeper = text(&log.reply(&mut stream, "sleeper")["subagent_id"]);
+    let task =
+        json!({ "name": "t", "instruction": "i", "metadata": { "script": [{ "sleep_ms": 1500 }, { "return": {} }] } });
+    send_lines(
+        node.http(),
+        &session,
+        &[json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": sleeper, "task": task })],
+    );
+    log.reply(&mut stream, "d");
+    // Every frame served; a restart.
+    node.kill9();
+    drain_stream(&mut log, &mut stream);
+    node.restart();
+    // Two frames: the await holds the one request slot, so the spawn (which
+    // the first restart numbered as "first" was) is journaled, not served,
+    // when the host dies again.
+    let wait = json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "w", "subagent_id": sleeper });
+    send_lines(node.http(), &session, &[wait, spawn("second")]);
+    node.kill9();
+    node.restart();
+    let last = log.events.last().map_or(0, |(id, _)| *id);
+    let mut stream = SseStream::open_after(node.http(), &session, Some(last));
+    let second = text(&log.reply(&mut stream, "second")["subagent_id"]);
+    assert_ne!(second, first, "the replayed spawn made a subagent of its own");
+    send_lines(node.http(), &session, &[json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" })]);
+    let listed = log.reply(&mut stream, "l");
+    let mut names: Vec<String> = listed["subagents"].as_array().unwrap().iter().map(|row| text(&row["name"])).collect();
+    names.sort();
+    assert_eq!(names, ["first", "second", "sleeper"], "{listed}");
+}
+
 /// `/send` journals its frames and answers 200 once they are committed; a
 /// restart serves the frames whose replies were not committed. Each request
 /// must take effect once: killed at random points right after the 200, with

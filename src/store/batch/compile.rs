@@ -33,18 +33,21 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
     for row in &folded.sessions {
-        let p: Vec<String> = (1..=9).map(|n| param(dialect, n)).collect();
+        let p: Vec<String> = (1..=10).map(|n| param(dialect, n)).collect();
         // The row's next line number goes in the same statement as the row
-        // (a statement may change a row once): the journal's top, if any.
+        // (a statement may change a row once): the journal's top, if any;
+        // and so does its request frames' high-water mark.
         let next_seq = folded.journaled.get(&row.id).map_or(1, |(_, top)| top + 1);
+        let last_inbound = folded.inbound_top.get(&row.id).copied().unwrap_or(0);
         ops.push(Op {
             sql: format!(
-                "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms, handshaken) \
-                 VALUES ({}, {}, {}, {}, {}, {}, {}, {}, {}) \
+                "INSERT INTO sessions (id, agent_id, capabilities, principal, transport, next_seq, created_ms, touched_ms, handshaken, last_inbound) \
+                 VALUES ({}, {}, {}, {}, {}, {}, {}, {}, {}, {}) \
                  ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id, capabilities = excluded.capabilities, \
                  principal = excluded.principal, touched_ms = excluded.touched_ms, handshaken = excluded.handshaken, \
-                 next_seq = CASE WHEN excluded.next_seq > sessions.next_seq THEN excluded.next_seq ELSE sessions.next_seq END",
-                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+                 next_seq = CASE WHEN excluded.next_seq > sessions.next_seq THEN excluded.next_seq ELSE sessions.next_seq END, \
+                 last_inbound = CASE WHEN excluded.last_inbound > sessions.last_inbound THEN excluded.last_inbound ELSE sessions.last_inbound END",
+                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]
             ),
             args: vec![
                 Arg::Text(row.id.to_string()),
@@ -56,6 +59,7 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
                 Arg::Int(now),
                 Arg::Int(now),
                 Arg::Int(i64::from(row.handshaken)),
+                int(last_inbound),
             ],
         });
     }
@@ -94,19 +98,32 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
         .map(|(session, seq, line)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*line).clone())])
         .collect();
     insert(dialect, &mut ops, "journal (session_id, seq, line)", &lines, "(session_id, seq) DO NOTHING");
-    let tops: Vec<Vec<Arg>> = folded
-        .journaled
-        .iter()
+    // Each row written once (a statement may change a row once): the next
+    // line number past the journal's top, and the request frames'
+    // high-water mark, of sessions not inserted above (0: unchanged).
+    let mut tops: HashMap<&Arc<str>, (u64, u64)> = HashMap::new();
+    for (session, (_, top)) in &folded.journaled {
+        tops.entry(session).or_default().0 = top + 1;
+    }
+    for (session, top) in &folded.inbound_top {
+        tops.entry(session).or_default().1 = *top;
+    }
+    let tops: Vec<Vec<Arg>> = tops
+        .into_iter()
         .filter(|(session, _)| !folded.sessions.iter().any(|row| row.id == **session))
-        .map(|(session, (_, top))| vec![Arg::Text(session.to_string()), int(top + 1), Arg::Int(now)])
+        .map(|(session, (next_seq, inbound))| {
+            vec![Arg::Text(session.to_string()), int(next_seq), Arg::Int(now), int(inbound)]
+        })
         .collect();
     update_from(
         dialect,
         &mut ops,
         "sessions",
-        "next_seq = v.column2, touched_ms = v.column3",
+        "next_seq = CASE WHEN v.column2 > sessions.next_seq THEN v.column2 ELSE sessions.next_seq END, \
+         touched_ms = v.column3, \
+         last_inbound = CASE WHEN v.column4 > sessions.last_inbound THEN v.column4 ELSE sessions.last_inbound END",
         "sessions.id = v.column1",
-        3,
+        4,
         &tops,
     );
     for (session, up_to) in &folded.delivered {
@@ -238,8 +255,15 @@ mod tests {
             Change::InboundDone { session: session.clone(), seq: 3 },
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
-        assert_eq!(ops.len(), 1);
-        assert_eq!(ops[0].args, vec![Arg::Text("s".into()), Arg::Int(3)]);
+        let inbound: Vec<_> =
+            ops.iter().filter(|op| op.sql.contains("FROM inbound") || op.sql.contains("INTO inbound")).collect();
+        assert_eq!(inbound.len(), 1, "{ops:#?}");
+        assert_eq!(inbound[0].args, vec![Arg::Text("s".into()), Arg::Int(3)]);
+        // Its number is kept on the session's row all the same: frames after
+        // a restart are numbered past it.
+        let row = ops.iter().find(|op| op.sql.starts_with("UPDATE sessions")).expect("the high-water mark");
+        assert!(row.sql.contains("last_inbound"), "{row:#?}");
+        assert_eq!(row.args[3], Arg::Int(4), "{row:#?}");
 
         // A reply names the frame it answers: served in the reply's commit.
         let batch = vec![
@@ -275,7 +299,7 @@ mod tests {
         let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Postgres);
         let inserts: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("INSERT INTO sessions")).collect();
         assert_eq!(inserts.len(), 1, "{ops:#?}");
-        assert_eq!(inserts[0].args.len(), 9, "one row: a statement may not touch a row twice");
+        assert_eq!(inserts[0].args.len(), 10, "one row: a statement may not touch a row twice");
         assert!(inserts[0].args.contains(&Arg::Text("client".into())), "the handshake's row wins");
         assert_eq!(inserts[0].args[8], Arg::Int(1), "handshaken");
 
@@ -285,6 +309,13 @@ mod tests {
         let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
         assert_eq!(touching.len(), 1, "{ops:#?}");
         assert_eq!(touching[0].args[5], Arg::Int(5), "next_seq");
+
+        // And so does its request frames' high-water mark.
+        let frame = Change::Inbound { session: "s".into(), seq: 3, frame: "{}".into() };
+        let ops = compile(&[opened(true), frame], 1024, Dialect::Postgres);
+        let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
+        assert_eq!(touching.len(), 1, "{ops:#?}");
+        assert_eq!(touching[0].args[9], Arg::Int(3), "last_inbound");
     }
 
     #[test]
@@ -316,7 +347,8 @@ mod tests {
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
         assert!(ops.iter().any(|op| op.sql.starts_with("INSERT INTO mailboxes")), "{ops:#?}");
-        assert!(!ops.iter().any(|op| op.sql.contains("inbound")), "handed over and served in one batch: {ops:#?}");
+        let inbound = |op: &&Op| op.sql.contains("FROM inbound") || op.sql.contains("INTO inbound");
+        assert!(!ops.iter().any(|op| inbound(&op)), "handed over and served in one batch: {ops:#?}");
         // Its frame committed earlier: the one change stores the message and
         // marks the frame served, so a replay after a crash finds it done.
         let ops = compile(&batch[1..], 1024, Dialect::Postgres);

@@ -48,6 +48,9 @@ pub(super) struct Folded<'a> {
     // Per session: the lowest and highest journal seq of the batch.
     pub(super) journaled: HashMap<Arc<str>, (u64, u64)>,
     pub(super) inbound: HashMap<(Arc<str>, u64), &'a String>,
+    // Per session: the highest frame number journaled in the batch, served
+    // within it or not (kept on the session's row).
+    pub(super) inbound_top: HashMap<Arc<str>, u64>,
     pub(super) served: Vec<(Arc<str>, u64)>,
     pub(super) touched: Vec<Arc<str>>,
     // Per session: journal lines up to this number were delivered for good.
@@ -105,6 +108,7 @@ impl<'a> Folded<'a> {
         self.journal.retain(|(s, _, _)| *s != session);
         self.journaled.remove(session);
         self.inbound.retain(|(s, _), _| s != session);
+        self.inbound_top.remove(session);
         self.served.retain(|(s, _)| s != session);
         self.touched.retain(|s| s != session);
         self.delivered.remove(session);
@@ -213,6 +217,8 @@ impl<'a> Folded<'a> {
             }
             Change::Inbound { session, seq, frame } => {
                 self.inbound.insert((session.clone(), *seq), frame);
+                let top = self.inbound_top.entry(session.clone()).or_insert(0);
+                *top = (*top).max(*seq);
             }
             Change::InboundDone { session, seq } => self.served(session, *seq),
             Change::JournalDelivered { session, up_to } => {

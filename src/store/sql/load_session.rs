@@ -16,12 +16,13 @@ impl SqlStore {
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
         let mut sessions = self
             .fetch(
-                "SELECT agent_id, capabilities, principal, transport, next_seq, handshaken FROM sessions WHERE id = $1",
+                "SELECT agent_id, capabilities, principal, transport, next_seq, handshaken, last_inbound FROM sessions WHERE id = $1",
                 id,
-                "ttttii",
+                "ttttiii",
             )
             .await?;
         let Some(mut session) = sessions.pop() else { return Ok(None) };
+        let high_water = u64::try_from(session[6].int()).unwrap_or(0);
         let capabilities: Vec<String> = parse_json(session[1].text())?;
         let row = SessionRow {
             id: id.into(),
@@ -136,7 +137,8 @@ impl SqlStore {
         {
             inbound.push((u64::try_from(frame[0].int()).unwrap_or(0), frame[1].text().unwrap_or_default()));
         }
-        let last_inbound = inbound.last().map_or(0, |(seq, _)| *seq);
+        // Past every frame ever journaled, served (and deleted) ones too.
+        let last_inbound = inbound.last().map_or(0, |(seq, _)| *seq).max(high_water);
         Ok(Some(StoredSession { row, subagents, next_seq, journal, inbound, last_inbound }))
     }
 }

@@ -41,6 +41,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0005_presence_after_restart.sqlite.sql"),
         include_str!("../../../migrations/0005_presence_after_restart.postgres.sql"),
     ),
+    (
+        6,
+        "inbound_high_water",
+        include_str!("../../../migrations/0006_inbound_high_water.sql"),
+        include_str!("../../../migrations/0006_inbound_high_water.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.
