@@ -74,38 +74,9 @@ impl Connection {
         Self { reader: BufReader::new(socket), addr: addr.to_owned() }
     }
 
-    /// POSTs `body` to `path`; the response body (its `Content-Length`).
-    pub fn post(&mut self, path: &str, headers: &str, body: &str) -> String {
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        self.reader.get_mut().write_all(request.as_bytes()).unwrap();
-        let mut length = 0;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse().unwrap();
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).unwrap();
-        String::from_utf8(body).unwrap()
-    }
-}
-
-impl Connection {
-    /// POSTs `body` to `path`: the response body (its `Content-Length`) and
-    /// its `Mcp-Session-Id` header.
-    pub fn post_with_headers(&mut self, path: &str, headers: &str, body: &str) -> (String, String) {
+    // POSTs `body` to `path` and reads the response's head: its
+    // `Content-Length` (0 without one) and `Mcp-Session-Id` (empty).
+    fn request(&mut self, path: &str, headers: &str, body: &str) -> (usize, String) {
         let request = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
             self.addr,
@@ -128,28 +99,34 @@ impl Connection {
                 }
             }
         }
+        (length, session)
+    }
+
+    // The `length` bytes of a response body.
+    fn body(&mut self, length: usize) -> String {
         let mut body = vec![0; length];
         self.reader.read_exact(&mut body).unwrap();
-        (String::from_utf8(body).unwrap(), session)
+        String::from_utf8(body).unwrap()
+    }
+
+    /// POSTs `body` to `path`; the response body (its `Content-Length`).
+    pub fn post(&mut self, path: &str, headers: &str, body: &str) -> String {
+        let (length, _) = self.request(path, headers, body);
+        self.body(length)
+    }
+
+    /// POSTs `body` to `path`: the response body (its `Content-Length`) and
+    /// its `Mcp-Session-Id` header.
+    pub fn post_with_headers(&mut self, path: &str, headers: &str, body: &str) -> (String, String) {
+        let (length, session) = self.request(path, headers, body);
+        (self.body(length), session)
     }
 
     /// POSTs `body` to `path` and reads an SSE response to its end (a
     /// chunked body): the `data:` messages.
     pub fn post_sse(&mut self, path: &str, headers: &str, body: &str) -> Vec<Value> {
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        self.reader.get_mut().write_all(request.as_bytes()).unwrap();
+        self.request(path, headers, body);
         let mut line = String::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-        }
         let mut text = String::new();
         loop {
             line.clear();

@@ -12,8 +12,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::lines::{gather, recycle};
-use crate::protocol::codec::LineDecoder;
-use crate::session::InputSender;
+use crate::protocol::codec::{Frame, LineDecoder};
 use crate::session::{ConnectionEnd, OutboxReceiver, Service};
 
 /// How long running tasks may finish after EOF on stdin (as `shutdown`'s default).
@@ -24,7 +23,9 @@ pub(crate) async fn serve(service: Arc<Service>, final_flush: Duration) -> std::
     let opened = service.open().map_err(|err| std::io::Error::other(err.to_string()))?;
     let limit = service.limits().max_line_bytes;
     let input = opened.input;
-    std::thread::Builder::new().name("stdin".into()).spawn(move || read_stdin(limit, input))?;
+    std::thread::Builder::new().name("stdin".into()).spawn(move || {
+        read_stdin_frames(limit, |frame| input.blocking_send(frame).is_ok());
+    })?;
     let (done_tx, done_rx) = oneshot::channel();
     let mut output = opened.output;
     std::thread::Builder::new().name("stdout".into()).spawn(move || {
@@ -38,7 +39,9 @@ pub(crate) async fn serve(service: Arc<Service>, final_flush: Duration) -> std::
     Ok(end)
 }
 
-fn read_stdin(limit: usize, input: InputSender) {
+/// Reads stdin to its end on this (plain) thread, handing each frame to
+/// `take` until it says no more (its receiver is gone).
+pub(crate) fn read_stdin_frames(limit: usize, mut take: impl FnMut(Frame) -> bool) {
     let mut stdin = std::io::stdin().lock();
     let mut decoder = LineDecoder::new(limit);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -52,13 +55,13 @@ fn read_stdin(limit: usize, input: InputSender) {
         };
         decoder.feed(&chunk[..n], &mut frames);
         for frame in frames.drain(..) {
-            if input.blocking_send(frame).is_err() {
+            if !take(frame) {
                 return;
             }
         }
     }
     if let Some(frame) = decoder.finish() {
-        let _ = input.blocking_send(frame);
+        take(frame);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The answers every route shares: a 200 naming the session (and node),
-//! the JSON error, and the 408 for a body that came too late, sent on a
-//! connection that closes once the unread request body is dropped.
+//! the JSON error, the 408 for a body that came too late, sent on a
+//! connection that closes once the unread request body is dropped, and the
+//! SSE stream a face's writer task feeds.
 
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::http::StatusCode;
@@ -12,6 +13,20 @@ use std::task::{Context, Poll};
 
 use super::request_info::peer;
 use super::HttpSessions;
+
+/// An SSE response carrying what a writer task sends on `chunks` (each
+/// chunk whole events), ending when the writer drops its side; not cached,
+/// and not buffered by a proxy.
+pub(in crate::transport::http) fn sse_from(chunks: tokio::sync::mpsc::Receiver<Bytes>) -> HttpResponse {
+    let body = futures_util::stream::unfold(chunks, |mut chunks| async move {
+        chunks.recv().await.map(|chunk| (Ok::<_, std::convert::Infallible>(chunk), chunks))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
 
 /// The header naming the session of `/send` and `/stream`.
 pub(crate) const SESSION_HEADER: &str = "X-Session-Id";

@@ -10,7 +10,6 @@ use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -45,14 +44,7 @@ pub(super) fn respond(
         let mut writer = Writer { tx, id, found, face, parents: HashMap::new(), state: "", written: 0 };
         writer.run(events, until_input, fresh).await;
     });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
-    });
-    HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body)
+    super::super::responses::sse_from(rx)
 }
 
 /// An SSE response of one event (a message answering a streaming request).

@@ -25,7 +25,6 @@ use actix_web::http::{header, StatusCode};
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use serde_json::Value;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -337,14 +336,7 @@ fn sse(session: &Arc<McpSession>, outlet: Arc<Outlet>, after: u64, general: bool
             }
         }
     });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
-    });
-    HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body)
+    super::super::responses::sse_from(rx)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! stored instead, for the next process on that store to answer them.
 
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -17,7 +17,7 @@ use super::jsonrpc::{self, Incoming, RpcError};
 use super::outlet::{Next, Outlet};
 use super::session::{Asker, McpSession};
 use super::McpFace;
-use crate::protocol::codec::{Frame, LineDecoder};
+use crate::protocol::codec::Frame;
 
 /// The environment variable that holds the bearer token (with `[auth]` tokens).
 pub(crate) const TOKEN_ENV: &str = "SUBAGENTD_TOKEN";
@@ -35,7 +35,9 @@ pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
     let asker = Asker { principal: auth.principal(token.as_deref()), token };
     let limit = face.sessions.service.limits().max_line_bytes;
     let (lines, mut incoming) = mpsc::channel(READ_AHEAD);
-    std::thread::Builder::new().name("mcp-stdin".into()).spawn(move || read_stdin(limit, lines))?;
+    std::thread::Builder::new()
+        .name("mcp-stdin".into())
+        .spawn(move || crate::transport::stdio::read_stdin_frames(limit, |frame| lines.blocking_send(frame).is_ok()))?;
     let out = Outlet::new(0);
     let writer = {
         let out = out.clone();
@@ -131,30 +133,6 @@ async fn wait_answered(session: &McpSession, patience: std::time::Duration) {
     let deadline = tokio::time::Instant::now() + patience;
     while session.inflight() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
-fn read_stdin(limit: usize, lines: mpsc::Sender<Frame>) {
-    let mut stdin = std::io::stdin().lock();
-    let mut decoder = LineDecoder::new(limit);
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut frames = Vec::new();
-    loop {
-        let n = match stdin.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        decoder.feed(&chunk[..n], &mut frames);
-        for frame in frames.drain(..) {
-            if lines.blocking_send(frame).is_err() {
-                return;
-            }
-        }
-    }
-    if let Some(frame) = decoder.finish() {
-        let _ = lines.blocking_send(frame);
     }
 }
 
