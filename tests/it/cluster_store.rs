@@ -130,9 +130,142 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
     })
     .await;
     let check = "DO $$ BEGIN \
-        IF (SELECT lease_until_ms FROM leases WHERE session_id = 's1') <> 0 THEN RAISE EXCEPTION 'lease renewed after leaving'; END IF; \
+        IF NOT (SELECT released FROM leases WHERE session_id = 's1') THEN RAISE EXCEPTION 'lease taken back after leaving'; END IF; \
         IF EXISTS (SELECT 1 FROM nodes WHERE id = 'c') THEN RAISE EXCEPTION 'node listed after leaving'; END IF; \
         END $$";
     pg_execute(&db.url, check).expect("c's lease stays released and c stays gone");
     tree.close().await;
+}
+
+fn session_row(id: &str) -> SessionRow {
+    SessionRow {
+        id: id.into(),
+        agent_id: "client".into(),
+        capabilities: vec!["multi_agent".into()],
+        principal: None,
+        transport: "tcp".into(),
+        handshaken: true,
+    }
+}
+
+/// A node renews its own lease, one row, and never its sessions' rows:
+/// renewals cost PostgreSQL the same whatever the node's number of sessions.
+#[actix_rt::test]
+async fn a_node_renews_one_row_whatever_its_number_of_sessions() {
+    let db = TestDatabase::create();
+    let (a, _) = node(&db.url, "a", SHORT_LEASE);
+    let logs: Vec<_> = (0..200)
+        .map(|n| {
+            let log = SessionLog::new(format!("s{n}"), a.clone());
+            log.open(session_row(&format!("s{n}")));
+            log
+        })
+        .collect();
+    a.flush().await;
+    assert_eq!(a.owned_sessions(), 200);
+    // Each lease row's version (`xmin` changes with every update of a row),
+    // and the time: several renewals (every 166 ms) later, the node's row
+    // has moved on and not one session's row has been written.
+    pg_execute(
+        &db.url,
+        "CREATE TABLE before AS SELECT session_id, xmin::text AS version, subagentd_now_ms() AS at_ms FROM leases",
+    )
+    .expect("mark the lease rows");
+    let renewed_since = format!(
+        "DO $$ BEGIN IF (SELECT lease_until_ms FROM nodes WHERE id = 'a') < (SELECT max(at_ms) FROM before) + {} \
+         THEN RAISE EXCEPTION 'a has not renewed three times yet'; END IF; END $$",
+        SHORT_LEASE.as_millis() * 2
+    );
+    eventually("a renews its lease", Duration::from_secs(10), || {
+        std::future::ready(pg_execute(&db.url, &renewed_since))
+    })
+    .await;
+    let untouched = "DO $$ BEGIN \
+        IF (SELECT count(*) FROM before) <> 200 THEN RAISE EXCEPTION 'every session has a lease row'; END IF; \
+        IF EXISTS (SELECT 1 FROM leases l JOIN before b USING (session_id) WHERE l.xmin::text <> b.version) \
+        THEN RAISE EXCEPTION 'a session''s lease row was written by a renewal'; END IF; END $$";
+    pg_execute(&db.url, untouched).expect("no session's row is renewed");
+    assert_eq!(a.owned_sessions(), 200, "every session is still the node's");
+    drop(logs);
+}
+
+/// Every session of a node whose lease lapsed may be taken at once, and
+/// the node (alive, but paused past its lease) has its next write of one
+/// refused: per-session fencing behind a per-node lease.
+#[actix_rt::test]
+async fn a_lapsed_node_lease_frees_all_its_sessions_and_fencing_stops_its_writes() {
+    let db = TestDatabase::create();
+    // a's lease is long (renewed every 20 s): the test lapses it by hand,
+    // as a pause past it would, before a can renew it again.
+    let (a, given_up_by_a) = node(&db.url, "a", Duration::from_secs(60));
+    let host = Host::new(HostConfig::default());
+    let trees: Vec<_> = ["s1", "s2"]
+        .iter()
+        .map(|id| {
+            let log = SessionLog::new(*id, a.clone());
+            log.open(session_row(id));
+            host.open_logged_tree(Arc::new(NullSink), log)
+        })
+        .collect();
+    for tree in &trees {
+        tree.spawn(spawn_request("kept")).await.expect("spawn");
+    }
+    a.flush().await;
+    assert_eq!(a.owned_sessions(), 2);
+
+    pg_execute(&db.url, "UPDATE nodes SET lease_until_ms = 0 WHERE id = 'a'").expect("lapse a's lease");
+    // b takes both at once: a is alive (its presence lock is held), so only
+    // the lapsed node lease lets it, without asking a for a handoff.
+    let (b, _) = node(&db.url, "b", SHORT_LEASE);
+    let asked = std::time::Instant::now();
+    assert_eq!(b.acquire("s1").await.expect("acquire"), Acquired::Owned);
+    assert_eq!(b.acquire("s2").await.expect("acquire"), Acquired::Owned);
+    assert!(asked.elapsed() < Duration::from_secs(2), "taken at once: {:?}", asked.elapsed());
+    assert!(given_up_by_a.reasons("s1").is_empty(), "no handoff was asked of a");
+
+    trees[0].spawn(spawn_request("lost")).await.expect("spawn");
+    a.flush().await;
+    assert!(
+        given_up_by_a.reasons("s1").iter().any(|r| r.contains("refused its write")),
+        "a's write was refused: {:?}",
+        given_up_by_a.reasons("s1")
+    );
+    assert_eq!(stored_names(&b, "s1").await, ["kept"], "a's write after the takeover was refused whole");
+    for tree in trees {
+        tree.close().await;
+    }
+}
+
+/// A node that comes back under its id after dying (its old process held
+/// sessions) holds none of them: they are released at its start, so any
+/// node takes them at once rather than asking a node that does not serve
+/// them for a handoff it would never give.
+#[actix_rt::test]
+async fn a_node_restarted_under_its_id_releases_what_its_previous_process_held() {
+    let db = TestDatabase::create();
+    let (a, _) = node(&db.url, "a", Duration::from_secs(60));
+    let log = SessionLog::new("s1", a.clone());
+    log.open(session_row("s1"));
+    a.flush().await;
+    assert_eq!(a.owned_sessions(), 1);
+    // The process dies: its writer and connections go, its lease rows stay.
+    drop(log);
+    drop(a);
+    let gone = "DO $$ BEGIN IF (SELECT count(*) FROM pg_stat_activity WHERE application_name = 'subagentd a') > 0 \
+        THEN RAISE EXCEPTION 'a''s presence connection is still open'; END IF; END $$";
+    eventually("a's old process is gone", Duration::from_secs(10), || std::future::ready(pg_execute(&db.url, gone)))
+        .await;
+
+    let (a_again, _) = node(&db.url, "a", Duration::from_secs(60));
+    assert_eq!(a_again.owned_sessions(), 0);
+    pg_execute(
+        &db.url,
+        "DO $$ BEGIN IF NOT (SELECT released FROM leases WHERE session_id = 's1') \
+         THEN RAISE EXCEPTION 's1 is still leased to a'; END IF; END $$",
+    )
+    .expect("the old process's lease is released");
+    let (b, _) = node(&db.url, "b", SHORT_LEASE);
+    let asked = std::time::Instant::now();
+    assert_eq!(b.acquire("s1").await.expect("acquire"), Acquired::Owned);
+    assert!(asked.elapsed() < Duration::from_secs(2), "taken at once, not after a lease: {:?}", asked.elapsed());
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 pub struct ClusterSettings {
     /// This node's id (`--node-id`; a fresh one per start by default).
     pub node_id: String,
-    /// How long a session's ownership lasts unless renewed.
+    /// How long the node's lease (so its ownership of every session it
+    /// holds) lasts unless renewed.
     pub lease: Duration,
     /// The addresses this node serves, for the `nodes` table.
     pub http_addr: Option<String>,

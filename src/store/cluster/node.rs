@@ -1,6 +1,8 @@
 //! A node's own tasks on the store writer's runtime: its presence lock, the
-//! renewal of its leases (and heartbeat), and the notifications it listens
-//! to (handoff requests, releases).
+//! renewal of its lease (and heartbeat: one row, whatever its number of
+//! sessions), the check of which sessions it still holds when some may have
+//! been taken behind its back, and the notifications it listens to (handoff
+//! requests, releases).
 
 use sqlx::postgres::{PgConnection, PgListener, PgPool};
 use sqlx::{ConnectOptions, Connection};
@@ -21,9 +23,18 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
     let node = cluster.node_id().to_owned();
     let mut presence = presence(&pool, &node).await?;
     let started_ms = crate::store::writer::now_ms();
-    queries::renew(&pool, &cluster, started_ms)
-        .await
-        .map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
+    // What an earlier process of this node held is released first: this
+    // process owns nothing yet, and its presence lock says no other live
+    // process runs as this node. Else those sessions would stay leased to
+    // a node that does not serve them, and no one could take them.
+    let register = async {
+        let released = queries::leave(&pool, &node).await?;
+        if released > 0 {
+            log::info!("cluster: node {node} released {released} sessions its previous process held");
+        }
+        queries::renew(&pool, &cluster, started_ms).await
+    };
+    register.await.map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
     let mut listener = PgListener::connect_with(&pool).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
     listener.listen(CHANNEL).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
     log::info!("cluster: node {node} joined (lease {} ms)", cluster.lease_ms());
@@ -33,10 +44,14 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
         let every = (renewing.settings.lease / 3).max(Duration::from_millis(50));
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks: u32 = 0;
         loop {
             tick.tick().await;
-            presence = keep_present(&renew_pool, &renewing, presence).await;
-            if !renew(&renew_pool, &renewing, started_ms).await {
+            ticks = ticks.wrapping_add(1);
+            let (conn, reconnected) = keep_present(&renew_pool, &renewing, presence).await;
+            presence = conn;
+            let routine_check = ticks % CHECK_HELD_EVERY == 0;
+            if !renew(&renew_pool, &renewing, started_ms, reconnected || routine_check).await {
                 // The node left; its presence lock goes with the connection.
                 return;
             }
@@ -65,44 +80,62 @@ async fn presence(pool: &PgPool, node: &str) -> Result<PgConnection, String> {
     }
 }
 
-// Checks the presence connection, and takes a new one when it broke
-// (other nodes may have taken this node's sessions meanwhile: fencing
-// tells, at the next renewal or commit).
-async fn keep_present(pool: &PgPool, cluster: &Cluster, mut conn: PgConnection) -> PgConnection {
+/// Every this many renewals, a node reads which sessions it still holds
+/// even when nothing says it may have lost one: a read, never a write, as
+/// a last line behind the checks after a lapse or a lost presence lock.
+/// Fencing needs none of them (a lost session's next commit is refused);
+/// they let a node stop serving a session it lost before it writes again.
+const CHECK_HELD_EVERY: u32 = 10;
+
+// Checks the presence connection, and takes a new one when it broke;
+// says whether it did (other nodes may have taken this node's sessions
+// meanwhile, believing it dead).
+async fn keep_present(pool: &PgPool, cluster: &Cluster, mut conn: PgConnection) -> (PgConnection, bool) {
     if conn.ping().await.is_ok() {
-        return conn;
+        return (conn, false);
     }
     log::warn!("cluster: the presence connection broke; taking a new one");
     match presence(pool, cluster.node_id()).await {
-        Ok(fresh) => fresh,
+        Ok(fresh) => (fresh, true),
         Err(err) => {
             log::error!("{err}");
-            conn
+            (conn, true)
         }
     }
 }
 
-// Renews every lease; a session not renewed at its epoch was taken over.
-// Returns `false` once the node has left (nothing more is renewed).
-async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> bool {
+// Renews the node's lease, then, when some of its sessions may have been
+// taken (the lease had lapsed, the last renewal failed, the presence lock
+// was lost, or `check` asks), reads which it still holds and gives up the
+// others. Returns `false` once the node has left (nothing more is renewed).
+async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64, check: bool) -> bool {
     let left = cluster.renewing.lock().await;
     if *left {
         return false;
     }
     let before = cluster.leased();
-    match queries::renew(pool, cluster, started_ms).await {
-        Ok(renewed) => {
+    let renewed = async {
+        let lapsed = queries::renew(pool, cluster, started_ms).await?;
+        let was_healthy = cluster.healthy.load(Ordering::Acquire);
+        if lapsed || check || !was_healthy {
+            Ok::<_, sqlx::Error>(Some(queries::held(pool, cluster.node_id()).await?))
+        } else {
+            Ok(None)
+        }
+    };
+    match renewed.await {
+        Ok(held) => {
             if !cluster.healthy.swap(true, Ordering::AcqRel) {
-                log::warn!("cluster: leases renewed again; taking new sessions");
+                log::warn!("cluster: the node's lease is renewed again; taking new sessions");
             }
-            let lost = cluster.unrenewed(&before, &renewed);
+            let lost = held.map(|held| cluster.not_held(&before, &held)).unwrap_or_default();
             if !lost.is_empty() {
                 cluster.lose(&lost, "its lease was taken over");
             }
         }
         Err(err) => {
             if cluster.healthy.swap(false, Ordering::AcqRel) {
-                log::error!("cluster: renewing leases failed ({err}); taking no new sessions until it works");
+                log::error!("cluster: renewing the node's lease failed ({err}); taking no new sessions until it works");
             }
         }
     }

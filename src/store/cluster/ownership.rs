@@ -35,7 +35,7 @@ pub(in crate::store) struct Cluster {
     // Whether the last renewal succeeded (else the node takes no new sessions).
     pub(super) healthy: AtomicBool,
     // Held by a renewal while it runs, and by the node's leaving: a renewal
-    // never runs after the node left (it would take its leases back).
+    // never runs after the node left (it would list the node again).
     pub(super) renewing: tokio::sync::Mutex<bool>,
 }
 
@@ -137,13 +137,14 @@ impl Cluster {
         lock(&self.owned).iter().filter(|(_, epoch)| **epoch > 0).map(|(id, epoch)| (id.clone(), *epoch)).collect()
     }
 
-    // Of the sessions leased before a renewal, those it did not renew at
-    // the same epoch (and that are still held at it).
-    pub(super) fn unrenewed(&self, before: &HashMap<Arc<str>, i64>, renewed: &HashSet<(String, i64)>) -> Vec<String> {
+    // Of the sessions leased before a check, those the store no longer says
+    // this node holds at the same epoch (and that are still owned at it
+    // here: not released or lost meanwhile).
+    pub(super) fn not_held(&self, before: &HashMap<Arc<str>, i64>, held: &HashSet<(String, i64)>) -> Vec<String> {
         let owned = lock(&self.owned);
         before
             .iter()
-            .filter(|(id, epoch)| owned.get(*id) == Some(epoch) && !renewed.contains(&(id.to_string(), **epoch)))
+            .filter(|(id, epoch)| owned.get(*id) == Some(epoch) && !held.contains(&(id.to_string(), **epoch)))
             .map(|(id, _)| id.to_string())
             .collect()
     }
@@ -168,14 +169,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_renewal_loses_only_sessions_it_did_not_renew_at_their_epoch() {
+    fn a_check_loses_only_sessions_no_longer_held_at_their_epoch() {
         let cluster = Cluster::new(ClusterSettings::fresh());
         cluster.owns("kept", 2);
         cluster.owns("taken", 3);
         cluster.owns("pending", 0);
         let before = cluster.leased();
         cluster.owns("acquired-meanwhile", 1);
-        let renewed: HashSet<(String, i64)> = [("kept".to_owned(), 2)].into();
-        assert_eq!(cluster.unrenewed(&before, &renewed), ["taken"]);
+        let held: HashSet<(String, i64)> = [("kept".to_owned(), 2)].into();
+        assert_eq!(cluster.not_held(&before, &held), ["taken"]);
     }
 }

@@ -41,15 +41,16 @@ pub(super) async fn acquire(pool: &PgPool, cluster: &Cluster, id: &str) -> Resul
     })
 }
 
-/// Asks `owner` to hand `id` off to this node.
 /// Up to `limit` stored sessions with a running task that no live node
-/// serves: never owned, their lease lapsed or released, or their owner dead
-/// (its presence lock is free, taken and let go at once here; believed only
-/// once PostgreSQL has been up for a lease, see migration 0005).
+/// serves: never owned, released, their owner's node lease lapsed (or the
+/// node left the list), or their owner dead (its presence lock is free,
+/// taken and let go at once here; believed only once PostgreSQL has been up
+/// for a lease, see migration 0005).
 pub(super) async fn orphaned(pool: &PgPool, node: &str, lease_ms: i64, limit: i64) -> Result<Vec<String>, sqlx::Error> {
     let rows = sqlx::query(
         "SELECT DISTINCT t.session_id FROM tasks t LEFT JOIN leases l ON l.session_id = t.session_id \
-         WHERE l.session_id IS NULL OR l.lease_until_ms <= subagentd_now_ms() \
+         LEFT JOIN nodes n ON n.id = l.node_id \
+         WHERE l.session_id IS NULL OR l.released OR coalesce(n.lease_until_ms, 0) <= subagentd_now_ms() \
          OR (l.node_id <> $1 AND subagentd_presence_settled($3) \
              AND pg_try_advisory_xact_lock(hashtext('subagentd node'), hashtext(l.node_id))) \
          LIMIT $2",
@@ -76,6 +77,7 @@ pub(super) async fn live_nodes(pool: &PgPool, lease_ms: i64) -> Result<usize, sq
     Ok(usize::try_from(row.try_get::<i64, _>(0)?).unwrap_or(1).max(1))
 }
 
+/// Asks `owner` to hand `id` off to this node.
 pub(super) async fn ask_handoff(pool: &PgPool, cluster: &Cluster, id: &str, owner: &str) -> Result<(), sqlx::Error> {
     let payload = format!("handoff {id} {owner} {}", cluster.node_id());
     sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(pool).await.map(drop)
@@ -84,7 +86,7 @@ pub(super) async fn ask_handoff(pool: &PgPool, cluster: &Cluster, id: &str, owne
 /// Gives up the lease of `id` held at `epoch` and tells every node.
 pub(super) async fn release(pool: &PgPool, node: &str, id: &str, epoch: i64) -> Result<bool, sqlx::Error> {
     let rows = sqlx::query(
-        "WITH released AS (UPDATE leases SET lease_until_ms = 0 \
+        "WITH released AS (UPDATE leases SET released = true \
          WHERE session_id = $1 AND node_id = $2 AND epoch = $3 RETURNING session_id) \
          SELECT pg_notify($4, 'released ' || session_id) FROM released",
     )
@@ -101,7 +103,7 @@ pub(super) async fn release(pool: &PgPool, node: &str, id: &str, epoch: i64) -> 
 /// takes the node off the list. Returns how many sessions it released.
 pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<usize, sqlx::Error> {
     let rows = sqlx::query(
-        "WITH released AS (UPDATE leases SET lease_until_ms = 0 WHERE node_id = $1 RETURNING session_id), \
+        "WITH released AS (UPDATE leases SET released = true WHERE node_id = $1 RETURNING session_id), \
          gone AS (DELETE FROM nodes WHERE id = $1) \
          SELECT pg_notify($2, 'released ' || session_id) FROM released",
     )
@@ -112,29 +114,38 @@ pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<usize, sqlx::Erro
     Ok(rows.len())
 }
 
-/// Renews every lease of this node and its heartbeat, in one statement;
-/// returns the sessions renewed, with their epochs. A lease it released
-/// (expiry 0) stays released, even when this renewal raced the release.
-pub(super) async fn renew(
-    pool: &PgPool,
-    cluster: &Cluster,
-    started_ms: i64,
-) -> Result<HashSet<(String, i64)>, sqlx::Error> {
-    let rows = sqlx::query(
-        "WITH renewed AS (UPDATE leases SET lease_until_ms = subagentd_now_ms() + $2 \
-         WHERE node_id = $1 AND lease_until_ms > 0 RETURNING session_id, epoch), \
-         beat AS (INSERT INTO nodes (id, http_addr, tcp_addr, started_ms, heartbeat_ms) \
-         VALUES ($1, $3, $4, $5, subagentd_now_ms()) ON CONFLICT (id) DO UPDATE SET \
-         http_addr = excluded.http_addr, tcp_addr = excluded.tcp_addr, heartbeat_ms = excluded.heartbeat_ms) \
-         SELECT session_id, epoch FROM renewed",
+/// Renews this node's lease and heartbeat: one row, whatever the number of
+/// sessions it owns (each session's lease is its node's). Returns whether
+/// the lease had lapsed before this renewal: other nodes may then have
+/// taken some of its sessions, and [`held`] says which it still holds.
+pub(super) async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> Result<bool, sqlx::Error> {
+    // Every part of one statement sees the snapshot from before it: `before`
+    // reads the lease this statement replaces.
+    let row = sqlx::query(
+        "WITH before AS (SELECT lease_until_ms FROM nodes WHERE id = $1), \
+         beat AS (INSERT INTO nodes (id, http_addr, tcp_addr, started_ms, heartbeat_ms, lease_until_ms) \
+         VALUES ($1, $3, $4, $5, subagentd_now_ms(), subagentd_now_ms() + $2) ON CONFLICT (id) DO UPDATE SET \
+         http_addr = excluded.http_addr, tcp_addr = excluded.tcp_addr, heartbeat_ms = excluded.heartbeat_ms, \
+         lease_until_ms = excluded.lease_until_ms) \
+         SELECT coalesce((SELECT lease_until_ms FROM before), 0) <= subagentd_now_ms()",
     )
     .bind(cluster.node_id())
     .bind(cluster.lease_ms())
     .bind(cluster.settings.http_addr.as_deref())
     .bind(cluster.settings.tcp_addr.as_deref())
     .bind(started_ms)
-    .fetch_all(pool)
+    .fetch_one(pool)
     .await?;
+    row.try_get(0)
+}
+
+/// The sessions `node` holds now (not released), with their epochs: a
+/// read, made only when some may have been taken behind its back.
+pub(super) async fn held(pool: &PgPool, node: &str) -> Result<HashSet<(String, i64)>, sqlx::Error> {
+    let rows = sqlx::query("SELECT session_id, epoch FROM leases WHERE node_id = $1 AND NOT released")
+        .bind(node)
+        .fetch_all(pool)
+        .await?;
     rows.iter().map(|row| Ok((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?))).collect()
 }
 

@@ -47,6 +47,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0006_inbound_high_water.sql"),
         include_str!("../../../migrations/0006_inbound_high_water.sql"),
     ),
+    (
+        7,
+        "node_leases",
+        include_str!("../../../migrations/0007_node_leases.sqlite.sql"),
+        include_str!("../../../migrations/0007_node_leases.postgres.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

@@ -123,8 +123,8 @@ impl StoreHandle {
         }
     }
 
-    /// Whether the store answers now (and, on a cluster node, its leases
-    /// are renewed).
+    /// Whether the store answers now (and, on a cluster node, its lease is
+    /// renewed).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let Some(tx) = &self.inner.tx else { return Ok(()) };
         if let Some(why) = self.unhealthy() {
@@ -136,7 +136,7 @@ impl StoreHandle {
     }
 
     /// Whether new sessions can be taken: the last commit succeeded and, on
-    /// a cluster node, the last renewal of its leases.
+    /// a cluster node, the last renewal of its lease.
     pub fn is_healthy(&self) -> bool {
         self.unhealthy().is_none()
     }
@@ -147,15 +147,15 @@ impl StoreHandle {
             return Some("the last commit failed");
         }
         if self.inner.cluster.as_ref().is_some_and(|cluster| !cluster.is_healthy()) {
-            return Some("the leases could not be renewed");
+            return Some("the node's lease could not be renewed");
         }
         None
     }
 
     /// The process is stopping: commits what was recorded, then records
     /// nothing more, so that sessions closed by the stop stay stored. A
-    /// cluster node then hands every lease back at once, so other nodes take
-    /// its sessions without waiting for the leases to lapse.
+    /// cluster node then hands every session back at once, so other nodes
+    /// take them without waiting for its lease to lapse.
     pub async fn freeze(&self) {
         self.inner.frozen.store(true, Ordering::Release);
         self.flush().await;

@@ -142,8 +142,9 @@ async fn run(
                                 let outcome = cluster.acquire(&pool, &id, mode).await;
                                 // Its asker gave up meanwhile (a restore past
                                 // its deadline): a session taken for no one
-                                // would have its lease renewed forever and be
-                                // served nowhere, so it goes back at once.
+                                // would stay this node's as long as it lives
+                                // and be served nowhere, so it goes back at
+                                // once.
                                 if let Err(Ok(Acquired::Owned)) = reply.send(outcome) {
                                     log::warn!(
                                         "cluster: session {id} was taken for a restore that gave up; releasing it"
