@@ -210,11 +210,18 @@ impl Client {
         futures_util::future::join_all((0..self.window).map(|_| worker())).await;
     }
 
-    /// Ends the session: an HTTP session is shut down (it would otherwise
-    /// live until its idle timeout); a TCP one ends when its socket closes.
+    /// Ends the session with a `shutdown`: an HTTP session would otherwise
+    /// live until its idle timeout, and a TCP one on a durable store stays
+    /// resumable for a grace after its socket closes (sessions of many
+    /// samples would pile up to `max_sessions`).
     async fn close(self) {
         if self.busy.get() > 0 {
             eprintln!("wire bench: {} `/send` answered 429 and were retried", self.busy.get());
+        }
+        if let Out::Tcp(tx) = &self.out {
+            // Written before the socket closes (the writer sends what it
+            // holds, then ends with the channel).
+            let _ = tx.send(r#"{"type":"shutdown","id":"0","a2e":"1.0","timeout":0}"#.to_owned());
         }
         if let Out::Http { client, url, session } = &self.out {
             let _ = client
