@@ -50,7 +50,7 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
             ticks = ticks.wrapping_add(1);
             let (conn, reconnected) = keep_present(&renew_pool, &renewing, presence).await;
             presence = conn;
-            let routine_check = ticks % CHECK_HELD_EVERY == 0;
+            let routine_check = ticks.is_multiple_of(CHECK_HELD_EVERY);
             if !renew(&renew_pool, &renewing, started_ms, reconnected || routine_check).await {
                 // The node left; its presence lock goes with the connection.
                 return;
