@@ -4,6 +4,7 @@
 //! undelivered messages get their actor back with them; and every task that
 //! was running resumes through its adapter (or fails `host_restarted`).
 
+use serde_json::Value;
 use std::sync::Arc;
 
 use super::queue::Queued;
@@ -12,6 +13,7 @@ use super::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
+use crate::runtime::memory::Memory;
 use crate::runtime::messages::{DelegateReply, Resume, RunTask};
 use crate::runtime::usage::UsageMeter;
 use crate::store::StoredSubagent;
@@ -54,15 +56,18 @@ impl Supervisor {
                 Some(inherited.unwrap_or_else(|| {
                     let memory = self.host.new_memory();
                     for entry in entries.unwrap_or_default() {
-                        memory.push(entry);
+                        restore_entry(&memory, entry);
                     }
                     memory
                 }))
             };
             // Budgets as configured; a wall-clock budget starts afresh.
-            let budget = budget::parse(&row.config.metadata).ok().flatten().unwrap_or_default();
+            let budget = budget::parse(&row.config.metadata).ok().flatten();
             let (parent_meter, inherited) = self.budgets_above(parent);
-            let owner: Arc<str> = Arc::from(id.to_string());
+            // A meter names its owner only for a budget of its own (what its
+            // refusals name), as a live spawn does: no string per subagent.
+            let owner: Arc<str> = if budget.is_some() { Arc::from(id.to_string()) } else { Arc::default() };
+            let budget = budget.unwrap_or_default();
             let usage = UsageMeter::restored(owner.clone(), budget.limits, Some(parent_meter), row.usage);
             let wall = match budget.wall {
                 Some(length) => Some(Arc::new(WallBudget::starting_now(owner, length))),
@@ -146,5 +151,54 @@ impl Supervisor {
         }
         self.start_queued();
         Ok(resumed)
+    }
+}
+
+/// Puts a stored memory entry back as compactly as a live task keeps it: a
+/// chat line with text content (`{"content": "…", "role": "…"}`) as its two
+/// strings, not as its encoded text (which cost a restored finished
+/// subagent of the default scripted task 61 bytes more than before the
+/// restart); any other entry as its encoded text.
+fn restore_entry(memory: &Memory, entry: Value) {
+    if let Value::Object(fields) = &entry {
+        let role = fields.get("role").and_then(Value::as_str).and_then(chat_role);
+        if let (2, Some(role), Some(Value::String(content))) = (fields.len(), role, fields.get("content")) {
+            memory.say(role, content);
+            return;
+        }
+    }
+    memory.push(entry);
+}
+
+/// The roles a chat line is kept under as its strings.
+fn chat_role(role: &str) -> Option<&'static str> {
+    match role {
+        "user" => Some("user"),
+        "assistant" => Some("assistant"),
+        "system" => Some("system"),
+        "tool" => Some("tool"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entries::MemoryEntry;
+    use serde_json::json;
+
+    #[test]
+    fn a_restored_chat_line_is_kept_as_its_strings_and_anything_else_as_its_text() {
+        let memory = Memory::new(8);
+        let line = json!({"role": "user", "content": "say \"hi\""});
+        restore_entry(&memory, line.clone());
+        restore_entry(&memory, json!({"role": "user", "content": "x", "name": "n"}));
+        restore_entry(&memory, json!({"role": "critic", "content": "x"}));
+        restore_entry(&memory, json!({"role": "assistant", "content": {"kind": "object"}}));
+        let entries = memory.entries();
+        assert!(matches!(entries[0], MemoryEntry::Said { role: "user", .. }));
+        assert!(entries[1..].iter().all(|entry| matches!(entry, MemoryEntry::Encoded(_))));
+        assert_eq!(memory.values()[0], line, "it writes out as it was stored");
+        assert_eq!(serde_json::to_string(&entries[0]).unwrap(), line.to_string());
     }
 }
