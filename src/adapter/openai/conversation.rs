@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::checkpoint::{unanswered_calls, Checkpoints, Saved};
 use super::client::{self, ChatClient, Usage};
 use super::prompt::{history, inbox_text, system_prompt};
+use super::request::EncodedMessages;
 use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::person_gate::{self, Passage};
@@ -47,6 +48,7 @@ pub(super) async fn conversation(
         messages.push(message);
     };
     let checkpoints = Checkpoints::default();
+    let mut encoded = EncodedMessages::default();
     let save = |messages: &[Value], usage: Usage, person: &PersonLedger| checkpoints.save(ctx, messages, usage, person);
     let (mut messages, mut usage, mut person) = match ctx.resume_point() {
         // Its memory was stored with the checkpoint: nothing is said twice.
@@ -91,7 +93,9 @@ pub(super) async fn conversation(
             say(json!({ "role": "user", "content": inbox_text(&message) }), &mut messages);
         }
         let step = ctx.step()?;
-        let mut body = json!({ "model": model, "messages": messages });
+        // The request's fields; its messages are added as text, each
+        // encoded once (see `request`).
+        let mut body = json!({ "model": model });
         // What the model may call now: an MCP server's list may have changed.
         let offer = Offer::now(ctx, config, &allowed, &toolbox);
         let definitions = offer.definitions(&orchestration_definitions);
@@ -103,7 +107,7 @@ pub(super) async fn conversation(
         }
         let span = trace::chat(ctx.span(), "openai", &model);
         if config.record_content && !span.is_disabled() {
-            span.record("gen_ai.input.messages", body["messages"].to_string());
+            span.record("gen_ai.input.messages", serde_json::to_string(&messages).unwrap_or_default());
         }
         if config.stream {
             body["stream"] = json!(true);
@@ -119,7 +123,10 @@ pub(super) async fn conversation(
                     ctx.throttled(gate.name(), wait.position, wait.estimated_wait);
                 }
             };
-            client.complete(&body, |note| ctx.progress(note), on_throttle, on_text).await
+            match encoded.body(&body, &messages) {
+                Ok(payload) => client.complete(&body, payload, |note| ctx.progress(note), on_throttle, on_text).await,
+                Err(err) => Err(err),
+            }
         };
         streamed.flush();
         metrics().model_call("openai", completion.is_ok(), started.elapsed());
