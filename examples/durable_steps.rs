@@ -8,7 +8,8 @@
 //! database is used as it is: give it one of its own). Prints the host's
 //! time per step (from the model's reply going out to the next request
 //! coming in) at p50, p90, p99 and the maximum, and the mean over the
-//! first and the last hundred steps (a conversation grows each step).
+//! first and the last hundred steps (a conversation grows each step), and
+//! the commits and changes the store made.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -130,8 +131,12 @@ fn main() {
         let took = started.elapsed();
         tree.close().await;
         handle.flush().await;
-        took
+        let stats = handle.stats();
+        let commits = stats.commits.load(std::sync::atomic::Ordering::Relaxed);
+        let changes = stats.changes.load(std::sync::atomic::Ordering::Relaxed);
+        (took, commits, changes)
     });
+    let (took, commits, changes) = took;
     let seen = seen.lock().expect("seen").clone();
     let mut host_time: Vec<Duration> = seen.windows(2).map(|pair| pair[1].0.duration_since(pair[0].1)).collect();
     let first: Duration = host_time.iter().take(100).sum::<Duration>() / 100.min(host_time.len()) as u32;
@@ -149,4 +154,6 @@ fn main() {
         first.as_secs_f64() * 1e3,
         last.as_secs_f64() * 1e3,
     );
+    // What the store did for them (nothing for `memory`).
+    println!("store: {commits} commits ({:.2} per step), {changes} changes", commits as f64 / seen.len().max(1) as f64);
 }

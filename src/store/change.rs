@@ -68,6 +68,23 @@ pub struct Checkpoint {
     pub state: Value,
 }
 
+/// Items a checkpoint adds to one list of its state (a conversation's
+/// messages): those added since the run's previous checkpoint. The store
+/// keeps them as parts beside the rest of the state and puts the list back
+/// together when it loads the checkpoint, so a checkpoint costs what it
+/// adds, not the whole list again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    /// The field of the state the list is (absent from the recorded state).
+    pub field: &'static str,
+    /// The index of the first item in the whole list. 0 starts the list
+    /// over: the parts stored before are replaced (a run's first
+    /// checkpoint, which may follow a restart or another task).
+    pub from: u64,
+    /// The items, in order.
+    pub items: Vec<Value>,
+}
+
 /// What a subagent holds besides its record, as of a checkpoint or a task's
 /// end: recorded in the same change, so committed together with it.
 #[derive(Debug, Default)]
@@ -99,8 +116,9 @@ pub enum Change {
     TaskQueued { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, position: u64 },
     /// A task started (or restarted after a restart, with `attempt` > 1).
     TaskStarted { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, task_no: u64, attempt: u32 },
-    /// A running task completed steps.
-    Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint, held: Held },
+    /// A running task completed steps. With `appended`, `checkpoint.state`
+    /// lacks the list those items are appended to (see [`Appended`]).
+    Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint, appended: Option<Appended>, held: Held },
     /// A task ended: the status, result and error are the subagent's now.
     TaskEnded {
         session: Arc<str>,

@@ -32,6 +32,7 @@
 
 use crate::common::eventually_blocking;
 use crate::e2e_support::*;
+use crate::fake_openai::{answer, call_tools, messages as fake_messages, FakeServer, Reply};
 use crate::test_database::TestDatabase;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1732,7 +1733,123 @@ fn checkpointed_programs(backing: &Backing) -> i64 {
 }
 
 // ---------------------------------------------------------------------------
-// 6. One process per data directory.
+// 6. A model-driven task's conversation across a crash.
+
+/// The checkpoint parts `backing` holds, as (seq, number of items) per row
+/// in order (read beside the host; none before its schema exists).
+fn stored_parts(backing: &Backing) -> Vec<(i64, usize)> {
+    use sqlx::Connection;
+    const SQL: &str = "SELECT seq, items FROM checkpoint_parts ORDER BY subagent_id, seq";
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rows: Vec<(i64, String)> = runtime.block_on(async {
+        match backing {
+            Backing::Sqlite(dir) => {
+                let url = format!("sqlite://{}?mode=ro", dir.path().join("subagentd.sqlite3").display());
+                let Ok(mut conn) = sqlx::SqliteConnection::connect(&url).await else { return Vec::new() };
+                sqlx::query_as(SQL).fetch_all(&mut conn).await.unwrap_or_default()
+            }
+            Backing::Postgres(db) => {
+                let Ok(mut conn) = sqlx::PgConnection::connect(&db.url).await else { return Vec::new() };
+                sqlx::query_as(SQL).fetch_all(&mut conn).await.unwrap_or_default()
+            }
+        }
+    });
+    rows.into_iter()
+        .map(|(seq, items)| (seq, serde_json::from_str::<Vec<Value>>(&items).expect("a part's items").len()))
+        .collect()
+}
+
+/// A model-driven task checkpoints the messages each step adds (parts, not
+/// the whole conversation again); killed mid-task, the host resumes it with
+/// its whole conversation put back together from them: the model is asked
+/// again with exactly the messages it was asked with before the crash, and
+/// the task goes on to its end, where its parts are deleted.
+fn a_model_task_resumes_with_its_whole_conversation(backing: Backing) {
+    // Tool calls before the reply in flight at the crash.
+    const CALLS: usize = 5;
+    let hang = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let model = {
+        let hang = hang.clone();
+        FakeServer::start(move |body, _| {
+            let answered = fake_messages(body).iter().filter(|m| m["role"] == "tool").count();
+            if answered < CALLS {
+                call_tools(Some(&format!("step {answered}")), &[("list_subagents", json!({}))])
+            } else if hang.swap(false, Ordering::SeqCst) {
+                Reply::Hang
+            } else {
+                answer(&format!("done after {answered} calls"))
+            }
+        })
+    };
+    let config =
+        format!("{CONFIG}\n[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n", model.base_url);
+    let mut node = Node::start(backing, &config);
+    let mut client = LineClient::connect(node.tcp());
+    client.send(&json!({ "type": "handshake/req", "id": "h", "agent_id": "c", "agent_caps": ["multi_agent"] }));
+    let session = text(&client.reply("h")["session_id"]);
+    let agent = json!({ "name": "talker", "model": "fake-steps", "memory_scope": "isolated" });
+    client.send(&json!({ "type": "SUBAGENT_SPAWN_REQ", "id": "s", "agent": agent }));
+    let id = text(&client.reply("s")["subagent_id"]);
+    let task = json!({ "name": "talk", "instruction": "call the tool until told to stop" });
+    client.send(&json!({ "type": "SUBAGENT_DELEGATE_REQ", "id": "d", "subagent_id": id, "task": task }));
+    assert_eq!(client.reply("d")["accepted"], true);
+
+    // The reply in flight: the model was asked with CALLS tool answers.
+    let in_flight = |seen: &crate::fake_openai::Seen| {
+        fake_messages(&seen.body).iter().filter(|m| m["role"] == "tool").count() == CALLS
+    };
+    let asked = eventually_blocking("the model is asked after the last tool answer", PATIENCE, || {
+        model.requests().iter().position(in_flight)
+    });
+    let before = fake_messages(&model.requests()[asked].body);
+    assert_eq!(before.len(), 2 + 2 * CALLS, "system, user, and a call and its answer per step: {before:#?}");
+    // Crash once the checkpoint of the last tool answer is committed.
+    let parts = eventually_blocking("the conversation is checkpointed", PATIENCE, || {
+        let parts = stored_parts(&node.backing);
+        (parts.iter().map(|(_, items)| items).sum::<usize>() == before.len()).then_some(parts)
+    });
+    assert!(parts.len() >= 2, "the conversation is stored in parts, as steps added them: {parts:?}");
+    assert!(parts.iter().all(|(_, items)| *items < before.len()), "no part holds it whole: {parts:?}");
+    let mut next = 0;
+    for (seq, items) in &parts {
+        assert_eq!(*seq, next, "each part starts where the one before ended: {parts:?}");
+        next += i64::try_from(*items).expect("items");
+    }
+    node.kill9();
+
+    node.restart();
+    let after = eventually_blocking("the resumed task asks the model again", PATIENCE, || {
+        model.requests().get(asked + 1).map(|seen| fake_messages(&seen.body))
+    });
+    assert_eq!(after, before, "the resumed task's conversation is the one before the crash, whole");
+
+    let mut client = LineClient::connect(node.tcp());
+    let hs = json!({ "type": "handshake/req", "id": "h2", "agent_id": "c", "agent_caps": ["multi_agent"], "resume_session_id": session });
+    client.send(&hs);
+    assert_eq!(client.reply("h2")["ok"], true);
+    client.send(&json!({ "type": "SUBAGENT_AWAIT_REQ", "id": "a", "subagent_id": id }));
+    let done = client.reply("a");
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["result"]["summary"], format!("done after {CALLS} calls"), "{done}");
+    assert_eq!(done["result"]["steps"], CALLS + 1, "no step lost or repeated: {done}");
+    // Its parts went with its task.
+    eventually_blocking("the ended task's parts are deleted", PATIENCE, || {
+        stored_parts(&node.backing).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn durable_sqlite_a_model_task_resumes_with_its_whole_conversation_from_its_checkpoint_parts() {
+    a_model_task_resumes_with_its_whole_conversation(Backing::sqlite());
+}
+
+#[test]
+fn durable_postgres_a_model_task_resumes_with_its_whole_conversation_from_its_checkpoint_parts() {
+    a_model_task_resumes_with_its_whole_conversation(Backing::postgres());
+}
+
+// ---------------------------------------------------------------------------
+// 7. One process per data directory.
 
 #[test]
 fn durable_a_second_process_on_the_same_data_dir_is_refused_naming_the_first() {

@@ -1,12 +1,15 @@
 //! A conversation's checkpoint: what is saved after every model reply and
-//! tool answer, and the tool calls a resumed task still has to carry out.
+//! tool answer (the messages added since the last one, and the counts), and
+//! the tool calls a resumed task still has to carry out.
 
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::collections::HashSet;
 
 use super::client::{self, Usage};
 use crate::runtime::people::PersonLedger;
 use crate::runtime::task::TaskContext;
+use crate::store::Appended;
 
 /// A conversation's checkpoint.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -19,15 +22,40 @@ pub(super) struct Saved {
     pub(super) person: PersonLedger,
 }
 
-/// Checkpoints the conversation so far (when the session is stored).
-pub(super) fn save(ctx: &TaskContext, messages: &[Value], usage: Usage, person: &PersonLedger) {
-    if ctx.is_durable() {
+/// The field of [`Saved`] a checkpoint appends to.
+const MESSAGES: &str = "messages";
+
+/// The checkpoints of one run of a conversation. Messages are only ever
+/// added to a conversation, so each checkpoint records the messages added
+/// since the one before (the first records them all, which also replaces
+/// what an earlier run stored): a step costs what it adds, however long the
+/// conversation has grown.
+#[derive(Debug, Default)]
+pub(super) struct Checkpoints {
+    // How many messages the checkpoints so far recorded (in a `Cell`: the
+    // callbacks that checkpoint while a person is asked hold it shared).
+    recorded: Cell<usize>,
+}
+
+impl Checkpoints {
+    /// Checkpoints the conversation so far (when the session is stored).
+    pub(super) fn save(&self, ctx: &TaskContext, messages: &[Value], usage: Usage, person: &PersonLedger) {
+        if !ctx.is_durable() {
+            return;
+        }
         let state = if *person == PersonLedger::default() {
-            json!({ "messages": messages, "usage": usage })
+            json!({ "usage": usage })
         } else {
-            json!({ "messages": messages, "usage": usage, "person": person })
+            json!({ "usage": usage, "person": person })
         };
-        ctx.checkpoint(ctx.steps_taken(), state);
+        // A conversation that lost messages (none does) starts over whole.
+        let from = match self.recorded.get() {
+            recorded if recorded <= messages.len() => recorded,
+            _ => 0,
+        };
+        self.recorded.set(messages.len());
+        let appended = Appended { field: MESSAGES, from: from as u64, items: messages[from..].to_vec() };
+        ctx.checkpoint_appended(ctx.steps_taken(), state, appended);
     }
 }
 

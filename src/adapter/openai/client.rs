@@ -146,7 +146,7 @@ impl ChatClient {
     /// One call, no retry: its reply, why it may be retried, or why not.
     pub(super) async fn attempt(
         &self,
-        payload: Vec<u8>,
+        payload: actix_web::web::Bytes,
         on_text: Option<&mut dyn FnMut(&str)>,
     ) -> Result<Attempt, TaskError> {
         let mut request = self.http.post(&self.url).insert_header((header::CONTENT_TYPE, "application/json"));

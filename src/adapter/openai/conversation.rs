@@ -5,9 +5,10 @@
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-use super::checkpoint::{save, unanswered_calls, Saved};
+use super::checkpoint::{unanswered_calls, Checkpoints, Saved};
 use super::client::{self, ChatClient, Usage};
 use super::prompt::{history, inbox_text, system_prompt};
+use super::request::EncodedMessages;
 use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::person_gate::{self, Passage};
@@ -46,6 +47,9 @@ pub(super) async fn conversation(
         ctx.memory.push(message.clone());
         messages.push(message);
     };
+    let checkpoints = Checkpoints::default();
+    let mut encoded = EncodedMessages::default();
+    let save = |messages: &[Value], usage: Usage, person: &PersonLedger| checkpoints.save(ctx, messages, usage, person);
     let (mut messages, mut usage, mut person) = match ctx.resume_point() {
         // Its memory was stored with the checkpoint: nothing is said twice.
         Some(checkpoint) => {
@@ -73,11 +77,11 @@ pub(super) async fn conversation(
     // The tool calls of a reply that was in flight when the host stopped.
     for call in unanswered_calls(&messages) {
         let offer = Offer::now(ctx, config, &allowed, &toolbox);
-        let persist = async |ledger: &PersonLedger| keep(ctx, &messages, usage, ledger).await;
+        let persist = async |ledger: &PersonLedger| keep(ctx, &checkpoints, &messages, usage, ledger).await;
         let output = traced_call(ctx, config, &offer.names(), &toolbox, &call, true, &mut person, persist).await;
         say(tool_message(&call.id, output), &mut messages);
         person.forget(&call.id);
-        save(ctx, &messages, usage, &person);
+        save(&messages, usage, &person);
     }
     loop {
         // A budget spent by a tool call (or a cancel) stops the task before
@@ -89,7 +93,9 @@ pub(super) async fn conversation(
             say(json!({ "role": "user", "content": inbox_text(&message) }), &mut messages);
         }
         let step = ctx.step()?;
-        let mut body = json!({ "model": model, "messages": messages });
+        // The request's fields; its messages are added as text, each
+        // encoded once (see `request`).
+        let mut body = json!({ "model": model });
         // What the model may call now: an MCP server's list may have changed.
         let offer = Offer::now(ctx, config, &allowed, &toolbox);
         let definitions = offer.definitions(&orchestration_definitions);
@@ -101,7 +107,7 @@ pub(super) async fn conversation(
         }
         let span = trace::chat(ctx.span(), "openai", &model);
         if config.record_content && !span.is_disabled() {
-            span.record("gen_ai.input.messages", body["messages"].to_string());
+            span.record("gen_ai.input.messages", serde_json::to_string(&messages).unwrap_or_default());
         }
         if config.stream {
             body["stream"] = json!(true);
@@ -117,7 +123,10 @@ pub(super) async fn conversation(
                     ctx.throttled(gate.name(), wait.position, wait.estimated_wait);
                 }
             };
-            client.complete(&body, |note| ctx.progress(note), on_throttle, on_text).await
+            match encoded.body(&body, &messages) {
+                Ok(payload) => client.complete(&body, payload, |note| ctx.progress(note), on_throttle, on_text).await,
+                Err(err) => Err(err),
+            }
         };
         streamed.flush();
         metrics().model_call("openai", completion.is_ok(), started.elapsed());
@@ -141,14 +150,14 @@ pub(super) async fn conversation(
         ctx.record_usage(used)?;
         usage.add(completion.usage);
         say(completion.assistant_message(), &mut messages);
-        save(ctx, &messages, usage, &person);
+        save(&messages, usage, &person);
         if let (true, Some(schema)) = (completion.tool_calls.is_empty(), &schema) {
             let text = completion.content.as_deref().unwrap_or_default();
             match structured::check(schema, text, &mut repaired)? {
                 structured::Checked::Valid(result) => return Ok(result),
                 structured::Checked::Repair(message) => {
                     say(message, &mut messages);
-                    save(ctx, &messages, usage, &person);
+                    save(&messages, usage, &person);
                     continue;
                 }
             }
@@ -163,11 +172,11 @@ pub(super) async fn conversation(
         let names = offer.names();
         for call in &completion.tool_calls {
             ctx.progress(format!("step {step}: tool {}", call.name));
-            let persist = async |ledger: &PersonLedger| keep(ctx, &messages, usage, ledger).await;
+            let persist = async |ledger: &PersonLedger| keep(ctx, &checkpoints, &messages, usage, ledger).await;
             let output = traced_call(ctx, config, &names, &toolbox, call, false, &mut person, persist).await;
             say(tool_message(&call.id, output), &mut messages);
             person.forget(&call.id);
-            save(ctx, &messages, usage, &person);
+            save(&messages, usage, &person);
         }
         // An MCP call's result is committed before the model sees it, so a
         // task resumed after a crash answers it from the store.
@@ -249,8 +258,8 @@ fn tool_message(id: &str, output: Value) -> Value {
 
 /// Checkpoints the conversation with what its person was asked or
 /// answered, and waits until that is committed.
-async fn keep(ctx: &TaskContext, messages: &[Value], usage: Usage, person: &PersonLedger) {
-    save(ctx, messages, usage, person);
+async fn keep(ctx: &TaskContext, checkpoints: &Checkpoints, messages: &[Value], usage: Usage, person: &PersonLedger) {
+    checkpoints.save(ctx, messages, usage, person);
     ctx.flush_checkpoints().await;
 }
 

@@ -51,6 +51,7 @@ mod conversation;
 mod openai_adapter;
 pub mod policy;
 mod prompt;
+mod request;
 mod retry;
 pub mod schemas;
 mod stream;

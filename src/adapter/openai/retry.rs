@@ -10,6 +10,7 @@
 //! of a call the gate had let through before it last shrank does not count
 //! as an attempt (the gate already answered that overload).
 
+use actix_web::web::Bytes;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -90,15 +91,21 @@ impl ChatClient {
     /// With `on_text`, the body asked for a stream (`stream: true`) and
     /// `on_text` hears its text as it arrives (a server that answers with
     /// one JSON reply instead is read as such).
+    ///
+    /// `body` is the request's JSON text; `fields` its fields but the
+    /// messages (what the gate reads: the tokens it may cost).
     pub(crate) async fn complete(
         &self,
-        body: &Value,
+        fields: &Value,
+        body: Vec<u8>,
         on_retry: impl Fn(&str),
         on_throttle: impl Fn(Throttle),
         mut on_text: Option<&mut dyn FnMut(&str)>,
     ) -> Result<Completion, TaskError> {
-        let payload = serde_json::to_vec(body).map_err(|err| TaskError(format!("cannot encode the request: {err}")))?;
-        let max_tokens = body.get("max_completion_tokens").or_else(|| body.get("max_tokens")).and_then(Value::as_u64);
+        // Shared by the attempts, not copied for each.
+        let payload = Bytes::from(body);
+        let max_tokens =
+            fields.get("max_completion_tokens").or_else(|| fields.get("max_tokens")).and_then(Value::as_u64);
         let (mut counted, mut tried) = (0u32, 0u32);
         loop {
             let on_text: Option<&mut dyn FnMut(&str)> = match &mut on_text {

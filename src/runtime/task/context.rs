@@ -20,7 +20,7 @@ use crate::runtime::memory::{held_now, Mailbox, Memory};
 use crate::runtime::messages::{self as msg, Report, Ticket};
 use crate::runtime::supervisor::Supervisor;
 use crate::runtime::usage::{Exceeded, UsageMeter};
-use crate::store::{Change, Checkpoint, SessionLog};
+use crate::store::{Appended, Change, Checkpoint, SessionLog};
 
 use super::adapter::TaskError;
 
@@ -155,12 +155,28 @@ impl TaskContext {
     /// recorded with it. It never waits: the checkpoint is committed before
     /// any later reply or event of this session reaches the client.
     pub fn checkpoint(&self, step: u32, state: Value) {
+        self.record_checkpoint(step, state, None);
+    }
+
+    /// Records a checkpoint as [`TaskContext::checkpoint`] does, for a
+    /// state with a list that only grows within a run (a conversation's
+    /// messages): `state` lacks that list (`appended.field`), and
+    /// `appended` holds what was added to it since this run's previous
+    /// checkpoint (from index 0 at the run's first). The store writes only
+    /// those items, so a checkpoint costs what it adds, not the whole list
+    /// again; [`TaskContext::resume_point`] has the list back whole, in its
+    /// field.
+    pub fn checkpoint_appended(&self, step: u32, state: Value, appended: Appended) {
+        self.record_checkpoint(step, state, Some(appended));
+    }
+
+    fn record_checkpoint(&self, step: u32, state: Value, appended: Option<Appended>) {
         if !self.log.is_recording() {
             return;
         }
         let checkpoint = Checkpoint { step, state };
         let held = held_now(self.memory_owner, &self.memory, &self.mailbox);
-        self.log.record(|session| Change::Checkpoint { session, id: self.subagent_id, checkpoint, held });
+        self.log.record(|session| Change::Checkpoint { session, id: self.subagent_id, checkpoint, appended, held });
     }
 
     /// A key naming one side effect of this task (`local`: a step number, a

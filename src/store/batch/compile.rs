@@ -9,7 +9,7 @@ use super::fold::{Folded, Key};
 use super::statement::{
     chunks, deletes, end_session, first, insert, param, placeholders, update_from, Arg, Dialect, Op,
 };
-use super::subagent_tables::{subagent_patches, subagent_rows, task_ops};
+use super::subagent_tables::{checkpoint_parts, subagent_patches, subagent_rows, task_ops};
 use crate::store::writer::now_ms;
 use crate::store::Change;
 
@@ -29,6 +29,7 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
     }
     deletes(dialect, &mut ops, "subagents", "id", &folded.forgotten);
     deletes(dialect, &mut ops, "tasks", "subagent_id", &folded.forgotten);
+    deletes(dialect, &mut ops, "checkpoint_parts", "subagent_id", &folded.forgotten);
     deletes(dialect, &mut ops, "memories", "owner_id", &folded.forgotten);
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
@@ -66,6 +67,7 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
     subagent_rows(dialect, &mut ops, &folded.subagents);
     subagent_patches(dialect, &mut ops, &folded.patches);
     task_ops(dialect, &mut ops, &folded.tasks);
+    checkpoint_parts(dialect, &mut ops, &folded.parts);
     let memories: Vec<Vec<Arg>> = folded
         .memories
         .iter()
@@ -243,7 +245,79 @@ mod tests {
         ];
         let ops = compile(&batch, 1024, Dialect::Postgres);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
-        assert_eq!(ops.len(), 7);
+        assert_eq!(ops.len(), 8);
+        assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
+    }
+
+    fn appended(session: &Arc<str>, id: SubagentId, step: u32, from: u64, items: &[&str]) -> Change {
+        Change::Checkpoint {
+            session: session.clone(),
+            id,
+            checkpoint: crate::store::Checkpoint { step, state: serde_json::json!({ "usage": step }) },
+            appended: Some(crate::store::Appended {
+                field: "messages",
+                from,
+                items: items.iter().map(|item| Value::String((*item).into())).collect(),
+            }),
+            held: Held::default(),
+        }
+    }
+
+    #[test]
+    fn checkpoints_in_one_batch_write_one_head_and_what_they_added_as_one_part() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![appended(&session, id, 4, 7, &["a"]), appended(&session, id, 5, 8, &["b", "c"])];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert_eq!(ops.len(), 2, "{ops:#?}");
+        assert!(ops[0].sql.starts_with("UPDATE tasks"));
+        assert_eq!(ops[0].args[3], Arg::OptInt(Some(5)), "the last step");
+        assert_eq!(ops[0].args[4], Arg::OptText(Some(r#"{"usage":5}"#.into())), "the head, without the list");
+        assert_eq!(ops[0].args[5], Arg::OptText(Some("messages".into())), "the field the parts make");
+        assert!(ops[1].sql.starts_with("INSERT INTO checkpoint_parts"), "{ops:#?}");
+        let row =
+            vec![Arg::Text("s".into()), Arg::Text(id.to_string()), Arg::Int(7), Arg::Text(r#"["a","b","c"]"#.into())];
+        assert_eq!(ops[1].args, row, "only what was added, from its place in the list");
+    }
+
+    #[test]
+    fn a_run_s_first_checkpoint_replaces_the_stored_parts_in_the_same_commit() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![appended(&session, id, 1, 3, &["old"]), appended(&session, id, 1, 0, &["x", "y"])];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")).expect("delete");
+        let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO checkpoint_parts")).expect("insert");
+        assert!(delete < insert, "{ops:#?}");
+        assert_eq!(
+            ops[insert].args[2..],
+            [Arg::Int(0), Arg::Text(r#"["x","y"]"#.into())],
+            "the part before is dropped"
+        );
+    }
+
+    #[test]
+    fn a_task_s_end_or_its_subagent_forgotten_deletes_its_parts() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let ended = Change::TaskEnded {
+            session: session.clone(),
+            id,
+            status: SubagentStatus::Completed,
+            result: None,
+            error: None,
+            held: Held::default(),
+            usage: Usage::default(),
+        };
+        let ops = compile(&[appended(&session, id, 2, 5, &["a"]), ended], 1024, Dialect::Postgres);
+        assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
+        assert!(!ops.iter().any(|op| op.sql.contains("INTO checkpoint_parts")), "nothing of it is written: {ops:#?}");
+        assert!(!ops.iter().any(|op| op.sql.starts_with("UPDATE tasks")), "{ops:#?}");
+
+        let forgotten = Change::SubagentForgotten { session: session.clone(), id };
+        let ops = compile(&[appended(&session, id, 2, 5, &["a"]), forgotten], 1024, Dialect::Postgres);
+        assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
+        assert!(!ops.iter().any(|op| op.sql.contains("INTO checkpoint_parts")), "{ops:#?}");
     }
 
     #[test]

@@ -25,12 +25,66 @@ pub(super) struct Patch {
     pub(super) usage: Option<Usage>,
 }
 
+/// A checkpoint's state as its task row keeps it: whole, or without the
+/// list its parts are appended to (`appended_to` names that field).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Head<'a> {
+    pub(super) state: &'a Value,
+    pub(super) appended_to: Option<&'static str>,
+}
+
 /// What a task row becomes.
 #[derive(Debug)]
 pub(super) enum TaskOp<'a> {
-    Insert { task: &'a Arc<TaskDefinition>, task_no: u64, attempt: u32, step: u64, checkpoint: Option<&'a Value> },
-    Update { attempt: Option<u32>, checkpoint: Option<(u32, &'a Value)> },
+    Insert { task: &'a Arc<TaskDefinition>, task_no: u64, attempt: u32, step: u64, checkpoint: Option<Head<'a>> },
+    Update { attempt: Option<u32>, checkpoint: Option<(u32, Head<'a>)> },
     Delete,
+}
+
+/// What a task's checkpoint parts become: the stored ones deleted first
+/// (`reset`: its list starts over, or its task is gone), then runs of
+/// appended items inserted, one row per run (a batch's contiguous parts
+/// make one run).
+#[derive(Debug, Default)]
+pub(super) struct PartsOp<'a> {
+    pub(super) reset: bool,
+    // (index of the first item in the list, the items)
+    pub(super) runs: Vec<(u64, Vec<&'a Value>)>,
+    // Its task started in this batch: none of its parts is stored yet, so
+    // its end within the batch deletes nothing (a short task's batch costs
+    // no statement more).
+    fresh: bool,
+}
+
+impl<'a> PartsOp<'a> {
+    // Items appended from index `from` (0: the list starts over, and the
+    // parts stored before go, whichever task left them).
+    fn append(&mut self, from: u64, items: &'a [Value]) {
+        if from == 0 {
+            self.reset = true;
+            self.runs.clear();
+        }
+        match self.runs.last_mut() {
+            Some((first, run)) if *first + run.len() as u64 == from => run.extend(items),
+            _ => self.runs.push((from, items.iter().collect())),
+        }
+    }
+
+    // A new task started: nothing of it is stored.
+    fn start(&mut self) {
+        self.runs.clear();
+        self.fresh = true;
+    }
+
+    // The task is gone: so are its parts, stored or in this batch.
+    // Whether the entry is still needed (it deletes stored parts).
+    fn end(&mut self) -> bool {
+        self.runs.clear();
+        if !self.fresh {
+            self.reset = true;
+        }
+        self.reset
+    }
 }
 
 /// The batch, folded per row.
@@ -42,6 +96,7 @@ pub(super) struct Folded<'a> {
     pub(super) subagents: HashMap<Key, SubagentRow>,
     pub(super) patches: HashMap<Key, Patch>,
     pub(super) tasks: HashMap<Key, TaskOp<'a>>,
+    pub(super) parts: HashMap<Key, PartsOp<'a>>,
     pub(super) memories: HashMap<Key, &'a Vec<MemoryEntry>>,
     pub(super) mailboxes: HashMap<Key, &'a Vec<InboxMessage>>,
     pub(super) journal: Vec<(&'a Arc<str>, u64, &'a String)>,
@@ -103,6 +158,7 @@ impl<'a> Folded<'a> {
         self.subagents.retain(|key, _| mine(key));
         self.patches.retain(|key, _| mine(key));
         self.tasks.retain(|key, _| mine(key));
+        self.parts.retain(|key, _| mine(key));
         self.memories.retain(|key, _| mine(key));
         self.mailboxes.retain(|key, _| mine(key));
         self.journal.retain(|(s, _, _)| *s != session);
@@ -135,6 +191,8 @@ impl<'a> Folded<'a> {
                 self.subagents.remove(&key);
                 self.patches.remove(&key);
                 self.tasks.remove(&key);
+                // Its stored parts go with the other rows `forgotten` deletes.
+                self.parts.remove(&key);
                 self.memories.remove(&key);
                 self.mailboxes.remove(&key);
                 self.forgotten.push(key);
@@ -164,25 +222,30 @@ impl<'a> Folded<'a> {
                         }
                     }
                 } else {
+                    self.parts.entry(key.clone()).or_default().start();
                     let insert = TaskOp::Insert { task, task_no: *task_no, attempt: 1, step: 0, checkpoint: None };
                     self.tasks.insert(key, insert);
                 }
             }
-            Change::Checkpoint { session, id, checkpoint, held } => {
+            Change::Checkpoint { session, id, checkpoint, appended, held } => {
                 let key = (session.clone(), *id);
                 self.held(session, *id, held);
+                let head = Head { state: &checkpoint.state, appended_to: appended.as_ref().map(|a| a.field) };
                 match self.tasks.get_mut(&key) {
                     Some(TaskOp::Insert { step, checkpoint: c, .. }) => {
                         *step = u64::from(checkpoint.step);
-                        *c = Some(&checkpoint.state);
+                        *c = Some(head);
                     }
-                    Some(TaskOp::Update { checkpoint: c, .. }) => *c = Some((checkpoint.step, &checkpoint.state)),
-                    Some(TaskOp::Delete) => {}
+                    Some(TaskOp::Update { checkpoint: c, .. }) => *c = Some((checkpoint.step, head)),
+                    // Its task ended earlier in the batch: nothing to keep.
+                    Some(TaskOp::Delete) => return,
                     None => {
-                        let update =
-                            TaskOp::Update { attempt: None, checkpoint: Some((checkpoint.step, &checkpoint.state)) };
-                        self.tasks.insert(key, update);
+                        let update = TaskOp::Update { attempt: None, checkpoint: Some((checkpoint.step, head)) };
+                        self.tasks.insert(key.clone(), update);
                     }
+                }
+                if let Some(appended) = appended {
+                    self.parts.entry(key).or_default().append(appended.from, &appended.items);
                 }
             }
             Change::TaskEnded { session, id, status, result, error, held, usage } => {
@@ -196,6 +259,9 @@ impl<'a> Folded<'a> {
                     usage: Some(*usage),
                 };
                 self.status(key.clone(), patch);
+                if !self.parts.entry(key.clone()).or_default().end() {
+                    self.parts.remove(&key);
+                }
                 self.tasks.insert(key, TaskOp::Delete);
             }
             Change::Mailbox { session, id, messages, served } => {

@@ -142,7 +142,7 @@ pub(super) fn first(dialect: Dialect) -> &'static str {
 /// Every row of a session goes.
 pub(in crate::store) fn end_session(dialect: Dialect, session: &str, ops: &mut Vec<Op>) {
     let p = first(dialect);
-    for table in ["subagents", "tasks", "memories", "mailboxes", "journal", "inbound"] {
+    for table in ["subagents", "tasks", "checkpoint_parts", "memories", "mailboxes", "journal", "inbound"] {
         ops.push(Op {
             sql: format!("DELETE FROM {table} WHERE session_id = {p}"),
             args: vec![Arg::Text(session.to_owned())],

@@ -1,5 +1,6 @@
 //! Loading one stored session whole: its row, its subagents with their
-//! tasks, memories and mailboxes, its journal and its unserved frames.
+//! tasks (checkpoints put back together from their parts), memories and
+//! mailboxes, its journal and its unserved frames.
 
 use serde_json::Value;
 use std::collections::HashMap;
@@ -7,6 +8,7 @@ use std::collections::HashMap;
 use super::cells::{parse_id, parse_json, to_u32};
 use super::sql_store::SqlStore;
 use crate::entries::InboxMessage;
+use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
 use crate::protocol::wire::{SubagentStatus, Usage};
 use crate::store::batch;
@@ -34,18 +36,30 @@ impl SqlStore {
         };
         let mut next_seq = u64::try_from(session[4].int()).unwrap_or(1).max(1);
 
+        let mut parts = self.checkpoint_parts(id).await?;
         let mut tasks = HashMap::new();
         for mut task in self
             .fetch(
-                "SELECT subagent_id, task, task_no, attempt, step, checkpoint FROM tasks WHERE session_id = $1",
+                "SELECT subagent_id, task, task_no, attempt, step, checkpoint, appended_to FROM tasks \
+                 WHERE session_id = $1",
                 id,
-                "ttiiit",
+                "ttiiitt",
             )
             .await?
         {
             let subagent = parse_id(task[0].text())?;
             let checkpoint = match task[5].text() {
-                Some(state) => Some(Checkpoint { step: to_u32(task[4].int()), state: parse_json(Some(state))? }),
+                Some(state) => {
+                    let mut state: Value = parse_json(Some(state))?;
+                    if let Some(field) = task[6].text() {
+                        let list = parts.remove(&subagent).unwrap_or_default().into_list(subagent)?;
+                        match &mut state {
+                            Value::Object(object) => object.insert(field, Value::Array(list)),
+                            _ => return Err(StoreError(format!("stored checkpoint of {subagent} is not an object"))),
+                        };
+                    }
+                    Some(Checkpoint { step: to_u32(task[4].int()), state })
+                }
                 None => None,
             };
             tasks.insert(
@@ -140,5 +154,167 @@ impl SqlStore {
         // Past every frame ever journaled, served (and deleted) ones too.
         let last_inbound = inbound.last().map_or(0, |(seq, _)| *seq).max(high_water);
         Ok(Some(StoredSession { row, subagents, next_seq, journal, inbound, last_inbound }))
+    }
+
+    // The checkpoint parts of a session's tasks, by subagent, in order.
+    async fn checkpoint_parts(&self, id: &str) -> Result<HashMap<SubagentId, Parts>, StoreError> {
+        let mut parts: HashMap<SubagentId, Parts> = HashMap::new();
+        for mut part in self
+            .fetch(
+                "SELECT subagent_id, seq, items FROM checkpoint_parts WHERE session_id = $1 ORDER BY subagent_id, seq",
+                id,
+                "tit",
+            )
+            .await?
+        {
+            let subagent = parse_id(part[0].text())?;
+            let items: Vec<Value> = parse_json(part[2].text())?;
+            parts.entry(subagent).or_default().0.push((u64::try_from(part[1].int()).unwrap_or(0), items));
+        }
+        Ok(parts)
+    }
+}
+
+/// One task's checkpoint parts, in `seq` order: (index of the first item, items).
+#[derive(Debug, Default)]
+struct Parts(Vec<(u64, Vec<Value>)>);
+
+impl Parts {
+    /// The list they make. Each part must start where the one before ended
+    /// (the first at 0): a gap or an overlap would resume the task from a
+    /// state it never had, so the load fails instead.
+    fn into_list(self, subagent: SubagentId) -> Result<Vec<Value>, StoreError> {
+        let mut list = Vec::with_capacity(self.0.iter().map(|(_, items)| items.len()).sum());
+        for (seq, items) in self.0 {
+            if seq != list.len() as u64 {
+                return Err(StoreError(format!(
+                    "stored checkpoint of {subagent}: a part starts at item {seq}, the parts before end at {}",
+                    list.len()
+                )));
+            }
+            list.extend(items);
+        }
+        Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::wire::{SubagentConfig, TaskDefinition};
+    use crate::store::{Appended, Change, Held, Store, StoreUrl, WriterSettings};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn checkpoint(session: &Arc<str>, id: SubagentId, step: u32, from: u64, items: &[Value]) -> Change {
+        Change::Checkpoint {
+            session: session.clone(),
+            id,
+            checkpoint: Checkpoint { step, state: json!({ "usage": step }) },
+            appended: Some(Appended { field: "messages", from, items: items.to_vec() }),
+            held: Held::default(),
+        }
+    }
+
+    /// Checkpoints committed one by one, each with the messages it added,
+    /// load back as the whole conversation; a run's first checkpoint
+    /// starts it over; the task's end deletes its parts.
+    #[tokio::test]
+    async fn checkpoint_parts_load_back_as_the_whole_list_and_go_with_their_task() {
+        let path =
+            std::env::temp_dir().join(format!("subagentd-parts-{}-{}.sqlite3", std::process::id(), fastrand::u64(..)));
+        let url = StoreUrl::Sqlite(path.clone());
+        let store = SqlStore::connect(&url, &WriterSettings::default()).await.expect("open");
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").expect("id");
+        let row = SessionRow {
+            id: session.clone(),
+            agent_id: "a".into(),
+            capabilities: Vec::new(),
+            principal: None,
+            transport: "tcp".into(),
+            handshaken: true,
+        };
+        let sub = SubagentRow {
+            ord: 0,
+            parent: None,
+            parent_agent_id: None,
+            root_agent_id: None,
+            depth: 0,
+            spawn_key: None,
+            tasks_started: 0,
+            config: Arc::new(SubagentConfig::new("n", "m")),
+            status: SubagentStatus::Ready,
+            result: None,
+            error: None,
+            usage: Usage::default(),
+        };
+        let task = Arc::new(TaskDefinition::new("t", "i"));
+        let m: Vec<Value> = (0..6).map(|n| json!({ "role": "user", "content": n })).collect();
+        let commit = async |batch: Vec<Change>| store.commit(&batch, 1024, None).await.expect("commit");
+        let loaded = async || {
+            let stored = store.load_session("s").await.expect("load").expect("stored");
+            stored.subagents[0].task.as_ref().and_then(|task| task.checkpoint.clone())
+        };
+        commit(vec![
+            Change::SessionOpened(row),
+            Change::Subagent { session: session.clone(), id, row: sub },
+            Change::TaskStarted { session: session.clone(), id, task, task_no: 1, attempt: 1 },
+            checkpoint(&session, id, 1, 0, &m[..2]),
+        ])
+        .await;
+        commit(vec![checkpoint(&session, id, 1, 2, &m[2..3])]).await;
+        // Two in one batch: one part.
+        commit(vec![checkpoint(&session, id, 2, 3, &m[3..4]), checkpoint(&session, id, 3, 4, &m[4..6])]).await;
+        let whole = loaded().await.expect("a checkpoint");
+        assert_eq!(whole, Checkpoint { step: 3, state: json!({ "usage": 3, "messages": m }) });
+        let parts = store.checkpoint_parts("s").await.expect("parts").remove(&id).expect("parts");
+        assert_eq!(parts.0.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [0, 2, 3], "one row per batch");
+
+        // A resumed run starts the list over: what it records replaces it.
+        commit(vec![checkpoint(&session, id, 4, 0, &m[..1]), checkpoint(&session, id, 5, 1, &m[5..6])]).await;
+        let again = loaded().await.expect("a checkpoint");
+        assert_eq!(again.state["messages"], json!([m[0], m[5]]));
+
+        // A checkpoint stored whole (another adapter's) is read as it is.
+        commit(vec![Change::Checkpoint {
+            session: session.clone(),
+            id,
+            checkpoint: Checkpoint { step: 6, state: json!({ "whole": true }) },
+            appended: None,
+            held: Held::default(),
+        }])
+        .await;
+        assert_eq!(loaded().await.expect("a checkpoint").state, json!({ "whole": true }));
+
+        commit(vec![Change::TaskEnded {
+            session: session.clone(),
+            id,
+            status: SubagentStatus::Completed,
+            result: None,
+            error: None,
+            held: Held::default(),
+            usage: Usage::default(),
+        }])
+        .await;
+        assert!(loaded().await.is_none());
+        assert!(store.checkpoint_parts("s").await.expect("parts").is_empty(), "the ended task's parts are deleted");
+        drop(store);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
+    #[test]
+    fn parts_make_their_list_in_order_and_a_gap_is_refused() {
+        let id = SubagentId::parse("sub_00000001").expect("id");
+        let parts = Parts(vec![(0, vec![json!(0), json!(1)]), (2, vec![json!(2)]), (3, vec![json!(3)])]);
+        assert_eq!(parts.into_list(id).expect("contiguous"), vec![json!(0), json!(1), json!(2), json!(3)]);
+        assert_eq!(Parts::default().into_list(id).expect("none"), Vec::<Value>::new());
+        let gap = Parts(vec![(0, vec![json!(0)]), (2, vec![json!(2)])]);
+        let err = gap.into_list(id).expect_err("a gap");
+        assert!(err.0.contains("starts at item 2"), "{err}");
+        let late = Parts(vec![(1, vec![json!(1)])]);
+        assert!(late.into_list(id).is_err(), "the first part starts at 0");
     }
 }

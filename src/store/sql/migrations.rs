@@ -53,6 +53,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0007_node_leases.sqlite.sql"),
         include_str!("../../../migrations/0007_node_leases.postgres.sql"),
     ),
+    (
+        8,
+        "checkpoint_parts",
+        include_str!("../../../migrations/0008_checkpoint_parts.sql"),
+        include_str!("../../../migrations/0008_checkpoint_parts.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.
