@@ -120,7 +120,12 @@ struct DefaultResult<'a> {
 
 impl<'a> DefaultResult<'a> {
     fn of(ctx: &'a TaskContext) -> Self {
-        Self { instruction: &ctx.task.instruction, summary: format!("Completed task: {}", ctx.task.name) }
+        const DONE: &str = "Completed task: ";
+        // Made to its exact length, so the memory keeps it without a copy.
+        let mut summary = String::with_capacity(DONE.len() + ctx.task.name.len());
+        summary.push_str(DONE);
+        summary.push_str(&ctx.task.name);
+        Self { instruction: &ctx.task.instruction, summary }
     }
 }
 
@@ -134,14 +139,20 @@ impl AgentAdapter for ScriptedAdapter {
     }
 
     fn run(&self, ctx: TaskContext) -> TaskFuture {
+        if ctx.resume_point().is_none() && !ctx.task.metadata.contains_key("script") {
+            // The default task never waits: it ends on its first poll, as
+            // it would below (the script is polled first), without the
+            // script's future (kilobytes, moved whole as the task starts)
+            // or the cancel branch it would never take.
+            return Box::pin(async move { run_default(&ctx) });
+        }
         Box::pin(async move {
-            let cancel = ctx.cancel.clone();
             tokio::select! {
                 // The script first: most steps never wait, and then the
                 // cancel token is never polled (nor its waiter registered).
                 biased;
                 outcome = run_script(&ctx) => outcome,
-                _ = cancel.cancelled() => Err(TaskError::new("cancelled")),
+                _ = ctx.cancel.cancelled() => Err(TaskError::new("cancelled")),
             }
         })
     }
@@ -165,6 +176,29 @@ struct Gathered {
     person: PersonLedger,
 }
 
+/// A first run of a task without a script.
+fn run_default(ctx: &TaskContext) -> Result<RawObject, TaskError> {
+    ctx.memory.say("user", &ctx.task.instruction);
+    let schema = OutputSchema::of(&ctx.task)?;
+    finish_default(ctx, schema.as_ref())
+}
+
+/// The one step of a task without a script: its default result, checked
+/// against its output schema.
+fn finish_default(ctx: &TaskContext, schema: Option<&OutputSchema>) -> Result<RawObject, TaskError> {
+    ctx.step()?;
+    let result = DefaultResult::of(ctx);
+    if let Some(schema) = schema {
+        let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+        schema.check_value(&value).map_err(|errors| violation(&errors))?;
+    }
+    // Encoded straight from the struct, with no `Value` tree between: the
+    // default task is the one every benchmark runs.
+    let encoded = RawObject::encode(&result);
+    ctx.memory.say_string("assistant", result.summary);
+    Ok(encoded)
+}
+
 async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     // A resumed script goes on after its last completed step, with what it
     // had gathered; its memory was stored with that checkpoint.
@@ -181,16 +215,8 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
     };
     let schema = OutputSchema::of(&ctx.task)?;
     let Some(steps) = parse_script(&ctx.task.metadata)? else {
-        ctx.step()?;
-        // Encoded straight from the struct, with no `Value` tree between:
-        // the default task is the one every benchmark runs.
-        let result = DefaultResult::of(ctx);
-        if let Some(schema) = &schema {
-            let value = serde_json::to_value(&result).unwrap_or(Value::Null);
-            schema.check_value(&value).map_err(|errors| violation(&errors))?;
-        }
-        ctx.memory.say("assistant", &result.summary);
-        return Ok(RawObject::encode(&result));
+        // A resumed task without a script.
+        return finish_default(ctx, schema.as_ref());
     };
     // With a schema, a `return` that does not match is the one wrong answer
     // a task may give: the script goes on (its next `return` is the repair);

@@ -169,6 +169,13 @@ impl DeadlineClock {
 /// `clock` was held) passes while the clock runs: then `Err(())`.
 pub(crate) async fn run_until<F: Future>(base: Instant, clock: DeadlineClock, work: F) -> Result<F::Output, ()> {
     tokio::pin!(work);
+    // The work is polled once before any timer is made: a task that ends on
+    // its first poll (most scripted ones) never makes one, nor registers it.
+    // Work that is ready wins over a deadline that has passed, here and
+    // below, as with `tokio::time::timeout`.
+    if let std::task::Poll::Ready(output) = futures_util::poll!(work.as_mut()) {
+        return Ok(output);
+    }
     loop {
         let (held_for, held) = clock.held_for();
         if let Some(held_clock) = clock.clock().filter(|_| held) {
@@ -180,6 +187,7 @@ pub(crate) async fn run_until<F: Future>(base: Instant, clock: DeadlineClock, wo
         }
         // The usual path: one lock above, and a timer, as a plain timeout.
         tokio::select! {
+            biased;
             output = &mut work => return Ok(output),
             _ = tokio::time::sleep_until(base + held_for) => {
                 // Held meanwhile: the deadline has moved on.

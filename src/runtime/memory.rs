@@ -71,6 +71,12 @@ impl Memory {
         self.push_entry(MemoryEntry::Said { role, content: content.into() });
     }
 
+    /// [`Memory::say`] of a string the caller made and has no more use
+    /// for: it is kept as it is, not copied.
+    pub(crate) fn say_string(&self, role: &'static str, content: String) {
+        self.push_entry(MemoryEntry::Said { role, content: content.into_boxed_str() });
+    }
+
     fn push_entry(&self, entry: MemoryEntry) {
         let size = entry.bytes();
         if size > self.max_bytes {
