@@ -175,6 +175,13 @@ pub(crate) struct RunTask {
     pub ticket: Ticket,
 }
 
+/// Stop: the subagent's task ended and it is idle; its record stands in for
+/// it, and the next task or message starts a new actor. Sent only once the
+/// supervisor knows nothing else it sent is still on the way.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Sleep;
+
 /// The task a subagent runs or last ran (the operator's view).
 #[derive(Message)]
 #[rtype(result = "Option<Arc<TaskDefinition>>")]

@@ -6,12 +6,12 @@ use super::running::RunningTask;
 use actix::prelude::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
-use crate::runtime::gone::GoneSignal;
 use crate::runtime::lifecycle;
 use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
@@ -22,9 +22,9 @@ use crate::runtime::{HostContext, TreeStats};
 use crate::store::{Change, Held, SessionLog};
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
-pub(super) struct AliveGuard {
+struct AliveGuard {
     stats: Arc<TreeStats>,
-    pub(super) gone: GoneSignal,
+    gone: CancellationToken,
 }
 
 impl Drop for AliveGuard {
@@ -44,7 +44,7 @@ pub(crate) struct SubagentSeed {
     pub config: Arc<SubagentConfig>,
     pub adapter: Arc<dyn AgentAdapter>,
     pub memory: Memory,
-    pub gone: GoneSignal,
+    pub gone: CancellationToken,
     // Where its state changes are recorded.
     pub log: Arc<SessionLog>,
     // Whose memory `memory` is (itself, or a `shared` ancestor).
@@ -90,15 +90,15 @@ pub(crate) struct SubagentActor {
     pub(super) terminating: bool,
     // Messages handled from the supervisor (see `Idle`).
     pub(super) handled: u64,
+    // Set when it stops to sleep (not terminated: its record stands in).
+    pub(super) asleep: bool,
     // The newest task of its record it has seen; its reports carry it.
     pub(super) ticket: Ticket,
     pub(super) log: Arc<SessionLog>,
     pub(super) memory_owner: SubagentId,
     pub(super) usage: Arc<UsageMeter>,
     pub(super) wall: Option<Arc<WallBudget>>,
-    // Its count among the live actors, and what tells it is gone (or was
-    // put to sleep).
-    pub(super) alive: AliveGuard,
+    _alive: AliveGuard,
 }
 
 impl SubagentActor {
@@ -114,7 +114,7 @@ impl SubagentActor {
         Self {
             id: seed.id,
             parent_id: seed.parent_id,
-            alive: AliveGuard { stats: seed.stats.clone(), gone: seed.gone },
+            _alive: AliveGuard { stats: seed.stats.clone(), gone: seed.gone },
             host: seed.host,
             supervisor: seed.supervisor,
             stats: seed.stats,
@@ -130,6 +130,7 @@ impl SubagentActor {
             awaiters: Vec::new(),
             terminating: false,
             handled: 0,
+            asleep: false,
             ticket: seed.ticket,
             log: seed.log,
             memory_owner: seed.memory_owner,

@@ -20,17 +20,7 @@ impl Actor for SubagentActor {
     // (Its mailbox is made unbounded before it starts: `Supervisor::start_with_inbox`.)
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        if self.alive.gone.is_asleep() {
-            // Put to sleep: its supervisor let go of it (actix stops an
-            // actor no address reaches once it has nothing to do), which it
-            // does only when nothing it sent is still on the way, so the
-            // actor is as idle as it reported.
-            if !self.is_idle() {
-                log::error!("{} was put to sleep while it had work", self.id);
-            }
-            return;
-        }
-        if !self.terminating {
+        if !self.terminating && !self.asleep {
             // Stopped without being told to (a handler panicked): still tell
             // everyone the truth. The supervisor stops its descendants.
             log::warn!("{} stopped unexpectedly", self.id);
@@ -71,6 +61,21 @@ impl Handler<RunTask> for SubagentActor {
         }
         self.start_task(msg.task, msg.deadline_cap, msg.parent_span, msg.resume, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
+    }
+}
+
+impl Handler<Sleep> for SubagentActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Sleep, ctx: &mut Self::Context) {
+        // The supervisor sends it only when nothing else it sent is on the
+        // way, so the actor is still as idle as it reported.
+        if !self.is_idle() {
+            log::error!("{} was put to sleep while it had work; it stays awake", self.id);
+            return;
+        }
+        self.asleep = true;
+        ctx.stop();
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! An actor lives while its subagent has work: once a task ends with nothing
 //! left to do, it says so in its report, and the supervisor may put it to
-//! sleep (by letting go of it), its record standing in for it. It counts the messages it
+//! sleep (`Sleep`), its record standing in for it. It counts the messages it
 //! handles, so that the supervisor can tell none is still on the way.
 //!
 //! - `actor`: the actor's state and what it reports to the supervisor.

@@ -7,13 +7,13 @@ use actix::{Addr, Handler, Message};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use crate::event::EventKind;
 use crate::ids::SubagentId;
 use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
-use crate::runtime::gone::GoneSignal;
 use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::Ticket;
@@ -63,15 +63,15 @@ impl ActorLink {
         self.addr.send(msg)
     }
 
-    /// Counts a message handed to the actor directly (its first, before it
-    /// started) as sent.
-    pub(super) fn count_handed(&self) {
-        self.sent.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// How many messages went out this way.
     pub(super) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Puts the actor to sleep: the one message not counted, as the actor
+    /// stops on it and counts nothing more.
+    pub(super) fn sleep(&self) {
+        self.addr.do_send(crate::runtime::messages::Sleep);
     }
 }
 
@@ -138,7 +138,7 @@ pub(super) enum Slot {
     /// starts on the next task or message.
     Dormant,
     /// Its actor, and the token that fires once the actor has been dropped.
-    Live { addr: SharedAddr, gone: GoneSignal },
+    Live { addr: SharedAddr, gone: CancellationToken },
     /// Its actor has stopped, or it never ran: it is `TERMINATED`.
     Gone,
 }

@@ -5,10 +5,7 @@
 //! more than a kilobyte) would sit idle until the session closes, and the
 //! close would then have to stop it. So an actor whose task ended with
 //! nothing left to do says so in its report (`Idle`), and the supervisor
-//! marks the record dormant and lets go of the actor, whose only address
-//! the record held: actix stops an actor that no address reaches once it
-//! has nothing to do (no message to send and handle for it; the mark on
-//! its `GoneSignal` tells it that it fell asleep). The next task or message
+//! stops it (`Sleep`) and marks the record dormant; the next task or message
 //! starts a new actor from the record, as for a subagent never used. (A
 //! cancelled task's actor does not offer: see `settle`.)
 //!
@@ -18,7 +15,7 @@
 //! two counts agree, that is when nothing it sent is still on the way; from
 //! then on the record is dormant, so nothing more is sent to that actor.
 
-use crate::runtime::gone::GoneSignal;
+use tokio_util::sync::CancellationToken;
 
 use super::record::Slot;
 use super::Supervisor;
@@ -33,7 +30,7 @@ use std::collections::HashSet;
 /// about twice as many as are falling asleep at once, for a constant cost
 /// per sleep.
 pub(super) struct Dozing {
-    tokens: Vec<(SubagentId, GoneSignal)>,
+    tokens: Vec<(SubagentId, CancellationToken)>,
     sweep_at: usize,
 }
 
@@ -46,7 +43,7 @@ impl Default for Dozing {
 impl Dozing {
     const FIRST_SWEEP: usize = 64;
 
-    fn push(&mut self, id: SubagentId, gone: GoneSignal) {
+    fn push(&mut self, id: SubagentId, gone: CancellationToken) {
         if self.tokens.len() >= self.sweep_at {
             self.tokens.retain(|(_, gone)| !gone.is_cancelled());
             self.sweep_at = (self.tokens.len() * 2).max(Self::FIRST_SWEEP);
@@ -62,7 +59,7 @@ impl Dozing {
     /// What tells when the actors of `ids` told to sleep are gone (a
     /// terminate of them answers only then): one pass over those falling
     /// asleep, none at all when no actor is.
-    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<GoneSignal> {
+    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<CancellationToken> {
         if ids.is_empty() {
             return Vec::new();
         }
@@ -104,8 +101,7 @@ impl Supervisor {
         // at; a completed one shows its result, and keeping every completed
         // task's definition too would cost a tenth of its record.
         entry.last_task = idle.last_task.filter(|_| entry.status != SubagentStatus::Completed);
-        gone.mark_asleep();
-        drop(addr);
+        addr.sleep();
         self.dozing.push(id, gone);
     }
 }
