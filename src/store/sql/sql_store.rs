@@ -22,10 +22,19 @@ pub(in crate::store) struct SqlStore {
     pub(super) pool: Pool,
 }
 
+// Rows are read one at a time as the engine yields them, each into its
+// cells and then dropped: all of a large session's rows held at once (as
+// `fetch_all` holds them, SQLite's values in C memory) would leave the
+// process that much larger for good after a restart's load.
 macro_rules! fetch_rows {
     ($pool:expr, $sql:expr, $key:expr, $shape:expr) => {{
-        let rows = sqlx::query($sql).bind($key).fetch_all($pool).await?;
-        rows.iter().map(|row| read_row(row, $shape)).collect::<Result<Vec<_>, StoreError>>()?
+        use futures_util::TryStreamExt;
+        let mut rows = sqlx::query($sql).bind($key).fetch($pool);
+        let mut read = Vec::new();
+        while let Some(row) = rows.try_next().await? {
+            read.push(read_row(&row, $shape)?);
+        }
+        read
     }};
 }
 
