@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use super::columns::{int, json, key_args, mailbox_json};
 use super::fold::{Folded, Key};
-use super::statement::{
-    chunks, deletes, end_session, first, insert, param, placeholders, update_from, Arg, Dialect, Op,
-};
+use super::statement::{delete_in, deletes, end_session, insert, param, update_from, Arg, Dialect, Op};
 use super::subagent_tables::{checkpoint_parts, subagent_patches, subagent_rows, task_ops};
 use crate::store::writer::now_ms;
 use crate::store::Change;
@@ -157,23 +155,12 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
         .map(|((session, seq), frame)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*frame).clone())])
         .collect();
     insert(dialect, &mut ops, "inbound (session_id, seq, frame)", &inbound, "(session_id, seq) DO NOTHING");
-    let mut served: HashMap<&Arc<str>, Vec<u64>> = HashMap::new();
+    let mut served: HashMap<&Arc<str>, Vec<Arg>> = HashMap::new();
     for (session, seq) in &folded.served {
-        served.entry(session).or_default().push(*seq);
+        served.entry(session).or_default().push(int(*seq));
     }
     for (session, seqs) in served {
-        for chunk in chunks(&seqs) {
-            let mut args = vec![Arg::Text(session.to_string())];
-            args.extend(chunk.iter().map(|seq| int(*seq)));
-            ops.push(Op {
-                sql: format!(
-                    "DELETE FROM inbound WHERE session_id = {} AND seq IN ({})",
-                    first(dialect),
-                    placeholders(dialect, 2, chunk.len())
-                ),
-                args,
-            });
-        }
+        delete_in(dialect, &mut ops, "inbound", "seq", session, &seqs);
     }
     ops
 }
@@ -225,7 +212,7 @@ mod tests {
                 usage: Usage { input_tokens: 123, output_tokens: 45 },
             },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         assert_eq!(ops.len(), 2, "{ops:#?}");
         assert!(ops[0].sql.starts_with("INSERT INTO subagents"));
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
@@ -243,7 +230,7 @@ mod tests {
             Change::Line { session: session.clone(), seq: 1, line: Some("x".into()), gate: None, answers: None },
             Change::SessionEnded { session: session.clone() },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
         assert_eq!(ops.len(), 8);
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
@@ -265,10 +252,12 @@ mod tests {
 
     #[test]
     fn checkpoints_in_one_batch_write_one_head_and_what_they_added_as_one_part() {
+        // SQLite's layout, a row's values in order (PostgreSQL binds the
+        // same rows as one array per column).
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").unwrap();
         let batch = vec![appended(&session, id, 4, 7, &["a"]), appended(&session, id, 5, 8, &["b", "c"])];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         assert_eq!(ops.len(), 2, "{ops:#?}");
         assert!(ops[0].sql.starts_with("UPDATE tasks"));
         assert_eq!(ops[0].args[3], Arg::OptInt(Some(5)), "the last step");
@@ -285,7 +274,7 @@ mod tests {
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").unwrap();
         let batch = vec![appended(&session, id, 1, 3, &["old"]), appended(&session, id, 1, 0, &["x", "y"])];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")).expect("delete");
         let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO checkpoint_parts")).expect("insert");
         assert!(delete < insert, "{ops:#?}");
@@ -328,7 +317,7 @@ mod tests {
             Change::InboundDone { session: session.clone(), seq: 4 },
             Change::InboundDone { session: session.clone(), seq: 3 },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         let inbound: Vec<_> =
             ops.iter().filter(|op| op.sql.contains("FROM inbound") || op.sql.contains("INTO inbound")).collect();
         assert_eq!(inbound.len(), 1, "{ops:#?}");
@@ -351,7 +340,7 @@ mod tests {
                 answers: Some(2),
             },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         assert!(!ops.iter().any(|op| op.sql.starts_with("INSERT INTO inbound")), "{ops:#?}");
         let served: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("DELETE FROM inbound")).collect();
         assert_eq!(served.len(), 1);
@@ -370,7 +359,7 @@ mod tests {
                 handshaken,
             })
         };
-        let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Postgres);
+        let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Sqlite);
         let inserts: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("INSERT INTO sessions")).collect();
         assert_eq!(inserts.len(), 1, "{ops:#?}");
         assert_eq!(inserts[0].args.len(), 10, "one row: a statement may not touch a row twice");
@@ -379,14 +368,14 @@ mod tests {
 
         // Its lines' numbers go in the same statement, not a second update.
         let line = Change::Line { session: "s".into(), seq: 4, line: Some("x".into()), gate: None, answers: None };
-        let ops = compile(&[opened(true), line], 1024, Dialect::Postgres);
+        let ops = compile(&[opened(true), line], 1024, Dialect::Sqlite);
         let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
         assert_eq!(touching.len(), 1, "{ops:#?}");
         assert_eq!(touching[0].args[5], Arg::Int(5), "next_seq");
 
         // And so does its request frames' high-water mark.
         let frame = Change::Inbound { session: "s".into(), seq: 3, frame: "{}".into() };
-        let ops = compile(&[opened(true), frame], 1024, Dialect::Postgres);
+        let ops = compile(&[opened(true), frame], 1024, Dialect::Sqlite);
         let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
         assert_eq!(touching.len(), 1, "{ops:#?}");
         assert_eq!(touching[0].args[9], Arg::Int(3), "last_inbound");
@@ -400,7 +389,7 @@ mod tests {
             Change::JournalDelivered { session: session.clone(), up_to: 5 },
             Change::JournalDelivered { session: session.clone(), up_to: 7 },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO journal")).expect("the line");
         let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM journal")).expect("the delivery");
         assert!(insert < delete, "{ops:#?}");
@@ -419,13 +408,13 @@ mod tests {
             Change::Inbound { session: session.clone(), seq: 3, frame: "{}".into() },
             Change::Mailbox { session: session.clone(), id, messages: vec![message], served: Some(3) },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().any(|op| op.sql.starts_with("INSERT INTO mailboxes")), "{ops:#?}");
         let inbound = |op: &&Op| op.sql.contains("FROM inbound") || op.sql.contains("INTO inbound");
         assert!(!ops.iter().any(|op| inbound(&op)), "handed over and served in one batch: {ops:#?}");
         // Its frame committed earlier: the one change stores the message and
         // marks the frame served, so a replay after a crash finds it done.
-        let ops = compile(&batch[1..], 1024, Dialect::Postgres);
+        let ops = compile(&batch[1..], 1024, Dialect::Sqlite);
         let served = ops.iter().find(|op| op.sql.starts_with("DELETE FROM inbound")).expect("served");
         assert_eq!(served.args, vec![Arg::Text("s".into()), Arg::Int(3)]);
     }
@@ -442,11 +431,63 @@ mod tests {
                 answers: None,
             })
             .collect();
-        let ops = compile(&batch, 1024, Dialect::Postgres);
-        // 150 = 128 + 16 + 4 + 2: four statement shapes, each cached.
+        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        // SQLite: 150 = 128 + 16 + 4 + 2: four statement shapes.
         let sizes: Vec<usize> =
             ops.iter().filter(|op| op.sql.starts_with("INSERT")).map(|op| op.args.len() / 3).collect();
         assert_eq!(sizes, [128, 16, 4, 2]);
         assert_eq!(ops.len(), 5, "four inserts and one sessions update");
+    }
+
+    #[test]
+    fn on_postgres_a_table_takes_one_statement_of_one_text_whatever_the_number_of_rows() {
+        let session: Arc<str> = "s".into();
+        let lines = |n: u64| -> Vec<Change> {
+            (1..=n)
+                .map(|seq| Change::Line {
+                    session: session.clone(),
+                    seq,
+                    line: Some(format!("line {seq}")),
+                    gate: None,
+                    answers: (seq % 2 == 0).then_some(seq),
+                })
+                .collect()
+        };
+        let (many, few) = (compile(&lines(150), 1024, Dialect::Postgres), compile(&lines(3), 1024, Dialect::Postgres));
+        let texts = |ops: &[Op]| ops.iter().map(|op| op.sql.clone()).collect::<Vec<_>>();
+        assert_eq!(texts(&many), texts(&few), "prepared once, whatever the batch's size: {many:#?}");
+        let insert = many.iter().find(|op| op.sql.starts_with("INSERT INTO journal")).expect("the lines");
+        assert!(insert.sql.contains("unnest($1::text[], $2::bigint[], $3::text[])"), "{}", insert.sql);
+        let Arg::Ints(seqs) = &insert.args[1] else { panic!("{:?}", insert.args[1]) };
+        assert_eq!(seqs.len(), 150);
+        assert_eq!(seqs[149], Some(150));
+        assert_eq!(insert.args[2], Arg::Texts((1..=150).map(|seq| Some(format!("line {seq}"))).collect()));
+        let served = many.iter().find(|op| op.sql.starts_with("DELETE FROM inbound")).expect("the frames served");
+        assert!(served.sql.contains("seq = ANY($2::bigint[])"), "{}", served.sql);
+        let Arg::Ints(frames) = &served.args[1] else { panic!("{:?}", served.args[1]) };
+        let mut frames = frames.clone();
+        frames.sort_unstable();
+        assert_eq!(frames, (1..=75).map(|n| Some(n * 2)).collect::<Vec<_>>());
+        let tops = many.iter().find(|op| op.sql.starts_with("UPDATE sessions")).expect("the journal's top");
+        assert!(tops.sql.contains("AS v(column1, column2, column3, column4)"), "{}", tops.sql);
+    }
+
+    #[test]
+    fn on_postgres_a_row_with_nulls_keeps_each_column_in_its_array() {
+        let mut first = row();
+        first.parent_agent_id = Some("p".into());
+        let mut second = row();
+        second.ord = 1;
+        let batch = vec![
+            Change::Subagent { session: "s".into(), id: SubagentId::parse("sub_00000001").unwrap(), row: first },
+            Change::Subagent { session: "s".into(), id: SubagentId::parse("sub_00000002").unwrap(), row: second },
+        ];
+        let ops = compile(&batch, 1024, Dialect::Postgres);
+        assert_eq!(ops.len(), 1, "{ops:#?}");
+        assert_eq!(ops[0].args.len(), 15, "one array per column");
+        let Arg::Texts(parents) = &ops[0].args[4] else { panic!("{:?}", ops[0].args[4]) };
+        let mut parents = parents.clone();
+        parents.sort();
+        assert_eq!(parents, [None, Some("p".to_owned())], "a null stays in its row");
     }
 }

@@ -6,9 +6,10 @@
 //! what makes group commit pay with sqlx (each statement is a round trip to
 //! SQLite's worker thread, or to PostgreSQL).
 //!
-//! The SQL is the same for both engines: multi-row `VALUES`, `ON CONFLICT`
-//! upserts, and `UPDATE … FROM (VALUES …)` (whose columns both engines name
-//! `column1`, `column2`, …).
+//! The SQL is the same for both engines but for how rows travel: `ON
+//! CONFLICT` upserts and `UPDATE … FROM` (whose columns are named `column1`,
+//! `column2`, …), over multi-row `VALUES` on SQLite and over `unnest` of one
+//! array per column on PostgreSQL.
 //!
 //! - `fold`: the batch folded per row.
 //! - `compile`: the folded batch into statements.

@@ -1,13 +1,14 @@
 //! The statements' building blocks: bound values ([`Arg`]), statements
 //! ([`Op`]), parameter spelling per engine ([`Dialect`]), and the multi-row
-//! `INSERT`, `UPDATE … FROM (VALUES …)` and `DELETE` shapes, cut into chunks
-//! of a few sizes so that each engine caches their text.
+//! `INSERT`, `UPDATE … FROM (VALUES …)` and `DELETE` shapes. On SQLite they
+//! are cut into chunks of a few sizes so that their text takes few shapes;
+//! on PostgreSQL each column travels as one array (`unnest`), so a table's
+//! statement has one text, prepared once by the connection.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::fold::Key;
-use crate::ids::SubagentId;
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +17,10 @@ pub(in crate::store) enum Arg {
     OptText(Option<String>),
     Int(i64),
     OptInt(Option<i64>),
+    /// A column of texts (PostgreSQL's `text[]`, one per row).
+    Texts(Vec<Option<String>>),
+    /// A column of counts (PostgreSQL's `bigint[]`, one per row).
+    Ints(Vec<Option<i64>>),
 }
 
 /// One statement with its values.
@@ -74,8 +79,61 @@ fn values(dialect: Dialect, rows: usize, width: usize) -> String {
     (0..rows).map(|row| format!("({})", placeholders(dialect, 1 + row * width, width))).collect::<Vec<_>>().join(", ")
 }
 
-// Multi-row `INSERT INTO table (cols) VALUES … ON CONFLICT on_conflict`.
+/// `rows` turned into columns, each one array parameter (PostgreSQL), with
+/// its `unnest` argument list (`$1::text[], $2::bigint[], …`): a statement
+/// then has one text whatever the number of rows, so it is prepared once
+/// and its plan kept, where a `VALUES` list of N rows was a new text for
+/// each N, parsed and planned again at every commit (most of the server's
+/// work per batch).
+fn columns(rows: &[Vec<Arg>]) -> (String, Vec<Arg>) {
+    let width = rows.first().map_or(0, Vec::len);
+    let mut columns: Vec<Arg> = rows
+        .first()
+        .into_iter()
+        .flatten()
+        .map(|arg| match arg {
+            Arg::Int(_) | Arg::OptInt(_) => Arg::Ints(Vec::with_capacity(rows.len())),
+            _ => Arg::Texts(Vec::with_capacity(rows.len())),
+        })
+        .collect();
+    for row in rows {
+        for (column, arg) in columns.iter_mut().zip(row) {
+            match (column, arg) {
+                (Arg::Ints(values), Arg::Int(n)) => values.push(Some(*n)),
+                (Arg::Ints(values), Arg::OptInt(n)) => values.push(*n),
+                (Arg::Texts(values), Arg::Text(text)) => values.push(Some(text.clone())),
+                (Arg::Texts(values), Arg::OptText(text)) => values.push(text.clone()),
+                // A column is one kind in every row; anything else is no value.
+                (Arg::Ints(values), _) => values.push(None),
+                (Arg::Texts(values), _) => values.push(None),
+                _ => {}
+            }
+        }
+    }
+    let list = columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| match column {
+            Arg::Ints(_) => format!("${}::bigint[]", index + 1),
+            _ => format!("${}::text[]", index + 1),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    debug_assert_eq!(columns.len(), width);
+    (list, columns)
+}
+
+// Multi-row `INSERT INTO table (cols) VALUES … ON CONFLICT on_conflict`
+// (SQLite), or `SELECT * FROM unnest(<one array per column>)` (PostgreSQL).
 pub(super) fn insert(dialect: Dialect, ops: &mut Vec<Op>, table: &str, rows: &[Vec<Arg>], on_conflict: &str) {
+    if dialect == Dialect::Postgres && !rows.is_empty() {
+        let (list, args) = columns(rows);
+        ops.push(Op {
+            sql: format!("INSERT INTO {table} SELECT * FROM unnest({list}) ON CONFLICT {on_conflict}"),
+            args,
+        });
+        return;
+    }
     for chunk in chunks(rows) {
         let width = chunk[0].len();
         ops.push(Op {
@@ -88,7 +146,8 @@ pub(super) fn insert(dialect: Dialect, ops: &mut Vec<Op>, table: &str, rows: &[V
     }
 }
 
-// Multi-row `UPDATE table SET set FROM (VALUES …) AS v WHERE matches`.
+// Multi-row `UPDATE table SET set FROM (VALUES …) AS v WHERE matches`, or
+// on PostgreSQL `FROM unnest(…) AS v(column1, column2, …)`.
 pub(super) fn update_from(
     dialect: Dialect,
     ops: &mut Vec<Op>,
@@ -98,6 +157,15 @@ pub(super) fn update_from(
     width: usize,
     rows: &[Vec<Arg>],
 ) {
+    if dialect == Dialect::Postgres && !rows.is_empty() {
+        let (list, args) = columns(rows);
+        let names = (1..=width).map(|n| format!("column{n}")).collect::<Vec<_>>().join(", ");
+        ops.push(Op {
+            sql: format!("UPDATE {table} SET {set} FROM unnest({list}) AS v({names}) WHERE {matches}"),
+            args,
+        });
+        return;
+    }
     for chunk in chunks(rows) {
         ops.push(Op {
             sql: format!(
@@ -109,25 +177,45 @@ pub(super) fn update_from(
     }
 }
 
+/// `DELETE FROM table WHERE session_id = $1 AND column IN (values)`: on
+/// PostgreSQL `= ANY($2)`, one text whatever the number of values.
+pub(super) fn delete_in(dialect: Dialect, ops: &mut Vec<Op>, table: &str, column: &str, session: &str, values: &[Arg]) {
+    if values.is_empty() {
+        return;
+    }
+    if dialect == Dialect::Postgres {
+        let rows: Vec<Vec<Arg>> = values.iter().map(|value| vec![value.clone()]).collect();
+        let (_, mut array) = columns(&rows);
+        let array = array.pop().unwrap_or(Arg::Texts(Vec::new()));
+        let cast = if matches!(array, Arg::Ints(_)) { "bigint[]" } else { "text[]" };
+        ops.push(Op {
+            sql: format!("DELETE FROM {table} WHERE session_id = $1 AND {column} = ANY($2::{cast})"),
+            args: vec![Arg::Text(session.to_owned()), array],
+        });
+        return;
+    }
+    for chunk in chunks(values) {
+        let mut args = vec![Arg::Text(session.to_owned())];
+        args.extend(chunk.iter().cloned());
+        ops.push(Op {
+            sql: format!(
+                "DELETE FROM {table} WHERE session_id = {} AND {column} IN ({})",
+                first(dialect),
+                placeholders(dialect, 2, chunk.len())
+            ),
+            args,
+        });
+    }
+}
+
 // `DELETE FROM table WHERE session_id = $1 AND id_column IN (…)`, per session.
 pub(super) fn deletes(dialect: Dialect, ops: &mut Vec<Op>, table: &str, id_column: &str, keys: &[Key]) {
-    let mut by_session: HashMap<&Arc<str>, Vec<SubagentId>> = HashMap::new();
+    let mut by_session: HashMap<&Arc<str>, Vec<Arg>> = HashMap::new();
     for (session, id) in keys {
-        by_session.entry(session).or_default().push(*id);
+        by_session.entry(session).or_default().push(Arg::Text(id.to_string()));
     }
     for (session, ids) in by_session {
-        for chunk in chunks(&ids) {
-            let mut args = vec![Arg::Text(session.to_string())];
-            args.extend(chunk.iter().map(|id| Arg::Text(id.to_string())));
-            ops.push(Op {
-                sql: format!(
-                    "DELETE FROM {table} WHERE session_id = {} AND {id_column} IN ({})",
-                    first(dialect),
-                    placeholders(dialect, 2, chunk.len())
-                ),
-                args,
-            });
-        }
+        delete_in(dialect, ops, table, id_column, session, &ids);
     }
 }
 

@@ -41,7 +41,7 @@ pub(super) async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fen
             Some(fence) if index == 0 => cluster::bind_fence(query, fence),
             _ => query,
         };
-        bind_all(query, groups[index])
+        bind_all(query, groups[index], pg_array)
     };
     match groups.len() {
         0 => Ok(()),
@@ -56,10 +56,15 @@ pub(super) async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fen
     }
 }
 
-/// `query` with the values of `ops` bound, in order (either engine).
+/// `query` with the values of `ops` bound, in order (either engine; the
+/// array columns only on PostgreSQL).
 fn bind_all<'q, DB: sqlx::Database>(
     mut query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
     ops: &'q [Op],
+    mut array: impl FnMut(
+        sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+        &'q Arg,
+    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
 ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
 where
     &'q str: sqlx::Encode<'q, DB> + Type<DB>,
@@ -73,9 +78,31 @@ where
             Arg::OptText(text) => query.bind(text.as_deref()),
             Arg::Int(n) => query.bind(*n),
             Arg::OptInt(n) => query.bind(*n),
+            Arg::Texts(_) | Arg::Ints(_) => array(query, arg),
         };
     }
     query
+}
+
+/// PostgreSQL's array columns (`unnest`'s arguments).
+fn pg_array<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    arg: &'q Arg,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    match arg {
+        Arg::Texts(values) => query.bind(values.as_slice()),
+        Arg::Ints(values) => query.bind(values.as_slice()),
+        _ => query,
+    }
+}
+
+/// SQLite has no arrays, and no statement compiled for it holds one; a
+/// `NULL` keeps the parameters in place should one ever get there.
+fn no_array<'q>(
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    _: &'q Arg,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    query.bind(None::<&str>)
 }
 
 /// One statement doing all of `ops` (each numbered `$1 …` on its own),
@@ -135,7 +162,7 @@ pub(super) async fn run_script(pool: &SqlitePool, ops: &[Op]) -> Result<(), sqlx
         script.push_str(";\n");
     }
     script.push_str("COMMIT;");
-    let query = bind_all(sqlx::query(&script).persistent(false), ops);
+    let query = bind_all(sqlx::query(&script).persistent(false), ops, no_array);
     let mut conn = pool.acquire().await?;
     let outcome = conn.execute(query).await;
     if outcome.is_err() {
