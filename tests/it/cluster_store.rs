@@ -9,11 +9,11 @@ use std::time::Duration;
 use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::{SpawnRequest, SubagentConfig};
 use subagent_host::store::{
-    self, Acquired, ClusterSettings, SessionLog, SessionOwner, SessionRow, StoreHandle, StoreUrl, WriterSettings,
+    self, Acquired, ClusterSettings, SessionLog, SessionOwner, StoreHandle, StoreUrl, WriterSettings,
 };
 use subagent_host::{Host, HostConfig};
 
-use crate::common::eventually;
+use crate::common::{eventually, session_row};
 use crate::test_database::{pg_execute, TestDatabase};
 
 /// The lease of the nodes whose renewals the test watches (every 166 ms).
@@ -64,14 +64,7 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
     // is the write's fence that tells a, not a renewal racing it.
     let (a, given_up_by_a) = node(&db.url, "a", Duration::from_secs(60));
     let log = SessionLog::new("s1", a.clone());
-    log.open(SessionRow {
-        id: "s1".into(),
-        agent_id: "client".into(),
-        capabilities: vec!["multi_agent".into()],
-        principal: None,
-        transport: "tcp".into(),
-        handshaken: true,
-    });
+    log.open(session_row("s1"));
     let host = Host::new(HostConfig::default());
     let tree = host.open_logged_tree(Arc::new(NullSink), log);
     tree.spawn(spawn_request("kept")).await.expect("spawn");
@@ -135,17 +128,6 @@ async fn a_stale_owner_is_fenced_and_a_live_owner_hands_off() {
         END $$";
     pg_execute(&db.url, check).expect("c's lease stays released and c stays gone");
     tree.close().await;
-}
-
-fn session_row(id: &str) -> SessionRow {
-    SessionRow {
-        id: id.into(),
-        agent_id: "client".into(),
-        capabilities: vec!["multi_agent".into()],
-        principal: None,
-        transport: "tcp".into(),
-        handshaken: true,
-    }
 }
 
 /// A node renews its own lease, one row, and never its sessions' rows:

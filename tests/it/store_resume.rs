@@ -10,13 +10,14 @@ use std::time::Duration;
 use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{
-    self, Checkpoint, SessionLog, SessionRow, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask,
-    SubagentRow, WriterSettings,
+    self, Checkpoint, SessionLog, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask, SubagentRow,
+    WriterSettings,
 };
 use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
+use crate::common::session_row;
 use crate::fake_openai::*;
 use crate::test_database::TestDatabase;
 
@@ -41,17 +42,6 @@ impl Drop for TempDir {
 
 fn open(url: &StoreUrl) -> StoreHandle {
     store::open(url, WriterSettings::default(), None).expect("open the store")
-}
-
-fn session_row(id: &str) -> SessionRow {
-    SessionRow {
-        id: id.into(),
-        agent_id: "client".into(),
-        capabilities: vec!["multi_agent".into()],
-        principal: None,
-        transport: "tcp".into(),
-        handshaken: true,
-    }
 }
 
 fn top_level(name: &str) -> SpawnRequest {

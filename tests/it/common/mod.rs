@@ -17,6 +17,18 @@ use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::watch;
 
+/// A stored session's row as a handshaken TCP client opens it.
+pub fn session_row(id: &str) -> subagent_host::store::SessionRow {
+    subagent_host::store::SessionRow {
+        id: id.into(),
+        agent_id: "client".into(),
+        capabilities: vec!["multi_agent".into()],
+        principal: None,
+        transport: "tcp".into(),
+        handshaken: true,
+    }
+}
+
 /// How often [`eventually`] and [`eventually_blocking`] probe.
 pub const POLL: Duration = Duration::from_millis(10);
 
