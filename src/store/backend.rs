@@ -40,6 +40,12 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self(err.to_string())
+    }
+}
+
 /// Where durable state lives: one trait, three implementations.
 ///
 /// Writes come as batches of [`Change`]s, each batch one transaction; reads

@@ -5,9 +5,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::sql_store::{Pool, SqlStore};
+use super::sqlite_commits::SqliteCommits;
 use crate::store::{StoreUrl, WriterSettings};
 
 impl SqlStore {
@@ -38,7 +40,10 @@ impl SqlStore {
                     .connect_with(options)
                     .await
                     .map_err(|err| format!("cannot open the SQLite store {}: {err}", path.display()))?;
-                Pool::Sqlite(pool)
+                let mut store = Self { pool: Pool::Sqlite(pool), sqlite_commits: None };
+                store.migrate().await.map_err(|err| format!("store {}: {err}", url.describe()))?;
+                store.sqlite_commits = Some(Arc::new(SqliteCommits::open(path, settings.sqlite_full_sync)?));
+                return Ok(store);
             }
             StoreUrl::Postgres(text) => {
                 let options = PgConnectOptions::from_str(text)
@@ -65,7 +70,7 @@ impl SqlStore {
             }
             StoreUrl::Memory => return Err("the memory store has no SQL".into()),
         };
-        let store = Self { pool };
+        let store = Self { pool, sqlite_commits: None };
         store.migrate().await.map_err(|err| format!("store {}: {err}", url.describe()))?;
         Ok(store)
     }

@@ -1,9 +1,8 @@
-//! Running a compiled batch in one transaction: on SQLite one script in
-//! one call, on PostgreSQL as few `WITH … SELECT` statements as the
-//! parameter limit allows, the first behind the node's fence.
+//! Running a compiled batch in one transaction on PostgreSQL: as few
+//! `WITH … SELECT` statements as the parameter limit allows, the first
+//! behind the node's fence. (SQLite's are in `sqlite_commits`.)
 
 use sqlx::postgres::PgPool;
-use sqlx::sqlite::SqlitePool;
 use sqlx::Type;
 
 use crate::store::batch::{Arg, Op};
@@ -56,8 +55,7 @@ pub(super) async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fen
     }
 }
 
-/// `query` with the values of `ops` bound, in order (either engine; the
-/// array columns only on PostgreSQL).
+/// `query` with the values of `ops` bound, in order.
 fn bind_all<'q, DB: sqlx::Database>(
     mut query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
     ops: &'q [Op],
@@ -94,15 +92,6 @@ fn pg_array<'q>(
         Arg::Ints(values) => query.bind(values.as_slice()),
         _ => query,
     }
-}
-
-/// SQLite has no arrays, and no statement compiled for it holds one; a
-/// `NULL` keeps the parameters in place should one ever get there.
-fn no_array<'q>(
-    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-    _: &'q Arg,
-) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-    query.bind(None::<&str>)
 }
 
 /// One statement doing all of `ops` (each numbered `$1 …` on its own),
@@ -145,31 +134,6 @@ fn renumber(sql: &str, offset: usize) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// Runs a batch on SQLite as one script, `BEGIN; …; COMMIT`, in one call:
-/// sqlx hands each call to SQLite's worker thread and waits for it, so one
-/// call per statement would cost a thread round trip each. Every statement
-/// takes its parameters as plain `?`, bound in order across the script.
-pub(super) async fn run_script(pool: &SqlitePool, ops: &[Op]) -> Result<(), sqlx::Error> {
-    use sqlx::Executor;
-    if ops.is_empty() {
-        return Ok(());
-    }
-    let mut script = String::from("BEGIN;\n");
-    for op in ops {
-        script.push_str(&op.sql);
-        script.push_str(";\n");
-    }
-    script.push_str("COMMIT;");
-    let query = bind_all(sqlx::query(&script).persistent(false), ops, no_array);
-    let mut conn = pool.acquire().await?;
-    let outcome = conn.execute(query).await;
-    if outcome.is_err() {
-        // A statement failed inside the transaction: end it, keep nothing.
-        let _ = conn.execute("ROLLBACK").await;
-    }
-    outcome.map(drop)
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! - `sql_store`: [`SqlStore`] on its pool, and its `Store` implementation.
 //! - `connect`: opening SQLite or PostgreSQL.
 //! - `migrations`: the embedded migrations and running them.
-//! - `execute`: running a compiled batch in one transaction.
+//! - `execute`: running a compiled batch in one transaction on PostgreSQL.
+//! - `sqlite_commits`: the connection SQLite's batches are committed on.
 //! - `load_session`: loading one stored session whole.
 //! - `cells`: reading stored columns back.
 
@@ -17,5 +18,6 @@ mod execute;
 mod load_session;
 mod migrations;
 mod sql_store;
+mod sqlite_commits;
 
 pub(super) use sql_store::SqlStore;

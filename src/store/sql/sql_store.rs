@@ -3,8 +3,11 @@
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
+use std::sync::Arc;
+
 use super::cells::{read_row, Cell};
-use super::execute::{run_script, run_statements};
+use super::execute::run_statements;
+use super::sqlite_commits::SqliteCommits;
 use crate::store::batch::{self, Op};
 use crate::store::cluster::{self, Fence};
 use crate::store::{Change, CommitError, CommitFuture, Store, StoreError, StoreFuture, StoredSession};
@@ -19,7 +22,10 @@ pub(super) enum Pool {
 /// The SQL store.
 #[derive(Debug, Clone)]
 pub(in crate::store) struct SqlStore {
+    /// Loads, and PostgreSQL's commits.
     pub(super) pool: Pool,
+    /// SQLite's commits, once its schema is up to date (`None` on PostgreSQL).
+    pub(super) sqlite_commits: Option<Arc<SqliteCommits>>,
 }
 
 // Rows are read one at a time as the engine yields them, each into its
@@ -54,14 +60,20 @@ impl SqlStore {
     }
 
     async fn run(&self, ops: &[Op], fence: Option<&Fence>) -> Result<(), CommitError> {
-        let outcome = match &self.pool {
-            Pool::Sqlite(pool) => run_script(pool, ops).await,
-            Pool::Postgres(pool) => run_statements(pool, ops, fence).await,
-        };
-        outcome.map_err(|err| match cluster::fenced_sessions(&err) {
-            Some(lost) => CommitError::Fenced(lost),
-            None => CommitError::Store(err.into()),
-        })
+        match (&self.pool, &self.sqlite_commits) {
+            // Blocking, on the writer thread, which has nothing else to do
+            // until the batch is committed.
+            (Pool::Sqlite(_), Some(commits)) => commits.run(ops).map_err(|err| CommitError::Store(err.into())),
+            (Pool::Sqlite(_), None) => {
+                Err(CommitError::Store(StoreError("the SQLite store is not open for commits".into())))
+            }
+            (Pool::Postgres(pool), _) => {
+                run_statements(pool, ops, fence).await.map_err(|err| match cluster::fenced_sessions(&err) {
+                    Some(lost) => CommitError::Fenced(lost),
+                    None => CommitError::Store(err.into()),
+                })
+            }
+        }
     }
 
     /// The PostgreSQL pool (the cluster's statements use it too).

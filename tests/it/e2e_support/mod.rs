@@ -53,8 +53,14 @@ pub mod tempfile_lite {
     }
 }
 
+/// The binary under test: `SUBAGENTD_TEST_BIN` when set (a copy kept while
+/// the tree is rebuilt, say), else the one cargo built.
+fn binary() -> std::ffi::OsString {
+    std::env::var_os("SUBAGENTD_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_subagentd").into())
+}
+
 pub fn command(args: &[&str], config: Option<&tempfile_lite::TempFile>) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_subagentd"));
+    let mut cmd = Command::new(binary());
     cmd.arg("serve").args(args);
     memory_unless_named(&mut cmd, args);
     finish_command(cmd, config)
@@ -72,7 +78,7 @@ fn memory_unless_named(cmd: &mut Command, args: &[&str]) {
 /// e.g. with `ulimit -n 40` as the prelude.
 pub fn shell_command(prelude: &str, args: &[&str], config: Option<&tempfile_lite::TempFile>) -> Command {
     let mut cmd = Command::new("bash");
-    cmd.arg("-c").arg(format!("{prelude}; exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_subagentd"));
+    cmd.arg("-c").arg(format!("{prelude}; exec \"$0\" \"$@\"")).arg(binary());
     cmd.arg("serve").args(args);
     memory_unless_named(&mut cmd, args);
     finish_command(cmd, config)
@@ -82,7 +88,11 @@ fn finish_command(mut cmd: Command, config: Option<&tempfile_lite::TempFile>) ->
     if let Some(config) = config {
         cmd.arg("--config").arg(&config.0);
     }
-    cmd.env_remove("RUST_LOG");
+    // The test's own `RUST_LOG` is not the server's; `SUBAGENTD_TEST_RUST_LOG` is.
+    match std::env::var_os("SUBAGENTD_TEST_RUST_LOG") {
+        Some(filter) => cmd.env("RUST_LOG", filter),
+        None => cmd.env_remove("RUST_LOG"),
+    };
     cmd
 }
 
@@ -90,9 +100,18 @@ fn finish_command(mut cmd: Command, config: Option<&tempfile_lite::TempFile>) ->
 pub fn drain_stderr(child: &mut Child) -> mpsc::Receiver<String> {
     let stderr = child.stderr.take().expect("stderr piped");
     let (tx, rx) = mpsc::channel();
+    let pid = child.id();
+    // `SUBAGENTD_TEST_STDERR=FILE` keeps every server's log (its filter:
+    // `SUBAGENTD_TEST_RUST_LOG`).
+    let mut copy = std::env::var_os("SUBAGENTD_TEST_STDERR")
+        .and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok());
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
+            if let Some(file) = copy.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(file, "[{pid}] {line}");
+            }
             if tx.send(line).is_err() {
                 // Keep draining so the child never blocks on a full pipe.
                 continue;

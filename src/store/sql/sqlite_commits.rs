@@ -1,0 +1,88 @@
+//! [`SqliteCommits`]: the connection SQLite batches are committed on, owned
+//! by the writer thread and called on it, with its statements prepared once.
+//!
+//! Why not sqlx's pool, which serves loads: sqlx runs each SQLite
+//! connection on a worker thread of its own, so every call is a hand-off
+//! and a wake-up, and a batch ran as one multi-statement script that SQLite
+//! parsed again at every commit (its statement cache keys whole scripts,
+//! and no two batches spell the same one). Profiled on the TCP bench, that
+//! parse was 30 % of the worker's time and the hand-offs another 10 %. Here
+//! each statement is looked up in a cache by its text (statements take few
+//! shapes: see `batch::statement::chunks`), bound and stepped, on the
+//! writer's own thread.
+//!
+//! Both connections open the same file in WAL mode: the writer thread is
+//! the only one that writes, and a load (on sqlx's connection) that follows
+//! a commit sees it, as any later reader of the file does.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::store::batch::{Arg, Op};
+
+/// Prepared statements kept: a table's statement in each of its chunk
+/// sizes (powers of two up to 256), for every statement a batch can hold.
+const STATEMENT_CACHE: usize = 512;
+
+/// The connection SQLite batches are committed on.
+#[derive(Debug)]
+pub(super) struct SqliteCommits {
+    // Only the writer thread calls it; the lock is never contended, and
+    // makes the store `Sync` as its trait asks.
+    connection: Mutex<Connection>,
+}
+
+impl SqliteCommits {
+    /// Opens the store's file (already created and migrated) for commits,
+    /// syncing every commit to disk when `full_sync`.
+    pub(super) fn open(path: &Path, full_sync: bool) -> Result<Self, String> {
+        let failed =
+            |err: rusqlite::Error| format!("cannot open the SQLite store {} for commits: {err}", path.display());
+        let connection = Connection::open(path).map_err(failed)?;
+        connection.busy_timeout(Duration::from_secs(5)).map_err(failed)?;
+        // `synchronous` is the connection's own setting, not the file's.
+        connection.pragma_update(None, "synchronous", if full_sync { "FULL" } else { "NORMAL" }).map_err(failed)?;
+        let mode: String = connection.pragma_query_value(None, "journal_mode", |row| row.get(0)).map_err(failed)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(format!("the SQLite store {} is not in WAL mode ({mode})", path.display()));
+        }
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(Self { connection: Mutex::new(connection) })
+    }
+
+    /// Runs `ops` in one transaction: all of them, or none.
+    pub(super) fn run(&self, ops: &[Op]) -> Result<(), rusqlite::Error> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut connection = self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Immediate: it takes the write lock at once, so a statement never
+        // meets a busy database halfway through the batch.
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for op in ops {
+            let mut statement = transaction.prepare_cached(&op.sql)?;
+            for (index, arg) in op.args.iter().enumerate() {
+                bind(&mut statement, index + 1, arg)?;
+            }
+            statement.raw_execute()?;
+        }
+        // Dropped without a commit (an error above), it rolls back.
+        transaction.commit()
+    }
+}
+
+/// Binds `arg` to parameter `index` (1-based).
+fn bind(statement: &mut rusqlite::CachedStatement<'_>, index: usize, arg: &Arg) -> Result<(), rusqlite::Error> {
+    match arg {
+        Arg::Text(text) => statement.raw_bind_parameter(index, text.as_str()),
+        Arg::OptText(text) => statement.raw_bind_parameter(index, text.as_deref()),
+        Arg::Int(n) => statement.raw_bind_parameter(index, n),
+        Arg::OptInt(n) => statement.raw_bind_parameter(index, n),
+        // No statement compiled for SQLite holds an array (PostgreSQL's
+        // columns); a `NULL` keeps the parameters in place should one get here.
+        Arg::Texts(_) | Arg::Ints(_) => statement.raw_bind_parameter(index, rusqlite::types::Null),
+    }
+}
