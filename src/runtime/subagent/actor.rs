@@ -6,12 +6,12 @@ use super::running::RunningTask;
 use actix::prelude::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
+use crate::runtime::gone::GoneSignal;
 use crate::runtime::lifecycle;
 use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
@@ -24,7 +24,7 @@ use crate::store::{Change, Held, SessionLog};
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
     stats: Arc<TreeStats>,
-    gone: CancellationToken,
+    gone: GoneSignal,
 }
 
 impl Drop for AliveGuard {
@@ -44,7 +44,7 @@ pub(crate) struct SubagentSeed {
     pub config: Arc<SubagentConfig>,
     pub adapter: Arc<dyn AgentAdapter>,
     pub memory: Memory,
-    pub gone: CancellationToken,
+    pub gone: GoneSignal,
     // Where its state changes are recorded.
     pub log: Arc<SessionLog>,
     // Whose memory `memory` is (itself, or a `shared` ancestor).

@@ -15,12 +15,11 @@
 //! two counts agree, that is when nothing it sent is still on the way; from
 //! then on the record is dormant, so nothing more is sent to that actor.
 
-use tokio_util::sync::CancellationToken;
-
 use super::record::Slot;
 use super::Supervisor;
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
+use crate::runtime::gone::GoneSignal;
 use crate::runtime::messages::Idle;
 use std::collections::HashSet;
 
@@ -30,7 +29,7 @@ use std::collections::HashSet;
 /// about twice as many as are falling asleep at once, for a constant cost
 /// per sleep.
 pub(super) struct Dozing {
-    tokens: Vec<(SubagentId, CancellationToken)>,
+    tokens: Vec<(SubagentId, GoneSignal)>,
     sweep_at: usize,
 }
 
@@ -43,7 +42,7 @@ impl Default for Dozing {
 impl Dozing {
     const FIRST_SWEEP: usize = 64;
 
-    fn push(&mut self, id: SubagentId, gone: CancellationToken) {
+    fn push(&mut self, id: SubagentId, gone: GoneSignal) {
         if self.tokens.len() >= self.sweep_at {
             self.tokens.retain(|(_, gone)| !gone.is_cancelled());
             self.sweep_at = (self.tokens.len() * 2).max(Self::FIRST_SWEEP);
@@ -59,7 +58,7 @@ impl Dozing {
     /// What tells when the actors of `ids` told to sleep are gone (a
     /// terminate of them answers only then): one pass over those falling
     /// asleep, none at all when no actor is.
-    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<CancellationToken> {
+    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<GoneSignal> {
         if ids.is_empty() {
             return Vec::new();
         }
