@@ -38,6 +38,11 @@ impl GoneSignal {
         }
     }
 
+    /// Whether `other` is this signal (a clone of it), not another actor's.
+    pub(crate) fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Whether it has fired.
     pub(crate) fn is_cancelled(&self) -> bool {
         self.0.fired.load(Ordering::Acquire)

@@ -148,6 +148,20 @@ pub(crate) struct Report {
     pub ticket: Ticket,
 }
 
+/// An idle actor's offer to sleep, made again after it answered an await
+/// from its own record: that await was on its way when its task's end was
+/// reported, so the offer made then could not be taken (the supervisor
+/// takes one only when nothing it sent is on the way). Carries no event.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct OfferSleep {
+    pub id: SubagentId,
+    pub idle: Idle,
+    // Which actor offers: the record's may be a newer one by the time the
+    // offer arrives.
+    pub gone: crate::runtime::gone::GoneSignal,
+}
+
 /// What an actor that reports itself idle hands back, so that its record
 /// can stand in for it until its next task or message.
 pub(crate) struct Idle {

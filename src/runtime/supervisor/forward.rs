@@ -6,7 +6,7 @@
 use actix::dev::{MessageResponse as Respond, OneshotSender};
 use actix::prelude::*;
 
-use super::record::SharedAddr;
+use super::root::Waking;
 use super::{AwaitReply, Supervisor};
 use crate::error::HostError;
 use crate::protocol::wire::*;
@@ -18,8 +18,9 @@ use crate::runtime::messages::*;
 pub(crate) enum Forward<T, M> {
     /// The answer, known now.
     Answer(T),
-    /// The actor to forward to, and the message without its reply channel.
-    To(SharedAddr, M),
+    /// The actor to forward to (or to start with it), and the message
+    /// without its reply channel.
+    To(Waking, M),
     /// The answer, once it comes on this channel (an await on a queued task).
     Later(tokio::sync::oneshot::Receiver<T>),
 }
@@ -32,10 +33,10 @@ impl Respond<Supervisor, Delegate> for Forward<Result<DelegateResponse, HostErro
                     let _ = tx.send(answer);
                 }
             }
-            Forward::To(addr, mut run) => {
+            Forward::To(actor, mut run) => {
                 run.reply = DelegateReply(tx);
                 // A closed mailbox drops `run`, and its reply answers "TERMINATED".
-                addr.do_send(run);
+                actor.deliver(run);
             }
             Forward::Later(rx) => relay(ctx, rx, tx),
         }
@@ -50,10 +51,10 @@ impl Respond<Supervisor, Await> for Forward<Result<AwaitResponse, HostError>, Aw
                     let _ = tx.send(answer);
                 }
             }
-            Forward::To(addr, mut reply) => {
+            Forward::To(actor, mut reply) => {
                 reply.tx = tx;
                 // A closed mailbox drops the message, and `reply` falls back to the record.
-                addr.do_send(AwaitTask(reply));
+                actor.deliver(AwaitTask(reply));
             }
             Forward::Later(rx) => relay(ctx, rx, tx),
         }

@@ -76,6 +76,14 @@ impl Handler<List> for Supervisor {
     }
 }
 
+impl Handler<OfferSleep> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: OfferSleep, _ctx: &mut Self::Context) {
+        self.offer_sleep(msg)
+    }
+}
+
 impl Handler<UsageChanged> for Supervisor {
     type Result = ();
 
