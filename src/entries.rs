@@ -63,7 +63,7 @@ impl serde::Serialize for MemoryEntry {
 /// and `\`. Looked for eight at a time: every chat line is counted as it is
 /// kept, and a byte-wise count (vectorized by the compiler four bytes at a
 /// time) was most of the cost of keeping one.
-fn escaped_bytes(text: &str) -> usize {
+pub(crate) fn escaped_bytes(text: &str) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     // Whether a byte of `word` is below `n` (n <= 0x80): exact for the word

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::output_schema::{violation, OutputSchema, SCHEMA_VIOLATION};
 use super::person_gate;
 use crate::ids::SubagentId;
-use crate::protocol::text::JsonText;
+use crate::protocol::text::push_string;
 use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, SubagentMessagePayload, TaskDefinition, Usage};
 use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
@@ -136,14 +136,13 @@ impl<'a> DefaultResult<'a> {
     /// result's cost.
     fn to_raw(&self) -> RawObject {
         const KEYS: usize = r#"{"instruction":"","summary":""}"#.len();
-        let mut line = Vec::with_capacity(KEYS + self.instruction.len() + self.summary.len());
-        let mut text = JsonText(&mut line);
-        text.raw(br#"{"instruction":"#);
-        text.string(self.instruction);
-        text.raw(br#","summary":"#);
-        text.string(&self.summary);
-        text.raw(b"}");
-        RawObject::from_host_text(line)
+        let mut text = String::with_capacity(KEYS + self.instruction.len() + self.summary.len());
+        text.push_str(r#"{"instruction":"#);
+        push_string(&mut text, self.instruction);
+        text.push_str(r#","summary":"#);
+        push_string(&mut text, &self.summary);
+        text.push('}');
+        RawObject::from_host_text(text)
     }
 }
 

@@ -10,6 +10,23 @@
 use crate::ids::SubagentId;
 use crate::protocol::wire::Usage;
 
+/// Writes `text` into `out` as a JSON string, escaped as serde_json escapes
+/// one (see [`JsonText::string`]), for text written into a `String`: a
+/// result's. Looked through eight bytes at a time, as a chat line is
+/// counted: its strings are short, where the byte-wise pass of
+/// `JsonText::string` cost twice as much.
+pub(crate) fn push_string(out: &mut String, text: &str) {
+    if crate::entries::escaped_bytes(text) == 0 {
+        out.reserve(text.len() + 2);
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        // (Serializing a `str` cannot fail.)
+        out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned()));
+    }
+}
+
 /// JSON text being written into a line.
 pub(crate) struct JsonText<'a>(pub(crate) &'a mut Vec<u8>);
 
