@@ -6,7 +6,7 @@
 use actix::dev::{MessageResponse as Respond, OneshotSender};
 use actix::prelude::*;
 
-use super::root::Waking;
+use super::record::SharedAddr;
 use super::{AwaitReply, Supervisor};
 use crate::error::HostError;
 use crate::protocol::wire::*;
@@ -18,9 +18,8 @@ use crate::runtime::messages::*;
 pub(crate) enum Forward<T, M> {
     /// The answer, known now.
     Answer(T),
-    /// The actor to forward to (or to start with it), and the message
-    /// without its reply channel.
-    To(Waking, M),
+    /// The actor to forward to, and the message without its reply channel.
+    To(SharedAddr, M),
     /// The answer, once it comes on this channel (an await on a queued task).
     Later(tokio::sync::oneshot::Receiver<T>),
 }
@@ -33,10 +32,10 @@ impl Respond<Supervisor, Delegate> for Forward<Result<DelegateResponse, HostErro
                     let _ = tx.send(answer);
                 }
             }
-            Forward::To(actor, mut run) => {
+            Forward::To(addr, mut run) => {
                 run.reply = DelegateReply(tx);
                 // A closed mailbox drops `run`, and its reply answers "TERMINATED".
-                actor.deliver(run);
+                addr.do_send(run);
             }
             Forward::Later(rx) => relay(ctx, rx, tx),
         }
@@ -51,10 +50,10 @@ impl Respond<Supervisor, Await> for Forward<Result<AwaitResponse, HostError>, Aw
                     let _ = tx.send(answer);
                 }
             }
-            Forward::To(actor, mut reply) => {
+            Forward::To(addr, mut reply) => {
                 reply.tx = tx;
                 // A closed mailbox drops the message, and `reply` falls back to the record.
-                actor.deliver(AwaitTask(reply));
+                addr.do_send(AwaitTask(reply));
             }
             Forward::Later(rx) => relay(ctx, rx, tx),
         }

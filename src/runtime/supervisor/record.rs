@@ -63,12 +63,6 @@ impl ActorLink {
         self.addr.send(msg)
     }
 
-    /// Counts a message handed to the actor directly (its first, before it
-    /// started) as sent.
-    pub(super) fn count_handed(&self) {
-        self.sent.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// How many messages went out this way.
     pub(super) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use super::forward::Forward;
 use super::queue::Queued;
 use super::record::{Entry, Slot};
-use super::root::Waking;
 use super::{AwaitReply, Supervisor};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
@@ -40,16 +39,14 @@ impl Supervisor {
             // One task queued at a time, as one runs at a time.
             return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
         }
-        let waking = match self.wake_for(msg.id) {
+        let addr = match self.wake(msg.id) {
             Err(err) => return Forward::Answer(Err(err)),
             Ok(None) => return Forward::Answer(Ok(REFUSED)),
-            Ok(Some(waking)) => waking,
+            Ok(Some(addr)) => addr,
         };
         let ticket = self.new_ticket(msg.id);
         if self.capped() && !self.index[&msg.id].caps.holds_slot {
             if !self.slot_free(msg.id) {
-                // Its actor runs meanwhile, as a woken one does.
-                waking.start();
                 self.enqueue(Queued {
                     id: msg.id,
                     task: msg.task,
@@ -64,7 +61,7 @@ impl Supervisor {
         }
         self.task_starts(msg.id);
         Forward::To(
-            waking,
+            addr,
             RunTask {
                 task: msg.task,
                 deadline_cap: msg.deadline_cap,
@@ -88,10 +85,9 @@ impl Supervisor {
         }
         match self.entry(id) {
             Err(err) => Forward::Answer(Err(err)),
-            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => Forward::To(
-                Waking::Live(Arc::clone(addr)),
-                AwaitReply { tx: None, id, supervisor: self.weak_self.clone() },
-            ),
+            Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
+                Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: self.weak_self.clone() })
+            }
             // Never delegated, or gone: the record is the answer.
             Ok(entry) => Forward::Answer(Ok(entry.record(id))),
         }

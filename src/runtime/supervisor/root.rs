@@ -2,7 +2,6 @@
 //! caps, the event sink) and the routines the other files share: looking a
 //! subagent up, waking its actor, emitting an event.
 
-use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use actix::WeakAddr;
 use std::collections::{HashMap, VecDeque};
@@ -171,17 +170,6 @@ impl Supervisor {
         }
     }
 
-    /// [`Supervisor::wake`] for a request that is the actor's first message
-    /// when it starts now: a dormant subagent's actor is made, and handed
-    /// that message before it runs (`Waking::Starting`).
-    pub(super) fn wake_for(&mut self, id: SubagentId) -> Result<Option<Waking>, HostError> {
-        match &self.entry(id)?.slot {
-            Slot::Live { addr, .. } => Ok(Some(Waking::Live(Arc::clone(addr)))),
-            Slot::Gone => Ok(None),
-            Slot::Dormant => Ok(Some(Waking::Starting(self.make_actor(id, Vec::new())))),
-        }
-    }
-
     /// Starts the actor of a dormant subagent.
     pub(super) fn start(&mut self, id: SubagentId) -> SharedAddr {
         self.start_with_inbox(id, Vec::new())
@@ -190,15 +178,6 @@ impl Supervisor {
     /// Starts the actor of a dormant subagent with `inbox` in its mailbox
     /// (the undelivered messages of a restored one).
     pub(super) fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
-        let starting = self.make_actor(id, inbox);
-        let addr = Arc::clone(&starting.link);
-        starting.start();
-        addr
-    }
-
-    /// Makes the actor of a dormant subagent, not started yet; its record
-    /// has its address from now on.
-    fn make_actor(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> Box<Starting> {
         let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
         let gone = GoneSignal::new();
         let seed = SubagentSeed {
@@ -223,17 +202,17 @@ impl Supervisor {
             ticket: entry.ticket,
         };
         let actor = SubagentActor::new(seed);
-        let mut ctx = Context::new();
         // Requests are bounded per session before they reach actors. A
         // bounded mailbox (actix's default is 16, until the actor first runs)
         // would make `send` hold messages back while `do_send` goes ahead of
         // them: a delegate overtaking the messages sent before it.
-        ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
-        let link = Arc::new(ActorLink::new(ctx.address()));
-        entry.slot = Slot::Live { addr: Arc::clone(&link), gone };
-        // Boxed: the actor and its context are moved several times on the
-        // way to its start, each a copy of the whole.
-        Box::new(Starting { ctx, actor, link })
+        let addr = SubagentActor::create(|ctx| {
+            ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
+            actor
+        });
+        let addr = Arc::new(ActorLink::new(addr));
+        entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
+        addr
     }
 
     /// Records a new task of `id`, queued or starting now, and returns its
@@ -279,69 +258,6 @@ impl Supervisor {
             // Never delegated, or gone: the record is the answer.
             Ok(entry) => reply.send(Ok(entry.record(id))),
         }
-    }
-}
-
-/// A subagent's actor, and the way to it, when a request needs it.
-pub(crate) enum Waking {
-    /// It runs.
-    Live(SharedAddr),
-    /// It was dormant: made now, it starts with the request.
-    Starting(Box<Starting>),
-}
-
-impl Waking {
-    /// Sends the actor `msg`, or hands it to a new actor as its first
-    /// message.
-    pub(super) fn deliver<M>(self, msg: M)
-    where
-        M: Message<Result = ()> + Send + 'static,
-        SubagentActor: Handler<M>,
-        <SubagentActor as Actor>::Context: ToEnvelope<SubagentActor, M>,
-    {
-        match self {
-            Self::Live(link) => link.do_send(msg),
-            Self::Starting(starting) => starting.start_with(msg),
-        }
-    }
-
-    /// Starts a new actor with nothing for it yet.
-    pub(super) fn start(self) {
-        if let Self::Starting(starting) = self {
-            starting.start();
-        }
-    }
-}
-
-/// A subagent's actor made, not started yet. Nothing can have been sent to
-/// it but through its record, which has its address already, so a first
-/// message handed to it here is handled before anything sent later, as if
-/// it had come first through its mailbox; handled so, it costs no envelope
-/// and no trip through the mailbox (a delegate to a dormant subagent, the
-/// usual one, is this).
-pub(crate) struct Starting {
-    ctx: Context<SubagentActor>,
-    actor: SubagentActor,
-    link: SharedAddr,
-}
-
-impl Starting {
-    /// Starts the actor.
-    fn start(self: Box<Self>) {
-        let Self { ctx, actor, .. } = *self;
-        actix::spawn(ctx.into_future(actor));
-    }
-
-    /// Hands the actor `msg` (counted as sent, as the sleep count expects),
-    /// then starts it.
-    fn start_with<M>(mut self: Box<Self>, msg: M)
-    where
-        M: Message<Result = ()> + Send + 'static,
-        SubagentActor: Handler<M>,
-    {
-        self.link.count_handed();
-        <SubagentActor as Handler<M>>::handle(&mut self.actor, msg, &mut self.ctx);
-        self.start();
     }
 }
 
