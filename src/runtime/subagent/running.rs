@@ -90,11 +90,8 @@ impl RunningTask {
     /// Tells whoever waits that the task has ended: the cancels of it (it
     /// was cancelled, whatever it ended as), and a stop.
     pub(super) fn fire_settled(&mut self) {
-        // (Most tasks end uncancelled: no drain of an empty list then.)
-        if !self.cancel_replies.is_empty() {
-            for reply in self.cancel_replies.drain(..) {
-                reply.send(true);
-            }
+        for reply in self.cancel_replies.drain(..) {
+            reply.send(true);
         }
         if let Some(settled) = &self.settled {
             settled.cancel();
