@@ -147,7 +147,11 @@ fn a_client_flooding_large_list_requests_without_reading_keeps_host_memory_bound
         }
     });
     let mut peak = before;
-    eventually_blocking("the stalled client is closed", PATIENCE, || {
+    // Three times the usual patience: on two cores shared with the rest of
+    // the suite, the host builds 4 MB lists for the flood until the stall
+    // bound (3 s of the client's clock) is seen, and that alone has taken
+    // most of 30 s. What is asserted is that it closes, and the RSS bound.
+    eventually_blocking("the stalled client is closed", 3 * PATIENCE, || {
         peak = peak.max(rss(pid));
         (server.sessions() == 0).then_some(())
     });
