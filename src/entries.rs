@@ -6,6 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::protocol::encode::approx_len;
+use crate::protocol::text::escaped_bytes;
 use crate::protocol::wire::SubagentMessagePayload;
 
 /// One memory entry.
@@ -57,46 +58,6 @@ impl serde::Serialize for MemoryEntry {
             Self::Encoded(text) => text.serialize(serializer),
         }
     }
-}
-
-/// How many bytes of `text` JSON writes escaped: control characters, `"`
-/// and `\`. Looked for eight at a time: every chat line is counted as it is
-/// kept, and a byte-wise count (vectorized by the compiler four bytes at a
-/// time) was most of the cost of keeping one.
-fn escaped_bytes(text: &str) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Whether a byte of `word` is below `n` (n <= 0x80): exact for the word
-    // as a whole, which is all that is asked of it.
-    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS != 0;
-    // A quote or a backslash is a zero byte once xored with it.
-    let flagged = |word: u64| {
-        below(word, 0x20) || below(word ^ (ONES * u64::from(b'"')), 1) || below(word ^ (ONES * u64::from(b'\\')), 1)
-    };
-    let mut chunks = text.as_bytes().chunks_exact(8);
-    let mut count = 0;
-    for chunk in &mut chunks {
-        let word = u64::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
-        if flagged(word) {
-            count += count_escaped(chunk);
-        }
-    }
-    // The last bytes, padded with spaces (never escaped) to a word.
-    let rest = chunks.remainder();
-    let mut last = [b' '; 8];
-    last[..rest.len()].copy_from_slice(rest);
-    if flagged(u64::from_ne_bytes(last)) {
-        count += count_escaped(rest);
-    }
-    count
-}
-
-// Out of line and cold, so that the compiler keeps the loop above a loop of
-// word tests: vectorized whole, it cost more than the byte-wise count.
-#[cold]
-#[inline(never)]
-fn count_escaped(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&byte| byte < 0x20 || byte == b'"' || byte == b'\\').count()
 }
 
 /// A message waiting in a subagent's mailbox.

@@ -443,6 +443,13 @@ impl Serialize for WireContent<'_> {
 pub trait EventSink: Send + Sync + 'static {
     /// Takes one event.
     fn emit(&self, event: Event);
+
+    /// Whether it takes events at all: a sink that drops every one says
+    /// `false`, and then none is built for it (each costs a few clones and
+    /// its usage read, on every spawn, delegate and task end).
+    fn takes_events(&self) -> bool {
+        true
+    }
 }
 
 /// Drops every event.
@@ -451,6 +458,10 @@ pub struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: Event) {}
+
+    fn takes_events(&self) -> bool {
+        false
+    }
 }
 
 /// Sends events into an unbounded tokio channel (tests and in-process users

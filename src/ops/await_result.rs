@@ -11,7 +11,7 @@ use crate::runtime::Tree;
 impl Tree {
     /// `SUBAGENT_AWAIT_REQ`: replies when the task ends (at once when none runs).
     pub async fn await_result(&self, id: SubagentId) -> Result<AwaitResponse, HostError> {
-        self.supervisor().send(msg::Await(id)).await?
+        self.ask(msg::Await(id)).await?
     }
 }
 

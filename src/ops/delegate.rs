@@ -14,7 +14,7 @@ use crate::runtime::Tree;
 impl Tree {
     /// `SUBAGENT_DELEGATE_REQ`.
     pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
-        self.supervisor().send(msg::Delegate { id, task, deadline_cap: None, parent_span: None }).await?
+        self.ask(msg::Delegate { id, task, deadline_cap: None, parent_span: None }).await?
     }
 }
 

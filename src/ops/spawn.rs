@@ -13,7 +13,7 @@ use crate::runtime::Tree;
 impl Tree {
     /// `SUBAGENT_SPAWN_REQ`.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<SpawnResponse, HostError> {
-        self.supervisor().send(msg::Spawn(request)).await?
+        self.ask(msg::Spawn(request)).await?
     }
 
     /// `SUBAGENT_SPAWN_REQ` for a request journaled under `key`: when

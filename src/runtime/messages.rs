@@ -148,6 +148,30 @@ pub(crate) struct Report {
     pub ticket: Ticket,
 }
 
+/// `M` with its own reply channel, sent without waiting for its answer
+/// (`Tree::ask`): the caller holds only the channel's receiving end, where
+/// a `send` future holds room for the message and a timeout as well, and
+/// is moved whole at every `.await` on the way.
+pub(crate) struct Asked<M: Message>(pub M, pub tokio::sync::oneshot::Sender<M::Result>);
+
+impl<M: Message> Message for Asked<M> {
+    type Result = ();
+}
+
+/// An idle actor's offer to sleep, made again after it answered an await
+/// from its own record: that await was on its way when its task's end was
+/// reported, so the offer made then could not be taken (the supervisor
+/// takes one only when nothing it sent is on the way). Carries no event.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct OfferSleep {
+    pub id: SubagentId,
+    pub idle: Idle,
+    // Which actor offers: the record's may be a newer one by the time the
+    // offer arrives.
+    pub gone: crate::runtime::gone::GoneSignal,
+}
+
 /// What an actor that reports itself idle hands back, so that its record
 /// can stand in for it until its next task or message.
 pub(crate) struct Idle {

@@ -10,6 +10,7 @@
 //!   rules, the one stop routine, the event emitter.
 //! - `subagent`: one subagent's actor; runs its task, keeps its mailbox.
 //! - `messages`: the actor messages between them (apart from both).
+//! - `gone`: the signal that an actor has been dropped.
 //! - [`lifecycle`]: the lifecycle table, the one check of every status
 //!   change.
 //! - [`memory`]: memory and mailbox.
@@ -23,6 +24,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod clock;
+pub(crate) mod gone;
 mod host;
 pub(crate) mod inspect;
 pub mod lifecycle;

@@ -5,6 +5,7 @@
 
 use actix::prelude::*;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,6 +89,35 @@ impl Tree {
         let inner = Arc::downgrade(&self.inner);
         let alive: std::sync::Weak<dyn std::any::Any + Send + Sync> = inner;
         alive
+    }
+
+    /// Sends `msg` to the supervisor now, and answers its reply: what
+    /// `send` does, for the operations a client repeats most (spawn,
+    /// delegate, await). The future holds only the reply's receiving end
+    /// (and, when the mailbox is full, the wait for room, boxed), where a
+    /// `send` future holds the message and a timer too; each `.await` on
+    /// the way moves it whole, which cost a spawn → delegate → await cycle
+    /// about a tenth of what it spends above the raw actix floor.
+    pub(crate) fn ask<M>(&self, msg: M) -> impl Future<Output = Result<M::Result, HostError>> + 'static
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        Supervisor: Handler<msg::Asked<M>>,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // As `send` queues it: at once, or once the mailbox has room.
+        let queued = match self.inner.addr.try_send(msg::Asked(msg, tx)) {
+            Ok(()) => Ok(None),
+            Err(SendError::Full(asked)) => Ok(Some(Box::pin(self.inner.addr.send(asked)))),
+            Err(SendError::Closed(_)) => Err(HostError::from(MailboxError::Closed)),
+        };
+        async move {
+            if let Some(room) = queued? {
+                room.await?;
+            }
+            // Dropped unanswered: the supervisor stopped, as `send` says.
+            rx.await.map_err(|_| HostError::from(MailboxError::Closed))
+        }
     }
 
     /// The session's supervisor, to which every operation is sent.

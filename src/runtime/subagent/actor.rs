@@ -6,12 +6,12 @@ use super::running::RunningTask;
 use actix::prelude::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
+use crate::runtime::gone::GoneSignal;
 use crate::runtime::lifecycle;
 use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
@@ -24,7 +24,7 @@ use crate::store::{Change, Held, SessionLog};
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
     stats: Arc<TreeStats>,
-    gone: CancellationToken,
+    gone: GoneSignal,
 }
 
 impl Drop for AliveGuard {
@@ -44,7 +44,7 @@ pub(crate) struct SubagentSeed {
     pub config: Arc<SubagentConfig>,
     pub adapter: Arc<dyn AgentAdapter>,
     pub memory: Memory,
-    pub gone: CancellationToken,
+    pub gone: GoneSignal,
     // Where its state changes are recorded.
     pub log: Arc<SessionLog>,
     // Whose memory `memory` is (itself, or a `shared` ancestor).
@@ -92,13 +92,17 @@ pub(crate) struct SubagentActor {
     pub(super) handled: u64,
     // Set when it stops to sleep (not terminated: its record stands in).
     pub(super) asleep: bool,
+    // Set when its last task's end offered to sleep: an await answered
+    // from its record after that offers again (`OfferSleep`).
+    pub(super) offered_sleep: bool,
     // The newest task of its record it has seen; its reports carry it.
     pub(super) ticket: Ticket,
     pub(super) log: Arc<SessionLog>,
     pub(super) memory_owner: SubagentId,
     pub(super) usage: Arc<UsageMeter>,
     pub(super) wall: Option<Arc<WallBudget>>,
-    _alive: AliveGuard,
+    // Its count among the live actors, and what tells it is gone.
+    alive: AliveGuard,
 }
 
 impl SubagentActor {
@@ -114,7 +118,7 @@ impl SubagentActor {
         Self {
             id: seed.id,
             parent_id: seed.parent_id,
-            _alive: AliveGuard { stats: seed.stats.clone(), gone: seed.gone },
+            alive: AliveGuard { stats: seed.stats.clone(), gone: seed.gone },
             host: seed.host,
             supervisor: seed.supervisor,
             stats: seed.stats,
@@ -131,6 +135,7 @@ impl SubagentActor {
             terminating: false,
             handled: 0,
             asleep: false,
+            offered_sleep: false,
             ticket: seed.ticket,
             log: seed.log,
             memory_owner: seed.memory_owner,
@@ -232,8 +237,17 @@ impl SubagentActor {
         // Idle once these are answered, just below.
         let idle =
             (may_sleep && self.is_idle()).then(|| Idle { handled: self.handled, last_task: self.last_task.clone() });
+        self.offered_sleep = idle.is_some();
         self.report_with(kind, EventDetail::None, idle);
         self.answer(awaiters);
+    }
+
+    /// Offers to sleep again (see `offered_sleep`), when it is idle.
+    pub(super) fn offer_sleep_again(&self) {
+        if self.offered_sleep && self.is_idle() {
+            let idle = Idle { handled: self.handled, last_task: self.last_task.clone() };
+            self.supervisor.do_send(OfferSleep { id: self.id, idle, gone: self.alive.gone.clone() });
+        }
     }
 
     pub(super) fn answer_awaiters(&mut self) {

@@ -95,7 +95,10 @@ impl Handler<AwaitTask<Supervisor>> for SubagentActor {
         self.handled += 1;
         let reply = msg.0;
         if self.task.is_none() && !self.terminating {
-            return reply.send(Ok(self.record()));
+            reply.send(Ok(self.record()));
+            // It came after its task's end was reported with an offer to
+            // sleep, which this await (on its way then) kept from being taken.
+            return self.offer_sleep_again();
         }
         if self.awaiters.len() >= self.host.limits.max_awaiters_per_subagent {
             metrics().bound_rejected("max_awaiters_per_subagent");

@@ -90,8 +90,11 @@ impl RunningTask {
     /// Tells whoever waits that the task has ended: the cancels of it (it
     /// was cancelled, whatever it ended as), and a stop.
     pub(super) fn fire_settled(&mut self) {
-        for reply in self.cancel_replies.drain(..) {
-            reply.send(true);
+        // (Most tasks end uncancelled: no drain of an empty list then.)
+        if !self.cancel_replies.is_empty() {
+            for reply in self.cancel_replies.drain(..) {
+                reply.send(true);
+            }
         }
         if let Some(settled) = &self.settled {
             settled.cancel();

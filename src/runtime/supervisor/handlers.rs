@@ -3,6 +3,7 @@
 //! what subagent actors report and the session's close, `placement.rs`,
 //! `restore.rs`).
 
+use actix::dev::MessageResponse as Respond;
 use actix::prelude::*;
 
 use super::forward::Forward;
@@ -11,6 +12,21 @@ use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::messages::*;
+
+impl<M> Handler<Asked<M>> for Supervisor
+where
+    M: Message + Send + 'static,
+    M::Result: Send,
+    Supervisor: Handler<M>,
+{
+    type Result = ();
+
+    fn handle(&mut self, Asked(msg, tx): Asked<M>, ctx: &mut Self::Context) {
+        // Handled as `M` is, answered on the channel it came with.
+        let answer = <Self as Handler<M>>::handle(self, msg, ctx);
+        Respond::handle(answer, ctx, Some(tx));
+    }
+}
 
 impl Handler<Spawn> for Supervisor {
     type Result = Result<SpawnResponse, HostError>;
@@ -73,6 +89,14 @@ impl Handler<List> for Supervisor {
 
     fn handle(&mut self, _msg: List, _ctx: &mut Self::Context) -> Self::Result {
         self.list()
+    }
+}
+
+impl Handler<OfferSleep> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: OfferSleep, _ctx: &mut Self::Context) {
+        self.offer_sleep(msg)
     }
 }
 

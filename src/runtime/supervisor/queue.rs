@@ -113,8 +113,7 @@ impl Supervisor {
             entry.caps.queued = true;
             entry.apply(EventKind::Queued, SubagentStatus::Ready);
             self.listed = None;
-            let entry = &self.index[&id];
-            self.emit(id, entry, EventKind::Queued, None, EventDetail::None);
+            self.emit_now(id, EventKind::Queued, None, EventDetail::None);
         }
     }
 

@@ -7,13 +7,13 @@ use actix::{Addr, Handler, Message};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use crate::event::EventKind;
 use crate::ids::SubagentId;
 use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
+use crate::runtime::gone::GoneSignal;
 use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::Ticket;
@@ -137,8 +137,8 @@ pub(super) enum Slot {
     /// not used yet, or put to sleep once its task ended (`sleep`). An actor
     /// starts on the next task or message.
     Dormant,
-    /// Its actor, and the token that fires once the actor has been dropped.
-    Live { addr: SharedAddr, gone: CancellationToken },
+    /// Its actor, and the signal that fires once the actor has been dropped.
+    Live { addr: SharedAddr, gone: GoneSignal },
     /// Its actor has stopped, or it never ran: it is `TERMINATED`.
     Gone,
 }

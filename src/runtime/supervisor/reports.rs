@@ -22,8 +22,7 @@ impl Supervisor {
         // goes out, but the record is the newer task's. Terminated is never
         // stale.
         if msg.ticket < entry.ticket && msg.kind != EventKind::Terminated {
-            let entry = &self.index[&msg.id];
-            return self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+            return self.emit_now(msg.id, msg.kind, msg.error, msg.detail);
         }
         match msg.kind {
             EventKind::Progress | EventKind::Throttled | EventKind::ToolCall | EventKind::ToolResult => {}
@@ -67,8 +66,7 @@ impl Supervisor {
         if terminated {
             self.record_terminated(msg.id);
         }
-        let entry = &self.index[&msg.id];
-        self.emit(msg.id, entry, msg.kind, msg.error, msg.detail);
+        self.emit_now(msg.id, msg.kind, msg.error, msg.detail);
         if release {
             self.release_slot(msg.id);
         } else if retake {

@@ -6,7 +6,6 @@ use actix::prelude::*;
 use actix::WeakAddr;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use super::record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
 use super::{queue, sleep};
@@ -14,6 +13,7 @@ use crate::error::HostError;
 use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
+use crate::runtime::gone::GoneSignal;
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
 use crate::runtime::subagent::{SubagentActor, SubagentSeed};
@@ -28,6 +28,9 @@ pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
 pub(crate) struct Supervisor {
     pub(super) host: Arc<HostContext>,
     pub(super) sink: Arc<dyn EventSink>,
+    // Whether the sink takes events (asked once): no event is built for one
+    // that drops them all.
+    pub(super) sink_takes: bool,
     pub(super) stats: Arc<TreeStats>,
     // Every subagent's record: the tree.
     pub(super) index: HashMap<SubagentId, Entry, IdHash>,
@@ -82,6 +85,7 @@ impl Supervisor {
         };
         Self {
             host,
+            sink_takes: sink.takes_events(),
             sink,
             stats,
             index: HashMap::default(),
@@ -103,7 +107,34 @@ impl Supervisor {
         }
     }
 
+    /// Emits an event about `id` to the session's sink: inlined, so that
+    /// for a sink that takes none (`sink_takes`) nothing is made or moved.
+    #[inline]
     pub(super) fn emit(
+        &self,
+        id: SubagentId,
+        entry: &Entry,
+        kind: EventKind,
+        error: Option<Arc<str>>,
+        detail: EventDetail,
+    ) {
+        if self.sink_takes {
+            self.emit_to_sink(id, entry, kind, error, detail);
+        }
+    }
+
+    /// [`Supervisor::emit`] about `id`, from its record as it is now: the
+    /// record is looked up only for a sink that takes events.
+    #[inline]
+    pub(super) fn emit_now(&self, id: SubagentId, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
+        if self.sink_takes {
+            if let Some(entry) = self.index.get(&id) {
+                self.emit_to_sink(id, entry, kind, error, detail);
+            }
+        }
+    }
+
+    fn emit_to_sink(
         &self,
         id: SubagentId,
         entry: &Entry,
@@ -148,7 +179,7 @@ impl Supervisor {
     /// (the undelivered messages of a restored one).
     pub(super) fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
         let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
-        let gone = CancellationToken::new();
+        let gone = GoneSignal::new();
         let seed = SubagentSeed {
             id,
             parent_id: entry.parent,
@@ -202,8 +233,7 @@ impl Supervisor {
         entry.apply(EventKind::Delegated, SubagentStatus::Running);
         entry.task_starts();
         self.listed = None;
-        let entry = &self.index[&id];
-        self.emit(id, entry, EventKind::Delegated, None, EventDetail::None);
+        self.emit_now(id, EventKind::Delegated, None, EventDetail::None);
     }
 
     /// An await routed to the actor, falling back to the record once it is

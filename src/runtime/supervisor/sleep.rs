@@ -14,14 +14,16 @@
 //! those it has handled. The supervisor puts an actor to sleep only when the
 //! two counts agree, that is when nothing it sent is still on the way; from
 //! then on the record is dormant, so nothing more is sent to that actor.
-
-use tokio_util::sync::CancellationToken;
+//! An await forwarded to it while its offer was on the way keeps that offer
+//! from being taken; the actor offers again once it has answered it
+//! (`OfferSleep`), so that it does not stay awake for good.
 
 use super::record::Slot;
 use super::Supervisor;
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
-use crate::runtime::messages::Idle;
+use crate::runtime::gone::GoneSignal;
+use crate::runtime::messages::{Idle, OfferSleep};
 use std::collections::HashSet;
 
 /// Actors told to sleep that may not have stopped yet: a close waits for
@@ -30,7 +32,7 @@ use std::collections::HashSet;
 /// about twice as many as are falling asleep at once, for a constant cost
 /// per sleep.
 pub(super) struct Dozing {
-    tokens: Vec<(SubagentId, CancellationToken)>,
+    tokens: Vec<(SubagentId, GoneSignal)>,
     sweep_at: usize,
 }
 
@@ -43,7 +45,7 @@ impl Default for Dozing {
 impl Dozing {
     const FIRST_SWEEP: usize = 64;
 
-    fn push(&mut self, id: SubagentId, gone: CancellationToken) {
+    fn push(&mut self, id: SubagentId, gone: GoneSignal) {
         if self.tokens.len() >= self.sweep_at {
             self.tokens.retain(|(_, gone)| !gone.is_cancelled());
             self.sweep_at = (self.tokens.len() * 2).max(Self::FIRST_SWEEP);
@@ -59,7 +61,7 @@ impl Dozing {
     /// What tells when the actors of `ids` told to sleep are gone (a
     /// terminate of them answers only then): one pass over those falling
     /// asleep, none at all when no actor is.
-    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<CancellationToken> {
+    pub(super) fn of(&self, ids: &HashSet<SubagentId, IdHash>) -> Vec<GoneSignal> {
         if ids.is_empty() {
             return Vec::new();
         }
@@ -82,6 +84,18 @@ impl Dozing {
 }
 
 impl Supervisor {
+    /// An offer to sleep made again (`OfferSleep`), taken as the first one
+    /// would have been, if it comes from the actor the record has now.
+    pub(super) fn offer_sleep(&mut self, offer: OfferSleep) {
+        let same_actor = self
+            .index
+            .get(&offer.id)
+            .is_some_and(|entry| matches!(&entry.slot, Slot::Live { gone, .. } if gone.same(&offer.gone)));
+        if same_actor {
+            self.put_to_sleep(offer.id, offer.idle);
+        }
+    }
+
     /// Puts `id`'s actor to sleep, as it offered in `idle`, when nothing sent
     /// to it is on the way and nothing else needs it: it is not being
     /// stopped, has no task queued or holding a running slot, and the
