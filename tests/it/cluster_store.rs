@@ -203,7 +203,10 @@ async fn a_lapsed_node_lease_frees_all_its_sessions_and_fencing_stops_its_writes
     assert_eq!(b.acquire("s1").await.expect("acquire"), Acquired::Owned);
     assert_eq!(b.acquire("s2").await.expect("acquire"), Acquired::Owned);
     assert!(asked.elapsed() < Duration::from_secs(2), "taken at once: {:?}", asked.elapsed());
-    assert!(given_up_by_a.reasons("s1").is_empty(), "no handoff was asked of a");
+    // a may notice the takeover on its own check ("its lease was taken
+    // over") before the next line: only a handoff would be wrong here.
+    let reasons = given_up_by_a.reasons("s1");
+    assert!(!reasons.iter().any(|r| r.contains("handed off")), "no handoff was asked of a: {reasons:?}");
 
     trees[0].spawn(spawn_request("lost")).await.expect("spawn");
     a.flush().await;
