@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::migrations::{migrate_postgres, migrate_sqlite};
 use super::sql_store::{Pool, SqlStore};
 use super::sqlite_commits::SqliteCommits;
 use crate::store::{StoreUrl, WriterSettings};
@@ -15,6 +16,7 @@ use crate::store::{StoreUrl, WriterSettings};
 impl SqlStore {
     /// Connects to the store `url` names and brings its schema up to date.
     pub(in crate::store) async fn connect(url: &StoreUrl, settings: &WriterSettings) -> Result<Self, String> {
+        let failed = |err: String| format!("store {}: {err}", url.describe());
         let pool = match url {
             StoreUrl::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
@@ -40,10 +42,11 @@ impl SqlStore {
                     .connect_with(options)
                     .await
                     .map_err(|err| format!("cannot open the SQLite store {}: {err}", path.display()))?;
-                let mut store = Self { pool: Pool::Sqlite(pool), sqlite_commits: None };
-                store.migrate().await.map_err(|err| format!("store {}: {err}", url.describe()))?;
-                store.sqlite_commits = Some(Arc::new(SqliteCommits::open(path, settings.sqlite_full_sync)?));
-                return Ok(store);
+                migrate_sqlite(&pool).await.map_err(failed)?;
+                // Opened once the schema is up to date: it prepares
+                // statements against it.
+                let commits = Arc::new(SqliteCommits::open(path, settings.sqlite_full_sync)?);
+                Pool::Sqlite(pool, commits)
             }
             StoreUrl::Postgres(text) => {
                 let options = PgConnectOptions::from_str(text)
@@ -66,12 +69,11 @@ impl SqlStore {
                     .connect_with(options)
                     .await
                     .map_err(unreachable)?;
+                migrate_postgres(&pool).await.map_err(failed)?;
                 Pool::Postgres(pool)
             }
             StoreUrl::Memory => return Err("the memory store has no SQL".into()),
         };
-        let store = Self { pool, sqlite_commits: None };
-        store.migrate().await.map_err(|err| format!("store {}: {err}", url.describe()))?;
-        Ok(store)
+        Ok(Self { pool })
     }
 }

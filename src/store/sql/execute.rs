@@ -2,8 +2,7 @@
 //! `WITH … SELECT` statements as the parameter limit allows, the first
 //! behind the node's fence. (SQLite's are in `sqlite_commits`.)
 
-use sqlx::postgres::PgPool;
-use sqlx::Type;
+use sqlx::postgres::{PgArguments, PgPool};
 
 use crate::store::batch::{Arg, Op};
 use crate::store::cluster::{self, Fence};
@@ -40,7 +39,7 @@ pub(super) async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fen
             Some(fence) if index == 0 => cluster::bind_fence(query, fence),
             _ => query,
         };
-        bind_all(query, groups[index], pg_array)
+        bind_all(query, groups[index])
     };
     match groups.len() {
         0 => Ok(()),
@@ -55,43 +54,23 @@ pub(super) async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fen
     }
 }
 
-/// `query` with the values of `ops` bound, in order.
-fn bind_all<'q, DB: sqlx::Database>(
-    mut query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+/// `query` with the values of `ops` bound, in order (array columns as
+/// PostgreSQL's arrays, `unnest`'s arguments).
+fn bind_all<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Postgres, PgArguments>,
     ops: &'q [Op],
-    mut array: impl FnMut(
-        sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
-        &'q Arg,
-    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
-) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
-where
-    &'q str: sqlx::Encode<'q, DB> + Type<DB>,
-    Option<&'q str>: sqlx::Encode<'q, DB> + Type<DB>,
-    i64: sqlx::Encode<'q, DB> + Type<DB>,
-    Option<i64>: sqlx::Encode<'q, DB> + Type<DB>,
-{
+) -> sqlx::query::Query<'q, sqlx::Postgres, PgArguments> {
     for arg in ops.iter().flat_map(|op| &op.args) {
         query = match arg {
             Arg::Text(text) => query.bind(text.as_str()),
             Arg::OptText(text) => query.bind(text.as_deref()),
             Arg::Int(n) => query.bind(*n),
             Arg::OptInt(n) => query.bind(*n),
-            Arg::Texts(_) | Arg::Ints(_) => array(query, arg),
+            Arg::Texts(values) => query.bind(values.as_slice()),
+            Arg::Ints(values) => query.bind(values.as_slice()),
         };
     }
     query
-}
-
-/// PostgreSQL's array columns (`unnest`'s arguments).
-fn pg_array<'q>(
-    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    arg: &'q Arg,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    match arg {
-        Arg::Texts(values) => query.bind(values.as_slice()),
-        Arg::Ints(values) => query.bind(values.as_slice()),
-        _ => query,
-    }
 }
 
 /// One statement doing all of `ops` (each numbered `$1 …` on its own),

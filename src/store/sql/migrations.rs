@@ -5,7 +5,9 @@
 use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
 use std::borrow::Cow;
 
-use super::sql_store::{Pool, SqlStore};
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
+
 use crate::store::batch;
 
 /// The migrations this build knows, oldest first, for either engine (the
@@ -91,21 +93,29 @@ impl MigrationSource<'static> for Embedded {
     }
 }
 
-impl SqlStore {
-    pub(super) async fn migrate(&self) -> Result<(), String> {
-        let migrator = Migrator::new(Embedded(self.dialect())).await.map_err(|err| err.to_string())?;
-        let latest = MIGRATIONS.last().map_or(0, |m| m.0);
-        let outcome = match &self.pool {
-            Pool::Sqlite(pool) => migrator.run(pool).await,
-            Pool::Postgres(pool) => migrator.run(pool).await,
-        };
-        match outcome {
-            Ok(()) => Ok(()),
-            Err(MigrateError::VersionMissing(version)) => Err(format!(
-                "its schema is at version {version}, newer than this subagentd knows (up to {latest}); \
-                 run a newer subagentd, or point --store elsewhere"
-            )),
-            Err(err) => Err(format!("schema migration failed: {err}")),
-        }
+/// Brings the SQLite database behind `pool` up to date.
+pub(super) async fn migrate_sqlite(pool: &SqlitePool) -> Result<(), String> {
+    outcome(migrator(batch::Dialect::Sqlite).await?.run(pool).await)
+}
+
+/// Brings the PostgreSQL database behind `pool` up to date.
+pub(super) async fn migrate_postgres(pool: &PgPool) -> Result<(), String> {
+    outcome(migrator(batch::Dialect::Postgres).await?.run(pool).await)
+}
+
+async fn migrator(dialect: batch::Dialect) -> Result<Migrator, String> {
+    Migrator::new(Embedded(dialect)).await.map_err(|err| err.to_string())
+}
+
+// A migration's outcome, in words a user can act on.
+fn outcome(outcome: Result<(), MigrateError>) -> Result<(), String> {
+    let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(MigrateError::VersionMissing(version)) => Err(format!(
+            "its schema is at version {version}, newer than this subagentd knows (up to {latest}); \
+             run a newer subagentd, or point --store elsewhere"
+        )),
+        Err(err) => Err(format!("schema migration failed: {err}")),
     }
 }

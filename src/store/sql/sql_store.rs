@@ -15,17 +15,17 @@ use crate::store::{Change, CommitError, CommitFuture, Store, StoreError, StoreFu
 /// The pool of either engine.
 #[derive(Debug, Clone)]
 pub(super) enum Pool {
-    Sqlite(SqlitePool),
+    /// Loads run on sqlx's pool; batches commit on the writer thread's own
+    /// connection.
+    Sqlite(SqlitePool, Arc<SqliteCommits>),
+    /// Loads and commits alike.
     Postgres(PgPool),
 }
 
 /// The SQL store.
 #[derive(Debug, Clone)]
 pub(in crate::store) struct SqlStore {
-    /// Loads, and PostgreSQL's commits.
     pub(super) pool: Pool,
-    /// SQLite's commits, once its schema is up to date (`None` on PostgreSQL).
-    pub(super) sqlite_commits: Option<Arc<SqliteCommits>>,
 }
 
 // Rows are read one at a time as the engine yields them, each into its
@@ -47,27 +47,24 @@ macro_rules! fetch_rows {
 impl SqlStore {
     pub(super) fn dialect(&self) -> batch::Dialect {
         match self.pool {
-            Pool::Sqlite(_) => batch::Dialect::Sqlite,
+            Pool::Sqlite(..) => batch::Dialect::Sqlite,
             Pool::Postgres(_) => batch::Dialect::Postgres,
         }
     }
 
     pub(in crate::store) fn kind(&self) -> &'static str {
         match self.pool {
-            Pool::Sqlite(_) => "sqlite",
+            Pool::Sqlite(..) => "sqlite",
             Pool::Postgres(_) => "postgres",
         }
     }
 
     async fn run(&self, ops: &[Op], fence: Option<&Fence>) -> Result<(), CommitError> {
-        match (&self.pool, &self.sqlite_commits) {
+        match &self.pool {
             // Blocking, on the writer thread, which has nothing else to do
             // until the batch is committed.
-            (Pool::Sqlite(_), Some(commits)) => commits.run(ops).map_err(|err| CommitError::Store(err.into())),
-            (Pool::Sqlite(_), None) => {
-                Err(CommitError::Store(StoreError("the SQLite store is not open for commits".into())))
-            }
-            (Pool::Postgres(pool), _) => {
+            Pool::Sqlite(_, commits) => commits.run(ops).map_err(|err| CommitError::Store(err.into())),
+            Pool::Postgres(pool) => {
                 run_statements(pool, ops, fence).await.map_err(|err| match cluster::fenced_sessions(&err) {
                     Some(lost) => CommitError::Fenced(lost),
                     None => CommitError::Store(err.into()),
@@ -80,13 +77,13 @@ impl SqlStore {
     pub(in crate::store) fn pg_pool(&self) -> Option<PgPool> {
         match &self.pool {
             Pool::Postgres(pool) => Some(pool.clone()),
-            Pool::Sqlite(_) => None,
+            Pool::Sqlite(..) => None,
         }
     }
 
     pub(super) async fn fetch(&self, sql: &'static str, key: &str, shape: &str) -> Result<Vec<Vec<Cell>>, StoreError> {
         Ok(match &self.pool {
-            Pool::Sqlite(pool) => fetch_rows!(pool, sql, key, shape),
+            Pool::Sqlite(pool, _) => fetch_rows!(pool, sql, key, shape),
             Pool::Postgres(pool) => fetch_rows!(pool, sql, key, shape),
         })
     }
@@ -124,7 +121,7 @@ impl SqlStore {
     async fn resumable_sessions(&self, limit: i64) -> Result<Vec<String>, StoreError> {
         const SQL: &str = "SELECT DISTINCT session_id FROM tasks LIMIT $1";
         let rows = match &self.pool {
-            Pool::Sqlite(pool) => fetch_rows!(pool, SQL, limit, "t"),
+            Pool::Sqlite(pool, _) => fetch_rows!(pool, SQL, limit, "t"),
             Pool::Postgres(pool) => fetch_rows!(pool, SQL, limit, "t"),
         };
         Ok(rows.into_iter().filter_map(|mut row| row[0].text()).collect())
@@ -133,7 +130,7 @@ impl SqlStore {
     async fn fetch_before(&self, before_ms: i64) -> Result<Vec<String>, StoreError> {
         const SQL: &str = "SELECT id FROM sessions WHERE touched_ms < $1";
         let rows = match &self.pool {
-            Pool::Sqlite(pool) => fetch_rows!(pool, SQL, before_ms, "t"),
+            Pool::Sqlite(pool, _) => fetch_rows!(pool, SQL, before_ms, "t"),
             Pool::Postgres(pool) => fetch_rows!(pool, SQL, before_ms, "t"),
         };
         Ok(rows.into_iter().filter_map(|mut row| row[0].text()).collect())
@@ -141,7 +138,7 @@ impl SqlStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         match &self.pool {
-            Pool::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+            Pool::Sqlite(pool, _) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
             Pool::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
         }
         Ok(())
