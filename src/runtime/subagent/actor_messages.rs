@@ -20,7 +20,7 @@ impl Actor for SubagentActor {
     // (Its mailbox is made unbounded before it starts: `Supervisor::start_with_inbox`.)
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        if !self.terminating && !self.asleep {
+        if !self.terminating && !self.falls_asleep() {
             // Stopped without being told to (a handler panicked): still tell
             // everyone the truth. The supervisor stops its descendants.
             log::warn!("{} stopped unexpectedly", self.id);
