@@ -124,7 +124,7 @@ impl Toolbox {
             // The request for this call is durable before it is made.
             ctx.flush_checkpoints().await;
         }
-        let answer = tools::call(server, &tool, arguments, &ctx.cancel).await;
+        let answer = tools::call(server, &tool, arguments, ctx.cancel.token()).await;
         let ended = ToolEnded {
             duration_ms: u64::try_from(answer.took.as_millis()).unwrap_or(u64::MAX),
             bytes: answer.bytes as u64,

@@ -6,7 +6,8 @@
 //! again by every clone, drop and check) cost a spawn → delegate → await
 //! cycle a few hundred instructions for a one-shot flag. This is a flag
 //! and a `Notify`: clones and checks are atomics, and only firing touches
-//! the `Notify`.
+//! the `Notify`. It also carries the mark its supervisor leaves when it
+//! puts the actor to sleep by letting go of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,6 +19,9 @@ struct Inner {
     fired: AtomicBool,
     // Wakes the waiters registered before it fired.
     fired_now: Notify,
+    // Set by the supervisor as it lets go of the actor to put it to sleep:
+    // the actor stopping then falls asleep, it does not stop unasked.
+    asleep: AtomicBool,
 }
 
 /// A one-shot signal shared by clones; it names its methods as
@@ -36,6 +40,16 @@ impl GoneSignal {
         if !self.0.fired.swap(true, Ordering::AcqRel) {
             self.0.fired_now.notify_waiters();
         }
+    }
+
+    /// Marks the actor as put to sleep by its supervisor letting go of it.
+    pub(crate) fn mark_asleep(&self) {
+        self.0.asleep.store(true, Ordering::Release);
+    }
+
+    /// Whether the actor was put to sleep by its supervisor letting go of it.
+    pub(crate) fn is_asleep(&self) -> bool {
+        self.0.asleep.load(Ordering::Acquire)
     }
 
     /// Whether `other` is this signal (a clone of it), not another actor's.

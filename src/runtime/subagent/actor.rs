@@ -226,6 +226,21 @@ impl SubagentActor {
         self.task.is_none() && !self.terminating && self.awaiters.is_empty() && self.mailbox.is_empty()
     }
 
+    /// Whether it stops because it was put to sleep (by `Sleep`, or by its
+    /// supervisor letting go of its only address).
+    pub(super) fn falls_asleep(&self) -> bool {
+        if self.asleep {
+            return true;
+        }
+        let let_go = self.alive.gone.is_asleep();
+        // It lets go only when nothing it sent is on the way, so the actor
+        // is still as idle as it reported.
+        if let_go && !self.is_idle() {
+            log::error!("{} was put to sleep while it had work", self.id);
+        }
+        let_go
+    }
+
     /// Reports a task's end, offering to sleep when it is idle and
     /// `may_sleep`, then answers the awaits on it.
     ///

@@ -20,12 +20,12 @@ impl Actor for SubagentActor {
     // (Its mailbox is made unbounded before it starts: `Supervisor::start_with_inbox`.)
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        if !self.terminating && !self.asleep {
+        if !self.terminating && !self.falls_asleep() {
             // Stopped without being told to (a handler panicked): still tell
             // everyone the truth. The supervisor stops its descendants.
             log::warn!("{} stopped unexpectedly", self.id);
             if let Some(task) = self.task.take() {
-                task.abort.abort();
+                task.abort();
                 metrics().task_ended(TaskOutcome::Terminated, task.started.elapsed());
                 task.trace_end(self.usage.own(), Some("terminated"));
             }
@@ -174,7 +174,7 @@ impl Handler<CancelTask> for SubagentActor {
             return msg.0.send(false);
         };
         task.cancel_requested = true;
-        task.cancel.cancel();
+        task.cancel();
         // Answered once the task has ended (`settle`).
         task.cancel_replies.push(msg.0);
     }
@@ -190,7 +190,7 @@ impl Handler<AbortCancelled> for SubagentActor {
         if let Some(task) = told {
             log::debug!("{} ignored cancel for {:?}; stopping its task", self.id, self.host.limits.cancel_grace());
             // The task's future ends on its next poll, and `settle` answers the cancel.
-            task.abort.abort();
+            task.abort();
         }
     }
 }
@@ -205,8 +205,8 @@ impl Handler<StopActor> for SubagentActor {
         }
         self.terminating = true;
         let own = self.task.as_mut().map(|task| {
-            task.cancel.cancel();
-            task.abort.abort();
+            task.cancel();
+            task.abort();
             metrics().task_ended(TaskOutcome::Terminated, task.started.elapsed());
             task.trace_end(self.usage.own(), Some("terminated"));
             task.settled()

@@ -2,13 +2,14 @@
 //! abort handle, panic guard) and recording how it ended.
 
 use actix::prelude::*;
-use futures_util::future::{AbortHandle, Abortable};
 use futures_util::FutureExt;
 use std::cell::Cell;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +20,7 @@ use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::runtime::clock::{self, DeadlineCap, DeadlineClock};
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
-use crate::runtime::task::{TaskContext, TaskShared};
+use crate::runtime::task::{TaskCancel, TaskContext, TaskShared};
 use crate::runtime::trace;
 use crate::runtime::TreeStats;
 use crate::store::Change;
@@ -44,14 +45,11 @@ pub(super) struct RunningTask {
     // Its number among its subagent's tasks: tells a stale completion (of an
     // earlier task) from the current one; `AbortCancelled` names it.
     pub(super) ticket: Ticket,
-    // The graceful signal the adapter sees.
-    pub(super) cancel: CancellationToken,
-    // Drops the task's future at once (terminate, or cancel past the grace period).
-    pub(super) abort: AbortHandle,
     // Fires once the task's future is gone and its outcome is recorded.
     // Made on first use: most tasks end without anyone waiting on them this way.
     pub(super) settled: Option<CancellationToken>,
-    // Shared with the task: whether it waits (`WAITING`), and why it overspent.
+    // Shared with the task: whether it waits (`WAITING`), why it overspent,
+    // its cancel signal and its abort flag.
     pub(super) shared: Rc<TaskShared>,
     // Set by cancel: the task ends `CANCELLED` however the adapter winds up.
     pub(super) cancel_requested: bool,
@@ -71,6 +69,21 @@ pub(super) struct RunningTask {
 }
 
 impl RunningTask {
+    /// Tells the task to stop (the graceful signal the adapter sees).
+    pub(super) fn cancel(&self) {
+        self.shared.cancel();
+    }
+
+    /// Has the task's future dropped at once (terminate, or a cancel past
+    /// its grace period): it ends `Aborted` on its next poll, which comes
+    /// before this actor's poll is over, as actix polls every future
+    /// spawned in an actor's context each time it polls the actor (abort
+    /// is called only from this actor's handlers, and from its `stopped`,
+    /// where the future is dropped with the actor).
+    pub(super) fn abort(&self) {
+        self.shared.aborted.set(true);
+    }
+
     /// Fires once the task has ended.
     pub(super) fn settled(&mut self) -> CancellationToken {
         self.settled.get_or_insert_with(CancellationToken::new).clone()
@@ -156,7 +169,6 @@ impl SubagentActor {
         if let Some(wall) = wall_now.filter(|_| wall_deadline) {
             deadline = wall;
         }
-        let cancel = CancellationToken::new();
         let shared = Rc::new(TaskShared {
             clock_parent: parent_clocks,
             wall_clock: self.wall.as_ref().map(|wall| wall.clock.clone()),
@@ -177,7 +189,7 @@ impl SubagentActor {
             task,
             memory: self.memory.clone(),
             mailbox: self.mailbox.clone(),
-            cancel: cancel.clone(),
+            cancel: TaskCancel::of(&shared),
             deadline,
             host: self.host.clone(),
             shared: shared.clone(),
@@ -193,28 +205,35 @@ impl SubagentActor {
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
-        let (abort, abort_registration) = AbortHandle::new_pair();
+        let aborting = shared.clone();
         // The task runs inside this actor's context (no tokio task of its own):
         // it is polled with the actor, dropped with it, and its outcome lands
         // in `settle` on this actor. The adapter's future is gone, and the
-        // live count down, before `settle` runs: the `.await` below consumes
-        // it and `_live` ends with the block.
+        // live count down, before `settle` runs: both are locals of the block,
+        // dropped as it ends.
         let run = async move {
             let _live = live;
             let timed = clock::run_until(deadline_base, deadline_clock, adapter.run(task_ctx));
-            let guarded = Abortable::new(timed, abort_registration);
+            tokio::pin!(timed);
+            // Ends at once once aborted (`RunningTask::abort`): a flag the
+            // task shares already, where an `Abortable` made and dropped an
+            // `Arc` and registered a waker on every poll.
+            let guarded = std::future::poll_fn(|cx| {
+                if aborting.aborted.get() {
+                    return Poll::Ready(None);
+                }
+                timed.as_mut().poll(cx).map(Some)
+            });
             match AssertUnwindSafe(guarded).catch_unwind().await {
-                Ok(Ok(Ok(Ok(result)))) => Outcome::Completed(result),
-                Ok(Ok(Ok(Err(err)))) => Outcome::Failed(err.0),
-                Ok(Ok(Err(_elapsed))) => Outcome::TimedOut,
-                Ok(Err(_aborted)) => Outcome::Aborted,
+                Ok(Some(Ok(Ok(result)))) => Outcome::Completed(result),
+                Ok(Some(Ok(Err(err)))) => Outcome::Failed(err.0),
+                Ok(Some(Err(_elapsed))) => Outcome::TimedOut,
+                Ok(None) => Outcome::Aborted,
                 Err(panic) => Outcome::Panicked(panic_text(panic)),
             }
         };
         self.task = Some(RunningTask {
             ticket,
-            cancel,
-            abort,
             shared,
             settled: None,
             cancel_requested: false,

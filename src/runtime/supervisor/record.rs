@@ -35,8 +35,10 @@ pub(crate) struct ActorLink {
 }
 
 impl ActorLink {
-    pub(super) fn new(addr: Addr<SubagentActor>) -> Self {
-        Self { addr, sent: AtomicU64::new(0) }
+    /// The link to the actor at `addr`, which was handed `handed` messages
+    /// directly before it started (counted as sent through here).
+    pub(super) fn new(addr: Addr<SubagentActor>, handed: u64) -> Self {
+        Self { addr, sent: AtomicU64::new(handed) }
     }
 
     /// Sends `msg`, counted, without waiting for its answer.

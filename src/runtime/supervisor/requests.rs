@@ -22,6 +22,7 @@ impl Supervisor {
     pub(super) fn delegate(&mut self, msg: Delegate) -> Forward<Result<DelegateResponse, HostError>, RunTask> {
         const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
         const QUEUED: DelegateResponse = DelegateResponse { accepted: true, status: SubagentStatus::Ready };
+        const STARTED: DelegateResponse = DelegateResponse { accepted: true, status: SubagentStatus::Running };
         let entry = match self.entry(msg.id) {
             Err(err) => return Forward::Answer(Err(err)),
             Ok(entry) => entry,
@@ -39,14 +40,21 @@ impl Supervisor {
             // One task queued at a time, as one runs at a time.
             return Forward::Answer(Ok(DelegateResponse { accepted: false, status: SubagentStatus::Ready }));
         }
-        let addr = match self.wake(msg.id) {
-            Err(err) => return Forward::Answer(Err(err)),
-            Ok(None) => return Forward::Answer(Ok(REFUSED)),
-            Ok(Some(addr)) => addr,
+        // A dormant subagent's actor is made now and handed the task before
+        // it first runs (`Supervisor::run_actor`), unless the task is queued.
+        let live = entry.live_addr();
+        let dormant = match live {
+            Some(_) => None,
+            None => Some(self.make_actor(msg.id, Vec::new())),
         };
-        let ticket = self.new_ticket(msg.id);
         if self.capped() && !self.index[&msg.id].caps.holds_slot {
             if !self.slot_free(msg.id) {
+                // Its actor runs meanwhile, as a woken one does (and starts
+                // before the ticket is drawn: it has not seen that task).
+                if let Some((actor, gone)) = dormant {
+                    self.run_actor(msg.id, actor, gone, None);
+                }
+                let ticket = self.new_ticket(msg.id);
                 self.enqueue(Queued {
                     id: msg.id,
                     task: msg.task,
@@ -59,18 +67,26 @@ impl Supervisor {
             }
             self.take_slot(msg.id);
         }
+        let ticket = self.new_ticket(msg.id);
         self.task_starts(msg.id);
-        Forward::To(
-            addr,
-            RunTask {
-                task: msg.task,
-                deadline_cap: msg.deadline_cap,
-                parent_span: msg.parent_span,
-                reply: DelegateReply(None),
-                resume: None,
-                ticket,
-            },
-        )
+        let run = RunTask {
+            task: msg.task,
+            deadline_cap: msg.deadline_cap,
+            parent_span: msg.parent_span,
+            reply: DelegateReply(None),
+            resume: None,
+            ticket,
+        };
+        match (live, dormant) {
+            (Some(addr), _) => Forward::To(addr, run),
+            (None, Some((actor, gone))) => {
+                // A new actor accepts its first task (it is not stopping and
+                // runs none), so the answer is known now.
+                self.run_actor(msg.id, actor, gone, Some(run));
+                Forward::Answer(Ok(STARTED))
+            }
+            (None, None) => unreachable!("a subagent without an actor has one made above"),
+        }
     }
 
     pub(super) fn await_task(&mut self, msg: Await) -> Forward<Result<AwaitResponse, HostError>, AwaitReply> {

@@ -178,6 +178,13 @@ impl Supervisor {
     /// Starts the actor of a dormant subagent with `inbox` in its mailbox
     /// (the undelivered messages of a restored one).
     pub(super) fn start_with_inbox(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> SharedAddr {
+        let (actor, gone) = self.make_actor(id, inbox);
+        self.run_actor(id, actor, gone, None)
+    }
+
+    /// Makes the actor of a dormant subagent from its record, not started
+    /// yet, and the signal that fires once it is gone.
+    pub(super) fn make_actor(&mut self, id: SubagentId, inbox: Vec<InboxMessage>) -> (SubagentActor, GoneSignal) {
         let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
         let gone = GoneSignal::new();
         let seed = SubagentSeed {
@@ -201,16 +208,37 @@ impl Supervisor {
             last_task: entry.last_task.take(),
             ticket: entry.ticket,
         };
-        let actor = SubagentActor::new(seed);
+        (SubagentActor::new(seed), gone)
+    }
+
+    /// Starts `actor` (made by `make_actor`) as the actor of `id`, handing
+    /// it `first` before it first runs: nothing can have been sent to it
+    /// yet, so that is the order its mailbox would have, without the
+    /// envelope and the trip through the mailbox (a delegate to a dormant
+    /// subagent, the usual one, is this). Counted as sent, as the sleep
+    /// count expects.
+    pub(super) fn run_actor(
+        &mut self,
+        id: SubagentId,
+        actor: SubagentActor,
+        gone: GoneSignal,
+        first: Option<RunTask>,
+    ) -> SharedAddr {
+        let handed = u64::from(first.is_some());
         // Requests are bounded per session before they reach actors. A
         // bounded mailbox (actix's default is 16, until the actor first runs)
         // would make `send` hold messages back while `do_send` goes ahead of
         // them: a delegate overtaking the messages sent before it.
         let addr = SubagentActor::create(|ctx| {
             ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
+            let mut actor = actor;
+            if let Some(run) = first {
+                <SubagentActor as Handler<RunTask>>::handle(&mut actor, run, ctx);
+            }
             actor
         });
-        let addr = Arc::new(ActorLink::new(addr));
+        let addr = Arc::new(ActorLink::new(addr, handed));
+        let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
         addr
     }

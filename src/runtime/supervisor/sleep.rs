@@ -5,7 +5,8 @@
 //! more than a kilobyte) would sit idle until the session closes, and the
 //! close would then have to stop it. So an actor whose task ended with
 //! nothing left to do says so in its report (`Idle`), and the supervisor
-//! stops it (`Sleep`) and marks the record dormant; the next task or message
+//! marks the record dormant and stops it (by letting go of its only
+//! address, or with `Sleep`); the next task or message
 //! starts a new actor from the record, as for a subagent never used. (A
 //! cancelled task's actor does not offer: see `settle`.)
 //!
@@ -25,6 +26,7 @@ use crate::protocol::wire::SubagentStatus;
 use crate::runtime::gone::GoneSignal;
 use crate::runtime::messages::{Idle, OfferSleep};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// Actors told to sleep that may not have stopped yet: a close waits for
 /// them, so that a closed session has no actor left. Those already gone are
@@ -115,7 +117,18 @@ impl Supervisor {
         // at; a completed one shows its result, and keeping every completed
         // task's definition too would cost a tenth of its record.
         entry.last_task = idle.last_task.filter(|_| entry.status != SubagentStatus::Completed);
-        addr.sleep();
+        // The record's link holds the actor's only address: letting go of
+        // it wakes the actor, and actix stops an actor that no address
+        // reaches and that has nothing to do, so no `Sleep` message is
+        // needed (the mark tells the actor it fell asleep). Were the link
+        // shared still, a message puts it to sleep, as letting go would not.
+        match Arc::try_unwrap(addr) {
+            Ok(link) => {
+                gone.mark_asleep();
+                drop(link);
+            }
+            Err(addr) => addr.sleep(),
+        }
         self.dozing.push(id, gone);
     }
 }

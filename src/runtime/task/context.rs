@@ -10,7 +10,7 @@ use std::fmt;
 use std::rc::Rc;
 use std::sync::Arc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::event::{EventDetail, EventKind, ToolDetail};
 use crate::ids::SubagentId;
@@ -41,6 +41,15 @@ pub(crate) struct TaskShared {
     /// and its wall-clock budget's.
     pub clock_parent: Option<Arc<TaskClocks>>,
     pub wall_clock: Option<Arc<PauseClock>>,
+    /// Set once the task is told to stop (cancel, terminate, a budget
+    /// spent): what [`TaskCancel`] reads.
+    pub cancelled: Cell<bool>,
+    /// What a wait on [`TaskCancel`] registers with: made on first use, so
+    /// that a task nobody waits on to stop pays nothing for it.
+    pub cancel_token: OnceCell<CancellationToken>,
+    /// Set when the task's future is to be dropped at once (terminate, a
+    /// cancel past its grace period): it ends `Aborted` on its next poll.
+    pub aborted: Cell<bool>,
 }
 
 impl TaskShared {
@@ -55,9 +64,70 @@ impl TaskShared {
         })
     }
 
+    /// Tells the task to stop (again: a no-op).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.set(true);
+        if let Some(token) = self.cancel_token.get() {
+            token.cancel();
+        }
+    }
+
+    /// The token a wait on the cancel signal registers with (made now,
+    /// cancelled already if the signal has fired).
+    fn cancel_token(&self) -> &CancellationToken {
+        self.cancel_token.get_or_init(|| {
+            let token = CancellationToken::new();
+            if self.cancelled.get() {
+                token.cancel();
+            }
+            token
+        })
+    }
+
     /// How long its own clock has been held (zero while it has none).
     pub(crate) fn own_held_for(&self) -> (std::time::Duration, bool) {
         self.clocks.get().map_or((std::time::Duration::ZERO, false), |clocks| clocks.own.held_for())
+    }
+}
+
+/// A running task's cancel signal ([`TaskContext::cancel`]): it fires on
+/// cancel (graceful: wind up within the grace period), on terminate, and
+/// when the task spends past a budget. Its methods are named as
+/// `CancellationToken`'s; [`TaskCancel::token`] is one, for code that
+/// takes a token (or runs on another thread).
+///
+/// A flag until something waits on it: a `CancellationToken` (a node of a
+/// tree of tokens behind a lock) made for every task cost each task's start
+/// and end a few hundred instructions, and most tasks end without anyone
+/// waiting for a cancel.
+#[derive(Debug, Clone)]
+pub struct TaskCancel(Rc<TaskShared>);
+
+impl TaskCancel {
+    /// The cancel signal of the task that shares `shared` with its actor.
+    pub(crate) fn of(shared: &Rc<TaskShared>) -> Self {
+        Self(shared.clone())
+    }
+
+    /// Whether it has fired.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.cancelled.get() || self.0.cancel_token.get().is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Fires it (again: a no-op).
+    pub fn cancel(&self) {
+        self.0.cancel();
+    }
+
+    /// Resolves once it has fired (at once if it has).
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.0.cancel_token().cancelled()
+    }
+
+    /// The signal as a `CancellationToken` (made on first use): cancelling
+    /// either fires both.
+    pub fn token(&self) -> &CancellationToken {
+        self.0.cancel_token()
     }
 }
 
@@ -78,7 +148,7 @@ pub struct TaskContext {
     /// Its mailbox.
     pub mailbox: Arc<Mailbox>,
     /// Fires on cancel (graceful: wind up within the grace period) and terminate.
-    pub cancel: CancellationToken,
+    pub cancel: TaskCancel,
     /// When the task's time is up (its own timeout, capped by its parent's),
     /// before the time spent waiting for a person: see
     /// [`TaskContext::deadline_now`].

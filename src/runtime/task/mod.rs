@@ -13,6 +13,6 @@ mod context;
 mod router;
 
 pub use adapter::{AgentAdapter, TaskError, TaskFuture};
-pub use context::TaskContext;
 pub(crate) use context::TaskShared;
+pub use context::{TaskCancel, TaskContext};
 pub use router::AdapterRouter;
