@@ -8,15 +8,15 @@ use crate::entries::InboxMessage;
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentStatus;
 
-pub(super) fn key_args<const N: usize>(session: &str, id: SubagentId, rest: [Arg; N]) -> Vec<Arg> {
+pub(super) fn key_args<'a, const N: usize>(session: &'a str, id: SubagentId, rest: [Arg<'a>; N]) -> Vec<Arg<'a>> {
     let mut args = Vec::with_capacity(N + 2);
-    args.push(Arg::Text(session.to_owned()));
-    args.push(Arg::Text(id.to_string()));
+    args.push(Arg::Text(session.into()));
+    args.push(Arg::Text(id.spelled().as_str().to_owned().into()));
     args.extend(rest);
     args
 }
 
-pub(super) fn int(n: u64) -> Arg {
+pub(super) fn int(n: u64) -> Arg<'static> {
     Arg::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
@@ -24,8 +24,8 @@ pub(super) fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 
-pub(super) fn status_text(status: SubagentStatus) -> String {
-    status.as_str().to_owned()
+pub(super) fn status_text(status: SubagentStatus) -> Arg<'static> {
+    Arg::Text(status.as_str().into())
 }
 
 /// A mailbox message as stored.

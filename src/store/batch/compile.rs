@@ -14,13 +14,19 @@ use crate::store::Change;
 /// Journal lines are trimmed to `retained` once per this many lines.
 const TRIM_EVERY: u64 = 128;
 
-/// The statements `batch` comes to, keeping the newest `retained` journal
-/// lines of each session it writes to.
-pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op> {
+/// `batch` folded per row, for [`compile`].
+pub(in crate::store) fn fold(batch: &[Change]) -> Folded<'_> {
     let mut folded = Folded::default();
     for change in batch {
         folded.add(change);
     }
+    folded
+}
+
+/// The statements a folded batch comes to, keeping the newest `retained`
+/// journal lines of each session it writes to. They bind the batch's texts
+/// where they are (a statement's values borrow from `folded`).
+pub(in crate::store) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, dialect: Dialect) -> Vec<Op<'f>> {
     let mut ops = Vec::new();
     for session in &folded.ended {
         end_session(dialect, session, &mut ops);
@@ -49,11 +55,11 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
                 p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]
             ),
             args: vec![
-                Arg::Text(row.id.to_string()),
-                Arg::Text(row.agent_id.clone()),
-                Arg::Text(json(&row.capabilities)),
-                Arg::OptText(row.principal.clone()),
-                Arg::Text(row.transport.clone()),
+                Arg::Text((*row.id).into()),
+                Arg::Text(row.agent_id.as_str().into()),
+                Arg::Text(json(&row.capabilities).into()),
+                Arg::OptText(row.principal.as_deref().map(Into::into)),
+                Arg::Text(row.transport.as_str().into()),
                 int(next_seq),
                 Arg::Int(now),
                 Arg::Int(now),
@@ -69,13 +75,13 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
     let memories: Vec<Vec<Arg>> = folded
         .memories
         .iter()
-        .map(|((session, owner), entries)| key_args(session, *owner, [Arg::Text(json(entries))]))
+        .map(|((session, owner), entries)| key_args(session, *owner, [Arg::Text(json(entries).into())]))
         .collect();
     insert(
         dialect,
         &mut ops,
         "memories (session_id, owner_id, entries)",
-        &memories,
+        memories,
         "(session_id, owner_id) DO UPDATE SET entries = excluded.entries",
     );
     let (empty, full): (Vec<_>, Vec<_>) = folded.mailboxes.iter().partition(|(_, messages)| messages.is_empty());
@@ -83,21 +89,21 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &emptied);
     let mailboxes: Vec<Vec<Arg>> = full
         .into_iter()
-        .map(|((session, id), messages)| key_args(session, *id, [Arg::Text(mailbox_json(messages))]))
+        .map(|((session, id), messages)| key_args(session, *id, [Arg::Text(mailbox_json(messages).into())]))
         .collect();
     insert(
         dialect,
         &mut ops,
         "mailboxes (session_id, subagent_id, messages)",
-        &mailboxes,
+        mailboxes,
         "(session_id, subagent_id) DO UPDATE SET messages = excluded.messages",
     );
     let lines: Vec<Vec<Arg>> = folded
         .journal
         .iter()
-        .map(|(session, seq, line)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*line).clone())])
+        .map(|(session, seq, line)| vec![Arg::Text((***session).into()), int(*seq), Arg::Text(line.as_str().into())])
         .collect();
-    insert(dialect, &mut ops, "journal (session_id, seq, line)", &lines, "(session_id, seq) DO NOTHING");
+    insert(dialect, &mut ops, "journal (session_id, seq, line)", lines, "(session_id, seq) DO NOTHING");
     // Each row written once (a statement may change a row once): the next
     // line number past the journal's top, and the request frames'
     // high-water mark, of sessions not inserted above (0: unchanged).
@@ -112,7 +118,7 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
         .into_iter()
         .filter(|(session, _)| !folded.sessions.iter().any(|row| row.id == **session))
         .map(|(session, (next_seq, inbound))| {
-            vec![Arg::Text(session.to_string()), int(next_seq), Arg::Int(now), int(inbound)]
+            vec![Arg::Text((**session).into()), int(next_seq), Arg::Int(now), int(inbound)]
         })
         .collect();
     update_from(
@@ -124,7 +130,7 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
          last_inbound = CASE WHEN v.column4 > sessions.last_inbound THEN v.column4 ELSE sessions.last_inbound END",
         "sessions.id = v.column1",
         4,
-        &tops,
+        tops,
     );
     for (session, up_to) in &folded.delivered {
         ops.push(Op {
@@ -133,7 +139,7 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
                 param(dialect, 1),
                 param(dialect, 2)
             ),
-            args: vec![Arg::Text(session.to_string()), int(*up_to)],
+            args: vec![Arg::Text((**session).into()), int(*up_to)],
         });
     }
     for (session, (low, top)) in &folded.journaled {
@@ -145,22 +151,22 @@ pub(in crate::store) fn compile(batch: &[Change], retained: u64, dialect: Dialec
                     param(dialect, 1),
                     param(dialect, 2)
                 ),
-                args: vec![Arg::Text(session.to_string()), int(top - retained)],
+                args: vec![Arg::Text((**session).into()), int(top - retained)],
             });
         }
     }
     let inbound: Vec<Vec<Arg>> = folded
         .inbound
         .iter()
-        .map(|((session, seq), frame)| vec![Arg::Text(session.to_string()), int(*seq), Arg::Text((*frame).clone())])
+        .map(|((session, seq), frame)| vec![Arg::Text((**session).into()), int(*seq), Arg::Text(frame.as_str().into())])
         .collect();
-    insert(dialect, &mut ops, "inbound (session_id, seq, frame)", &inbound, "(session_id, seq) DO NOTHING");
+    insert(dialect, &mut ops, "inbound (session_id, seq, frame)", inbound, "(session_id, seq) DO NOTHING");
     let mut served: HashMap<&Arc<str>, Vec<Arg>> = HashMap::new();
     for (session, seq) in &folded.served {
         served.entry(session).or_default().push(int(*seq));
     }
     for (session, seqs) in served {
-        delete_in(dialect, &mut ops, "inbound", "seq", session, &seqs);
+        delete_in(dialect, &mut ops, "inbound", "seq", (**session).into(), &seqs);
     }
     ops
 }
@@ -174,6 +180,11 @@ mod tests {
     use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
     use crate::store::{Held, SessionRow, SubagentRow};
     use serde_json::Value;
+
+    // The statements `batch` comes to, owning their values.
+    fn compiled(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op<'static>> {
+        compile(&fold(batch), retained, dialect).into_iter().map(Op::into_owned).collect()
+    }
 
     fn row() -> SubagentRow {
         SubagentRow {
@@ -212,7 +223,7 @@ mod tests {
                 usage: Usage { input_tokens: 123, output_tokens: 45 },
             },
         ];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert_eq!(ops.len(), 2, "{ops:#?}");
         assert!(ops[0].sql.starts_with("INSERT INTO subagents"));
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
@@ -230,7 +241,7 @@ mod tests {
             Change::Line { session: session.clone(), seq: 1, line: Some("x".into()), gate: None, answers: None },
             Change::SessionEnded { session: session.clone() },
         ];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
         assert_eq!(ops.len(), 8);
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
@@ -257,7 +268,7 @@ mod tests {
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").unwrap();
         let batch = vec![appended(&session, id, 4, 7, &["a"]), appended(&session, id, 5, 8, &["b", "c"])];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert_eq!(ops.len(), 2, "{ops:#?}");
         assert!(ops[0].sql.starts_with("UPDATE tasks"));
         assert_eq!(ops[0].args[3], Arg::OptInt(Some(5)), "the last step");
@@ -265,7 +276,7 @@ mod tests {
         assert_eq!(ops[0].args[5], Arg::OptText(Some("messages".into())), "the field the parts make");
         assert!(ops[1].sql.starts_with("INSERT INTO checkpoint_parts"), "{ops:#?}");
         let row =
-            vec![Arg::Text("s".into()), Arg::Text(id.to_string()), Arg::Int(7), Arg::Text(r#"["a","b","c"]"#.into())];
+            vec![Arg::Text("s".into()), Arg::Text(id.to_string().into()), Arg::Int(7), Arg::Text(r#"["a","b","c"]"#.into())];
         assert_eq!(ops[1].args, row, "only what was added, from its place in the list");
     }
 
@@ -274,7 +285,7 @@ mod tests {
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").unwrap();
         let batch = vec![appended(&session, id, 1, 3, &["old"]), appended(&session, id, 1, 0, &["x", "y"])];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")).expect("delete");
         let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO checkpoint_parts")).expect("insert");
         assert!(delete < insert, "{ops:#?}");
@@ -298,13 +309,13 @@ mod tests {
             held: Held::default(),
             usage: Usage::default(),
         };
-        let ops = compile(&[appended(&session, id, 2, 5, &["a"]), ended], 1024, Dialect::Postgres);
+        let ops = compiled(&[appended(&session, id, 2, 5, &["a"]), ended], 1024, Dialect::Postgres);
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
         assert!(!ops.iter().any(|op| op.sql.contains("INTO checkpoint_parts")), "nothing of it is written: {ops:#?}");
         assert!(!ops.iter().any(|op| op.sql.starts_with("UPDATE tasks")), "{ops:#?}");
 
         let forgotten = Change::SubagentForgotten { session: session.clone(), id };
-        let ops = compile(&[appended(&session, id, 2, 5, &["a"]), forgotten], 1024, Dialect::Postgres);
+        let ops = compiled(&[appended(&session, id, 2, 5, &["a"]), forgotten], 1024, Dialect::Postgres);
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
         assert!(!ops.iter().any(|op| op.sql.contains("INTO checkpoint_parts")), "{ops:#?}");
     }
@@ -317,7 +328,7 @@ mod tests {
             Change::InboundDone { session: session.clone(), seq: 4 },
             Change::InboundDone { session: session.clone(), seq: 3 },
         ];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         let inbound: Vec<_> =
             ops.iter().filter(|op| op.sql.contains("FROM inbound") || op.sql.contains("INTO inbound")).collect();
         assert_eq!(inbound.len(), 1, "{ops:#?}");
@@ -340,7 +351,7 @@ mod tests {
                 answers: Some(2),
             },
         ];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert!(!ops.iter().any(|op| op.sql.starts_with("INSERT INTO inbound")), "{ops:#?}");
         let served: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("DELETE FROM inbound")).collect();
         assert_eq!(served.len(), 1);
@@ -359,7 +370,7 @@ mod tests {
                 handshaken,
             })
         };
-        let ops = compile(&[opened(false), opened(true)], 1024, Dialect::Sqlite);
+        let ops = compiled(&[opened(false), opened(true)], 1024, Dialect::Sqlite);
         let inserts: Vec<_> = ops.iter().filter(|op| op.sql.starts_with("INSERT INTO sessions")).collect();
         assert_eq!(inserts.len(), 1, "{ops:#?}");
         assert_eq!(inserts[0].args.len(), 10, "one row: a statement may not touch a row twice");
@@ -368,14 +379,14 @@ mod tests {
 
         // Its lines' numbers go in the same statement, not a second update.
         let line = Change::Line { session: "s".into(), seq: 4, line: Some("x".into()), gate: None, answers: None };
-        let ops = compile(&[opened(true), line], 1024, Dialect::Sqlite);
+        let ops = compiled(&[opened(true), line], 1024, Dialect::Sqlite);
         let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
         assert_eq!(touching.len(), 1, "{ops:#?}");
         assert_eq!(touching[0].args[5], Arg::Int(5), "next_seq");
 
         // And so does its request frames' high-water mark.
         let frame = Change::Inbound { session: "s".into(), seq: 3, frame: "{}".into() };
-        let ops = compile(&[opened(true), frame], 1024, Dialect::Sqlite);
+        let ops = compiled(&[opened(true), frame], 1024, Dialect::Sqlite);
         let touching: Vec<_> = ops.iter().filter(|op| op.sql.contains("sessions")).collect();
         assert_eq!(touching.len(), 1, "{ops:#?}");
         assert_eq!(touching[0].args[9], Arg::Int(3), "last_inbound");
@@ -389,7 +400,7 @@ mod tests {
             Change::JournalDelivered { session: session.clone(), up_to: 5 },
             Change::JournalDelivered { session: session.clone(), up_to: 7 },
         ];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         let insert = ops.iter().position(|op| op.sql.starts_with("INSERT INTO journal")).expect("the line");
         let delete = ops.iter().position(|op| op.sql.starts_with("DELETE FROM journal")).expect("the delivery");
         assert!(insert < delete, "{ops:#?}");
@@ -408,13 +419,13 @@ mod tests {
             Change::Inbound { session: session.clone(), seq: 3, frame: "{}".into() },
             Change::Mailbox { session: session.clone(), id, messages: vec![message], served: Some(3) },
         ];
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().any(|op| op.sql.starts_with("INSERT INTO mailboxes")), "{ops:#?}");
         let inbound = |op: &&Op| op.sql.contains("FROM inbound") || op.sql.contains("INTO inbound");
         assert!(!ops.iter().any(|op| inbound(&op)), "handed over and served in one batch: {ops:#?}");
         // Its frame committed earlier: the one change stores the message and
         // marks the frame served, so a replay after a crash finds it done.
-        let ops = compile(&batch[1..], 1024, Dialect::Sqlite);
+        let ops = compiled(&batch[1..], 1024, Dialect::Sqlite);
         let served = ops.iter().find(|op| op.sql.starts_with("DELETE FROM inbound")).expect("served");
         assert_eq!(served.args, vec![Arg::Text("s".into()), Arg::Int(3)]);
     }
@@ -431,7 +442,7 @@ mod tests {
                 answers: None,
             })
             .collect();
-        let ops = compile(&batch, 1024, Dialect::Sqlite);
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
         // SQLite: 150 = 128 + 16 + 4 + 2: four statement shapes.
         let sizes: Vec<usize> =
             ops.iter().filter(|op| op.sql.starts_with("INSERT")).map(|op| op.args.len() / 3).collect();
@@ -453,7 +464,7 @@ mod tests {
                 })
                 .collect()
         };
-        let (many, few) = (compile(&lines(150), 1024, Dialect::Postgres), compile(&lines(3), 1024, Dialect::Postgres));
+        let (many, few) = (compiled(&lines(150), 1024, Dialect::Postgres), compiled(&lines(3), 1024, Dialect::Postgres));
         let texts = |ops: &[Op]| ops.iter().map(|op| op.sql.clone()).collect::<Vec<_>>();
         assert_eq!(texts(&many), texts(&few), "prepared once, whatever the batch's size: {many:#?}");
         let insert = many.iter().find(|op| op.sql.starts_with("INSERT INTO journal")).expect("the lines");
@@ -482,7 +493,7 @@ mod tests {
             Change::Subagent { session: "s".into(), id: SubagentId::parse("sub_00000001").unwrap(), row: first },
             Change::Subagent { session: "s".into(), id: SubagentId::parse("sub_00000002").unwrap(), row: second },
         ];
-        let ops = compile(&batch, 1024, Dialect::Postgres);
+        let ops = compiled(&batch, 1024, Dialect::Postgres);
         assert_eq!(ops.len(), 1, "{ops:#?}");
         assert_eq!(ops[0].args.len(), 15, "one array per column");
         let Arg::Texts(parents) = &ops[0].args[4] else { panic!("{:?}", ops[0].args[4]) };

@@ -89,7 +89,7 @@ impl<'a> PartsOp<'a> {
 
 /// The batch, folded per row.
 #[derive(Default)]
-pub(super) struct Folded<'a> {
+pub(in crate::store) struct Folded<'a> {
     pub(super) ended: Vec<Arc<str>>,
     pub(super) sessions: Vec<&'a SessionRow>,
     pub(super) forgotten: Vec<Key>,

@@ -24,5 +24,5 @@ mod statement;
 mod subagent_tables;
 
 pub(super) use columns::StoredMessage;
-pub(super) use compile::compile;
+pub(super) use compile::{compile, fold};
 pub(super) use statement::{drop_lease, end_session, Arg, Dialect, Op};

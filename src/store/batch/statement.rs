@@ -5,16 +5,18 @@
 //! on PostgreSQL each column travels as one array (`unnest`), so a table's
 //! statement has one text, prepared once by the connection.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::fold::Key;
 
-/// One bound value.
+/// One bound value. Texts borrow from the batch where they can: a batch's
+/// session ids, results and lines are bound as they are, not copied.
 #[derive(Debug, Clone, PartialEq)]
-pub(in crate::store) enum Arg {
-    Text(String),
-    OptText(Option<String>),
+pub(in crate::store) enum Arg<'a> {
+    Text(Cow<'a, str>),
+    OptText(Option<Cow<'a, str>>),
     Int(i64),
     OptInt(Option<i64>),
     /// A column of texts (PostgreSQL's `text[]`, one per row).
@@ -23,29 +25,51 @@ pub(in crate::store) enum Arg {
     Ints(Vec<Option<i64>>),
 }
 
+#[cfg(test)]
+impl Arg<'_> {
+    /// The value with its texts copied, for a test to keep.
+    pub(super) fn into_owned(self) -> Arg<'static> {
+        match self {
+            Arg::Text(text) => Arg::Text(Cow::Owned(text.into_owned())),
+            Arg::OptText(text) => Arg::OptText(text.map(|text| Cow::Owned(text.into_owned()))),
+            Arg::Int(n) => Arg::Int(n),
+            Arg::OptInt(n) => Arg::OptInt(n),
+            Arg::Texts(values) => Arg::Texts(values),
+            Arg::Ints(values) => Arg::Ints(values),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Op<'_> {
+    /// The statement with its values copied, for a test to keep.
+    pub(super) fn into_owned(self) -> Op<'static> {
+        Op { sql: self.sql, args: self.args.into_iter().map(Arg::into_owned).collect() }
+    }
+}
+
 /// One statement with its values.
 #[derive(Debug)]
-pub(in crate::store) struct Op {
+pub(in crate::store) struct Op<'a> {
     pub(in crate::store) sql: String,
-    pub(in crate::store) args: Vec<Arg>,
+    pub(in crate::store) args: Vec<Arg<'a>>,
 }
 
 /// Most rows per multi-row statement: well under SQLite's 32 766 parameters.
 const CHUNK: usize = 256;
 
-/// Splits `rows` into chunks whose sizes are powers of two (at most
-/// [`CHUNK`]): a statement's text then takes one of a few shapes, so both
-/// engines find it in their prepared-statement cache instead of parsing a
-/// new one for every batch size.
-pub(super) fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+/// The sizes `len` rows are cut into: powers of two (at most [`CHUNK`]),
+/// largest first, so that a statement's text takes one of a few shapes and
+/// both engines find it in their prepared-statement cache instead of
+/// parsing a new one for every batch size.
+pub(super) fn chunk_sizes(mut len: usize) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
-        if rows.is_empty() {
+        if len == 0 {
             return None;
         }
-        let size = if rows.len() >= CHUNK { CHUNK } else { 1 << rows.len().ilog2() };
-        let (chunk, rest) = rows.split_at(size);
-        rows = rest;
-        Some(chunk)
+        let size = if len >= CHUNK { CHUNK } else { 1 << len.ilog2() };
+        len -= size;
+        Some(size)
     })
 }
 
@@ -85,9 +109,9 @@ fn values(dialect: Dialect, rows: usize, width: usize) -> String {
 /// and its plan kept, where a `VALUES` list of N rows was a new text for
 /// each N, parsed and planned again at every commit (most of the server's
 /// work per batch).
-fn columns(rows: &[Vec<Arg>]) -> (String, Vec<Arg>) {
+fn columns<'a>(rows: Vec<Vec<Arg<'a>>>) -> (String, Vec<Arg<'a>>) {
     let width = rows.first().map_or(0, Vec::len);
-    let mut columns: Vec<Arg> = rows
+    let mut columns: Vec<Arg<'a>> = rows
         .first()
         .into_iter()
         .flatten()
@@ -99,10 +123,10 @@ fn columns(rows: &[Vec<Arg>]) -> (String, Vec<Arg>) {
     for row in rows {
         for (column, arg) in columns.iter_mut().zip(row) {
             match (column, arg) {
-                (Arg::Ints(values), Arg::Int(n)) => values.push(Some(*n)),
-                (Arg::Ints(values), Arg::OptInt(n)) => values.push(*n),
-                (Arg::Texts(values), Arg::Text(text)) => values.push(Some(text.clone())),
-                (Arg::Texts(values), Arg::OptText(text)) => values.push(text.clone()),
+                (Arg::Ints(values), Arg::Int(n)) => values.push(Some(n)),
+                (Arg::Ints(values), Arg::OptInt(n)) => values.push(n),
+                (Arg::Texts(values), Arg::Text(text)) => values.push(Some(text.into_owned())),
+                (Arg::Texts(values), Arg::OptText(text)) => values.push(text.map(Cow::into_owned)),
                 // A column is one kind in every row; anything else is no value.
                 (Arg::Ints(values), _) => values.push(None),
                 (Arg::Texts(values), _) => values.push(None),
@@ -125,7 +149,13 @@ fn columns(rows: &[Vec<Arg>]) -> (String, Vec<Arg>) {
 
 // Multi-row `INSERT INTO table (cols) VALUES … ON CONFLICT on_conflict`
 // (SQLite), or `SELECT * FROM unnest(<one array per column>)` (PostgreSQL).
-pub(super) fn insert(dialect: Dialect, ops: &mut Vec<Op>, table: &str, rows: &[Vec<Arg>], on_conflict: &str) {
+pub(super) fn insert<'a>(
+    dialect: Dialect,
+    ops: &mut Vec<Op<'a>>,
+    table: &str,
+    rows: Vec<Vec<Arg<'a>>>,
+    on_conflict: &str,
+) {
     if dialect == Dialect::Postgres && !rows.is_empty() {
         let (list, args) = columns(rows);
         ops.push(Op {
@@ -134,28 +164,29 @@ pub(super) fn insert(dialect: Dialect, ops: &mut Vec<Op>, table: &str, rows: &[V
         });
         return;
     }
-    for chunk in chunks(rows) {
-        let width = chunk[0].len();
+    let width = rows.first().map_or(0, Vec::len);
+    let mut rows = rows.into_iter();
+    for size in chunk_sizes(rows.len()) {
         ops.push(Op {
             sql: format!(
                 "INSERT INTO {table} VALUES {} ON CONFLICT {on_conflict}",
-                values(dialect, chunk.len(), width)
+                values(dialect, size, width)
             ),
-            args: chunk.iter().flatten().cloned().collect(),
+            args: rows.by_ref().take(size).flatten().collect(),
         });
     }
 }
 
 // Multi-row `UPDATE table SET set FROM (VALUES …) AS v WHERE matches`, or
 // on PostgreSQL `FROM unnest(…) AS v(column1, column2, …)`.
-pub(super) fn update_from(
+pub(super) fn update_from<'a>(
     dialect: Dialect,
-    ops: &mut Vec<Op>,
+    ops: &mut Vec<Op<'a>>,
     table: &str,
     set: &str,
     matches: &str,
     width: usize,
-    rows: &[Vec<Arg>],
+    rows: Vec<Vec<Arg<'a>>>,
 ) {
     if dialect == Dialect::Postgres && !rows.is_empty() {
         let (list, args) = columns(rows);
@@ -166,42 +197,51 @@ pub(super) fn update_from(
         });
         return;
     }
-    for chunk in chunks(rows) {
+    let mut rows = rows.into_iter();
+    for size in chunk_sizes(rows.len()) {
         ops.push(Op {
             sql: format!(
                 "UPDATE {table} SET {set} FROM (VALUES {}) AS v WHERE {matches}",
-                values(dialect, chunk.len(), width)
+                values(dialect, size, width)
             ),
-            args: chunk.iter().flatten().cloned().collect(),
+            args: rows.by_ref().take(size).flatten().collect(),
         });
     }
 }
 
 /// `DELETE FROM table WHERE session_id = $1 AND column IN (values)`: on
 /// PostgreSQL `= ANY($2)`, one text whatever the number of values.
-pub(super) fn delete_in(dialect: Dialect, ops: &mut Vec<Op>, table: &str, column: &str, session: &str, values: &[Arg]) {
+pub(super) fn delete_in<'a>(
+    dialect: Dialect,
+    ops: &mut Vec<Op<'a>>,
+    table: &str,
+    column: &str,
+    session: Cow<'a, str>,
+    values: &[Arg<'a>],
+) {
     if values.is_empty() {
         return;
     }
     if dialect == Dialect::Postgres {
-        let rows: Vec<Vec<Arg>> = values.iter().map(|value| vec![value.clone()]).collect();
-        let (_, mut array) = columns(&rows);
+        let rows: Vec<Vec<Arg<'a>>> = values.iter().map(|value| vec![value.clone()]).collect();
+        let (_, mut array) = columns(rows);
         let array = array.pop().unwrap_or(Arg::Texts(Vec::new()));
         let cast = if matches!(array, Arg::Ints(_)) { "bigint[]" } else { "text[]" };
         ops.push(Op {
             sql: format!("DELETE FROM {table} WHERE session_id = $1 AND {column} = ANY($2::{cast})"),
-            args: vec![Arg::Text(session.to_owned()), array],
+            args: vec![Arg::Text(session), array],
         });
         return;
     }
-    for chunk in chunks(values) {
-        let mut args = vec![Arg::Text(session.to_owned())];
-        args.extend(chunk.iter().cloned());
+    let mut values = values.iter();
+    for size in chunk_sizes(values.len()) {
+        let mut args = vec![Arg::Text(session.clone())];
+        args.extend(values.by_ref().take(size).cloned());
         ops.push(Op {
             sql: format!(
                 "DELETE FROM {table} WHERE session_id = {} AND {column} IN ({})",
                 first(dialect),
-                placeholders(dialect, 2, chunk.len())
+                placeholders(dialect, 2, size)
             ),
             args,
         });
@@ -209,13 +249,14 @@ pub(super) fn delete_in(dialect: Dialect, ops: &mut Vec<Op>, table: &str, column
 }
 
 // `DELETE FROM table WHERE session_id = $1 AND id_column IN (…)`, per session.
-pub(super) fn deletes(dialect: Dialect, ops: &mut Vec<Op>, table: &str, id_column: &str, keys: &[Key]) {
-    let mut by_session: HashMap<&Arc<str>, Vec<Arg>> = HashMap::new();
+// (The keys are often made for the call: the session ids are copied.)
+pub(super) fn deletes(dialect: Dialect, ops: &mut Vec<Op<'_>>, table: &str, id_column: &str, keys: &[Key]) {
+    let mut by_session: HashMap<&Arc<str>, Vec<Arg<'_>>> = HashMap::new();
     for (session, id) in keys {
-        by_session.entry(session).or_default().push(Arg::Text(id.to_string()));
+        by_session.entry(session).or_default().push(Arg::Text(id.to_string().into()));
     }
     for (session, ids) in by_session {
-        delete_in(dialect, ops, table, id_column, session, &ids);
+        delete_in(dialect, ops, table, id_column, session.to_string().into(), &ids);
     }
 }
 
@@ -228,22 +269,22 @@ pub(super) fn first(dialect: Dialect) -> &'static str {
 }
 
 /// Every row of a session goes.
-pub(in crate::store) fn end_session(dialect: Dialect, session: &str, ops: &mut Vec<Op>) {
+pub(in crate::store) fn end_session<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
     for table in ["subagents", "tasks", "checkpoint_parts", "memories", "mailboxes", "journal", "inbound"] {
         ops.push(Op {
             sql: format!("DELETE FROM {table} WHERE session_id = {p}"),
-            args: vec![Arg::Text(session.to_owned())],
+            args: vec![Arg::Text(session.into())],
         });
     }
-    ops.push(Op { sql: format!("DELETE FROM sessions WHERE id = {p}"), args: vec![Arg::Text(session.to_owned())] });
+    ops.push(Op { sql: format!("DELETE FROM sessions WHERE id = {p}"), args: vec![Arg::Text(session.into())] });
 }
 
 /// A session's lease goes (it expired: no node serves it).
-pub(in crate::store) fn drop_lease(dialect: Dialect, session: &str, ops: &mut Vec<Op>) {
+pub(in crate::store) fn drop_lease<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
     ops.push(Op {
         sql: format!("DELETE FROM leases WHERE session_id = {p}"),
-        args: vec![Arg::Text(session.to_owned())],
+        args: vec![Arg::Text(session.into())],
     });
 }

@@ -10,8 +10,8 @@ use super::fold::{Key, PartsOp, Patch, TaskOp};
 use super::statement::{deletes, insert, update_from, Arg, Dialect, Op};
 use crate::store::SubagentRow;
 
-pub(super) fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<Key, SubagentRow>) {
-    let rows: Vec<Vec<Arg>> = rows
+pub(super) fn subagent_rows<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, rows: &'a HashMap<Key, SubagentRow>) {
+    let rows: Vec<Vec<Arg<'a>>> = rows
         .iter()
         .map(|((session, id), row)| {
             key_args(
@@ -19,16 +19,16 @@ pub(super) fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<
                 *id,
                 [
                     int(row.ord),
-                    Arg::OptText(row.parent.map(|p| p.to_string())),
-                    Arg::OptText(row.parent_agent_id.as_deref().map(str::to_owned)),
-                    Arg::OptText(row.root_agent_id.as_deref().map(str::to_owned)),
+                    Arg::OptText(row.parent.map(|p| p.to_string().into())),
+                    Arg::OptText(row.parent_agent_id.as_deref().map(Into::into)),
+                    Arg::OptText(row.root_agent_id.as_deref().map(Into::into)),
                     int(u64::from(row.depth)),
-                    Arg::OptText(row.spawn_key.as_deref().map(str::to_owned)),
+                    Arg::OptText(row.spawn_key.as_deref().map(Into::into)),
                     int(row.tasks_started),
-                    Arg::Text(json(&*row.config)),
-                    Arg::Text(status_text(row.status)),
-                    Arg::OptText(row.result.as_ref().map(|result| result.text().to_owned())),
-                    Arg::OptText(row.error.as_deref().map(str::to_owned)),
+                    Arg::Text(json(&*row.config).into()),
+                    status_text(row.status),
+                    Arg::OptText(row.result.as_ref().map(|result| result.text().into())),
+                    Arg::OptText(row.error.as_deref().map(Into::into)),
                     int(row.usage.input_tokens),
                     int(row.usage.output_tokens),
                 ],
@@ -40,24 +40,24 @@ pub(super) fn subagent_rows(dialect: Dialect, ops: &mut Vec<Op>, rows: &HashMap<
         ops,
         "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
          config, status, result, error, usage_input, usage_output)",
-        &rows,
+        rows,
         "(session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, error = excluded.error, \
          tasks_started = excluded.tasks_started, usage_input = excluded.usage_input, \
          usage_output = excluded.usage_output",
     );
 }
 
-pub(super) fn subagent_patches(dialect: Dialect, ops: &mut Vec<Op>, patches: &HashMap<Key, Patch>) {
-    let rows: Vec<Vec<Arg>> = patches
+pub(super) fn subagent_patches<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, patches: &'a HashMap<Key, Patch>) {
+    let rows: Vec<Vec<Arg<'a>>> = patches
         .iter()
         .map(|((session, id), patch)| {
             key_args(
                 session,
                 *id,
                 [
-                    Arg::Text(status_text(patch.status)),
-                    Arg::OptText(patch.result.as_ref().map(|result| result.text().to_owned())),
-                    Arg::OptText(patch.error.as_deref().map(str::to_owned)),
+                    status_text(patch.status),
+                    Arg::OptText(patch.result.as_ref().map(|result| result.text().into())),
+                    Arg::OptText(patch.error.as_deref().map(Into::into)),
                     Arg::OptInt(patch.tasks_started.map(|n| i64::try_from(n).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.input_tokens).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.output_tokens).unwrap_or(i64::MAX))),
@@ -75,11 +75,11 @@ pub(super) fn subagent_patches(dialect: Dialect, ops: &mut Vec<Op>, patches: &Ha
          usage_output = COALESCE(v.column8, subagents.usage_output)",
         "subagents.session_id = v.column1 AND subagents.id = v.column2",
         8,
-        &rows,
+        rows,
     );
 }
 
-pub(super) fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key, TaskOp<'_>>) {
+pub(super) fn task_ops<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, tasks: &'a HashMap<Key, TaskOp<'_>>) {
     let mut deleted = Vec::new();
     let mut inserted = Vec::new();
     let mut updated = Vec::new();
@@ -90,12 +90,12 @@ pub(super) fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key,
                 session,
                 *id,
                 [
-                    Arg::Text(json(&***task)),
+                    Arg::Text(json(&***task).into()),
                     int(*task_no),
                     int(u64::from(*attempt)),
                     int(*step),
-                    Arg::OptText(checkpoint.map(|head| json(head.state))),
-                    Arg::OptText(checkpoint.and_then(|head| head.appended_to).map(str::to_owned)),
+                    Arg::OptText(checkpoint.map(|head| json(head.state).into())),
+                    Arg::OptText(checkpoint.and_then(|head| head.appended_to).map(Into::into)),
                 ],
             )),
             TaskOp::Update { attempt, checkpoint } => updated.push(key_args(
@@ -104,8 +104,8 @@ pub(super) fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key,
                 [
                     Arg::OptInt(attempt.map(i64::from)),
                     Arg::OptInt(checkpoint.map(|(step, _)| i64::from(step))),
-                    Arg::OptText(checkpoint.map(|(_, head)| json(head.state))),
-                    Arg::OptText(checkpoint.and_then(|(_, head)| head.appended_to).map(str::to_owned)),
+                    Arg::OptText(checkpoint.map(|(_, head)| json(head.state).into())),
+                    Arg::OptText(checkpoint.and_then(|(_, head)| head.appended_to).map(Into::into)),
                 ],
             )),
         }
@@ -115,7 +115,7 @@ pub(super) fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key,
         dialect,
         ops,
         "tasks (session_id, subagent_id, task, task_no, attempt, step, checkpoint, appended_to)",
-        &inserted,
+        inserted,
         "(session_id, subagent_id) DO UPDATE SET task = excluded.task, task_no = excluded.task_no, \
          attempt = excluded.attempt, step = excluded.step, checkpoint = excluded.checkpoint, \
          appended_to = excluded.appended_to",
@@ -129,23 +129,23 @@ pub(super) fn task_ops(dialect: Dialect, ops: &mut Vec<Op>, tasks: &HashMap<Key,
          appended_to = CASE WHEN v.column4 IS NULL THEN tasks.appended_to ELSE v.column6 END",
         "tasks.session_id = v.column1 AND tasks.subagent_id = v.column2",
         6,
-        &updated,
+        updated,
     );
 }
 
 /// The statements of `checkpoint_parts`: the deletes first (a list started
 /// over, a task ended), then one insert row per run of appended items,
 /// keyed by the index of its first item in the list.
-pub(super) fn checkpoint_parts(dialect: Dialect, ops: &mut Vec<Op>, parts: &HashMap<Key, PartsOp<'_>>) {
+pub(super) fn checkpoint_parts<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, parts: &'a HashMap<Key, PartsOp<'_>>) {
     let reset: Vec<Key> = parts.iter().filter(|(_, op)| op.reset).map(|(key, _)| key.clone()).collect();
     deletes(dialect, ops, "checkpoint_parts", "subagent_id", &reset);
-    let rows: Vec<Vec<Arg>> = parts
+    let rows: Vec<Vec<Arg<'a>>> = parts
         .iter()
         .flat_map(|((session, id), op)| {
             op.runs
                 .iter()
                 .filter(|(_, items)| !items.is_empty())
-                .map(|(from, items)| key_args(session, *id, [int(*from), Arg::Text(json(items))]))
+                .map(|(from, items)| key_args(session, *id, [int(*from), Arg::Text(json(items).into())]))
         })
         .collect();
     // A run stored again (a batch retried after its commit's outcome was
@@ -154,7 +154,7 @@ pub(super) fn checkpoint_parts(dialect: Dialect, ops: &mut Vec<Op>, parts: &Hash
         dialect,
         ops,
         "checkpoint_parts (session_id, subagent_id, seq, items)",
-        &rows,
+        rows,
         "(session_id, subagent_id, seq) DO UPDATE SET items = excluded.items",
     );
 }

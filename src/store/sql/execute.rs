@@ -18,7 +18,7 @@ const PG_MAX_PARAMS: usize = 30_000;
 /// parameters it takes several such statements in one transaction. The
 /// first carries the `fence` (the node's epochs for the batch's sessions),
 /// so the whole batch is refused when one of them is no longer this node's.
-pub(super) async fn run_statements(pool: &PgPool, ops: &[Op], fence: Option<&Fence>) -> Result<(), sqlx::Error> {
+pub(super) async fn run_statements(pool: &PgPool, ops: &[Op<'_>], fence: Option<&Fence>) -> Result<(), sqlx::Error> {
     let mut groups: Vec<&[Op]> = Vec::new();
     let (mut start, mut params) = (0, 0);
     for (index, op) in ops.iter().enumerate() {
@@ -62,7 +62,7 @@ fn bind_all<'q>(
 ) -> sqlx::query::Query<'q, sqlx::Postgres, PgArguments> {
     for arg in ops.iter().flat_map(|op| &op.args) {
         query = match arg {
-            Arg::Text(text) => query.bind(text.as_str()),
+            Arg::Text(text) => query.bind(&**text),
             Arg::OptText(text) => query.bind(text.as_deref()),
             Arg::Int(n) => query.bind(*n),
             Arg::OptInt(n) => query.bind(*n),
@@ -75,7 +75,7 @@ fn bind_all<'q>(
 
 /// One statement doing all of `ops` (each numbered `$1 …` on its own),
 /// after the fence when `fenced` (its parameters come first).
-fn combined(ops: &[Op], fenced: bool) -> String {
+fn combined(ops: &[Op<'_>], fenced: bool) -> String {
     match ops {
         [only] if !fenced => only.sql.clone(),
         _ => {

@@ -59,7 +59,7 @@ impl SqlStore {
         }
     }
 
-    async fn run(&self, ops: &[Op], fence: Option<&Fence>) -> Result<(), CommitError> {
+    async fn run(&self, ops: &[Op<'_>], fence: Option<&Fence>) -> Result<(), CommitError> {
         match &self.pool {
             // Blocking, on the writer thread, which has nothing else to do
             // until the batch is committed.
@@ -99,7 +99,8 @@ impl SqlStore {
         if batch.is_empty() {
             return Ok(());
         }
-        self.run(&batch::compile(batch, retained, self.dialect()), fence).await
+        let folded = batch::fold(batch);
+        self.run(&batch::compile(&folded, retained, self.dialect()), fence).await
     }
 
     async fn delete_expired(&self, before_ms: i64) -> Result<u64, StoreError> {

@@ -8,7 +8,7 @@
 //! and no two batches spell the same one). Profiled on the TCP bench, that
 //! parse was 30 % of the worker's time and the hand-offs another 10 %. Here
 //! each statement is looked up in a cache by its text (statements take few
-//! shapes: see `batch::statement::chunks`), bound and stepped, on the
+//! shapes: see `batch::statement::chunk_sizes`), bound and stepped, on the
 //! writer's own thread.
 //!
 //! Both connections open the same file in WAL mode: the writer thread is
@@ -77,7 +77,7 @@ impl SqliteCommits {
 /// Binds `arg` to parameter `index` (1-based).
 fn bind(statement: &mut rusqlite::CachedStatement<'_>, index: usize, arg: &Arg) -> Result<(), rusqlite::Error> {
     match arg {
-        Arg::Text(text) => statement.raw_bind_parameter(index, text.as_str()),
+        Arg::Text(text) => statement.raw_bind_parameter(index, &**text),
         Arg::OptText(text) => statement.raw_bind_parameter(index, text.as_deref()),
         Arg::Int(n) => statement.raw_bind_parameter(index, n),
         Arg::OptInt(n) => statement.raw_bind_parameter(index, n),
