@@ -105,15 +105,20 @@ impl Tree {
         Supervisor: Handler<msg::Asked<M>>,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        // As `send` queues it: at once, or once the mailbox has room.
+        // As `send` queues it: at once, or once the mailbox has room. A
+        // closed mailbox is `Err(())` here, its error made only once the
+        // future runs: a `HostError` held from the start, and the `?` on
+        // it held across the wait, made this future 120 bytes larger.
         let queued = match self.inner.addr.try_send(msg::Asked(msg, tx)) {
             Ok(()) => Ok(None),
             Err(SendError::Full(asked)) => Ok(Some(Box::pin(self.inner.addr.send(asked)))),
-            Err(SendError::Closed(_)) => Err(HostError::from(MailboxError::Closed)),
+            Err(SendError::Closed(_)) => Err(()),
         };
         async move {
-            if let Some(room) = queued? {
-                room.await?;
+            match queued {
+                Ok(None) => {}
+                Ok(Some(room)) => room.await?,
+                Err(()) => return Err(HostError::from(MailboxError::Closed)),
             }
             // Dropped unanswered: the supervisor stopped, as `send` says.
             rx.await.map_err(|_| HostError::from(MailboxError::Closed))

@@ -210,8 +210,10 @@ impl SubagentActor {
         // it is polled with the actor, dropped with it, and its outcome lands
         // in `settle` on this actor. The adapter's future is gone, and the
         // live count down, before `settle` runs: both are locals of the block,
-        // dropped as it ends.
-        let run = async move {
+        // dropped as it ends. Boxed as it is made: actix would box it too,
+        // but only once wrapped, after moving its several hundred bytes into
+        // each wrapper in turn.
+        let run = Box::pin(async move {
             let _live = live;
             let timed = clock::run_until(deadline_base, deadline_clock, adapter.run(task_ctx));
             tokio::pin!(timed);
@@ -231,7 +233,7 @@ impl SubagentActor {
                 Ok(None) => Outcome::Aborted,
                 Err(panic) => Outcome::Panicked(panic_text(panic)),
             }
-        };
+        });
         self.task = Some(RunningTask {
             ticket,
             shared,

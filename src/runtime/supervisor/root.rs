@@ -229,14 +229,20 @@ impl Supervisor {
         // bounded mailbox (actix's default is 16, until the actor first runs)
         // would make `send` hold messages back while `do_send` goes ahead of
         // them: a delegate overtaking the messages sent before it.
-        let addr = SubagentActor::create(|ctx| {
-            ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
-            let mut actor = actor;
-            if let Some(run) = first {
-                <SubagentActor as Handler<RunTask>>::handle(&mut actor, run, ctx);
-            }
-            actor
-        });
+        let mut ctx = Context::new();
+        ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
+        let mut actor = actor;
+        if let Some(run) = first {
+            <SubagentActor as Handler<RunTask>>::handle(&mut actor, run, &mut ctx);
+        }
+        // Started as `Context::run` starts it, but boxed: the actor's
+        // future (its context and state, several hundred bytes) is then
+        // moved once, into the box, where tokio would move it whole into
+        // its task, and copy its size again each time the task's stage
+        // changes (a few hundred instructions per actor).
+        let running = Box::pin(ctx.into_future(actor));
+        let addr = running.address();
+        actix_rt::spawn(running);
         let addr = Arc::new(ActorLink::new(addr, handed));
         let entry = self.index.get_mut(&id).expect("start is called on a listed subagent");
         entry.slot = Slot::Live { addr: Arc::clone(&addr), gone };
