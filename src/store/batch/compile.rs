@@ -275,8 +275,12 @@ mod tests {
         assert_eq!(ops[0].args[4], Arg::OptText(Some(r#"{"usage":5}"#.into())), "the head, without the list");
         assert_eq!(ops[0].args[5], Arg::OptText(Some("messages".into())), "the field the parts make");
         assert!(ops[1].sql.starts_with("INSERT INTO checkpoint_parts"), "{ops:#?}");
-        let row =
-            vec![Arg::Text("s".into()), Arg::Text(id.to_string().into()), Arg::Int(7), Arg::Text(r#"["a","b","c"]"#.into())];
+        let row = vec![
+            Arg::Text("s".into()),
+            Arg::Text(id.to_string().into()),
+            Arg::Int(7),
+            Arg::Text(r#"["a","b","c"]"#.into()),
+        ];
         assert_eq!(ops[1].args, row, "only what was added, from its place in the list");
     }
 
@@ -464,7 +468,8 @@ mod tests {
                 })
                 .collect()
         };
-        let (many, few) = (compiled(&lines(150), 1024, Dialect::Postgres), compiled(&lines(3), 1024, Dialect::Postgres));
+        let (many, few) =
+            (compiled(&lines(150), 1024, Dialect::Postgres), compiled(&lines(3), 1024, Dialect::Postgres));
         let texts = |ops: &[Op]| ops.iter().map(|op| op.sql.clone()).collect::<Vec<_>>();
         assert_eq!(texts(&many), texts(&few), "prepared once, whatever the batch's size: {many:#?}");
         let insert = many.iter().find(|op| op.sql.starts_with("INSERT INTO journal")).expect("the lines");

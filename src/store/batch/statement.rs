@@ -168,10 +168,7 @@ pub(super) fn insert<'a>(
     let mut rows = rows.into_iter();
     for size in chunk_sizes(rows.len()) {
         ops.push(Op {
-            sql: format!(
-                "INSERT INTO {table} VALUES {} ON CONFLICT {on_conflict}",
-                values(dialect, size, width)
-            ),
+            sql: format!("INSERT INTO {table} VALUES {} ON CONFLICT {on_conflict}", values(dialect, size, width)),
             args: rows.by_ref().take(size).flatten().collect(),
         });
     }
@@ -283,8 +280,5 @@ pub(in crate::store) fn end_session<'a>(dialect: Dialect, session: &'a str, ops:
 /// A session's lease goes (it expired: no node serves it).
 pub(in crate::store) fn drop_lease<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
-    ops.push(Op {
-        sql: format!("DELETE FROM leases WHERE session_id = {p}"),
-        args: vec![Arg::Text(session.into())],
-    });
+    ops.push(Op { sql: format!("DELETE FROM leases WHERE session_id = {p}"), args: vec![Arg::Text(session.into())] });
 }
