@@ -9,14 +9,16 @@ use std::sync::Arc;
 
 use super::forward::Forward;
 use super::queue::Queued;
-use super::record::{Entry, Slot};
+use super::record::{Entry, SharedAddr, Slot};
 use super::{AwaitReply, Supervisor};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
+use crate::runtime::gone::GoneSignal;
 use crate::runtime::merge_strategies::{self as merge, MergeInput};
 use crate::runtime::messages::*;
+use crate::runtime::subagent::SubagentActor;
 
 impl Supervisor {
     pub(super) fn delegate(&mut self, msg: Delegate) -> Forward<Result<DelegateResponse, HostError>, RunTask> {
@@ -42,16 +44,18 @@ impl Supervisor {
         }
         // A dormant subagent's actor is made now and handed the task before
         // it first runs (`Supervisor::run_actor`), unless the task is queued.
-        let live = entry.live_addr();
-        let dormant = match live {
-            Some(_) => None,
-            None => Some(self.make_actor(msg.id, Vec::new())),
+        let actor = match entry.live_addr() {
+            Some(addr) => DelegateTo::Live(addr),
+            None => {
+                let (actor, gone) = self.make_actor(msg.id, Vec::new());
+                DelegateTo::Made(actor, gone)
+            }
         };
         if self.capped() && !self.index[&msg.id].caps.holds_slot {
             if !self.slot_free(msg.id) {
                 // Its actor runs meanwhile, as a woken one does (and starts
                 // before the ticket is drawn: it has not seen that task).
-                if let Some((actor, gone)) = dormant {
+                if let DelegateTo::Made(actor, gone) = actor {
                     self.run_actor(msg.id, actor, gone, None);
                 }
                 let ticket = self.new_ticket(msg.id);
@@ -77,15 +81,14 @@ impl Supervisor {
             resume: None,
             ticket,
         };
-        match (live, dormant) {
-            (Some(addr), _) => Forward::To(addr, run),
-            (None, Some((actor, gone))) => {
+        match actor {
+            DelegateTo::Live(addr) => Forward::To(addr, run),
+            DelegateTo::Made(actor, gone) => {
                 // A new actor accepts its first task (it is not stopping and
                 // runs none), so the answer is known now.
                 self.run_actor(msg.id, actor, gone, Some(run));
                 Forward::Answer(Ok(STARTED))
             }
-            (None, None) => unreachable!("a subagent without an actor has one made above"),
         }
     }
 
@@ -226,4 +229,14 @@ impl Supervisor {
             Ok(MergeResponse { merged_result })
         }))
     }
+}
+
+/// The actor a delegate goes to: running, or made for it from a dormant
+/// subagent's record and not started yet.
+// Large, but it only lives on the stack for the length of one delegate:
+// boxing the new actor would cost every such delegate an allocation.
+#[allow(clippy::large_enum_variant)]
+enum DelegateTo {
+    Live(SharedAddr),
+    Made(SubagentActor, GoneSignal),
 }

@@ -165,13 +165,9 @@ pub(super) fn insert<'a>(
         return;
     }
     let width = rows.first().map_or(0, Vec::len);
-    let mut rows = rows.into_iter();
-    for size in chunk_sizes(rows.len()) {
-        ops.push(Op {
-            sql: format!("INSERT INTO {table} VALUES {} ON CONFLICT {on_conflict}", values(dialect, size, width)),
-            args: rows.by_ref().take(size).flatten().collect(),
-        });
-    }
+    per_chunk(dialect, ops, rows, width, |values| {
+        format!("INSERT INTO {table} VALUES {values} ON CONFLICT {on_conflict}")
+    });
 }
 
 // Multi-row `UPDATE table SET set FROM (VALUES …) AS v WHERE matches`, or
@@ -194,15 +190,24 @@ pub(super) fn update_from<'a>(
         });
         return;
     }
+    per_chunk(dialect, ops, rows, width, |values| {
+        format!("UPDATE {table} SET {set} FROM (VALUES {values}) AS v WHERE {matches}")
+    });
+}
+
+// One statement per chunk of `rows` (of `width` values each, cut by
+// `chunk_sizes`), its text made by `sql` from the chunk's `VALUES` list;
+// each row's values move into its chunk's statement.
+fn per_chunk<'a>(
+    dialect: Dialect,
+    ops: &mut Vec<Op<'a>>,
+    rows: Vec<Vec<Arg<'a>>>,
+    width: usize,
+    sql: impl Fn(&str) -> String,
+) {
     let mut rows = rows.into_iter();
     for size in chunk_sizes(rows.len()) {
-        ops.push(Op {
-            sql: format!(
-                "UPDATE {table} SET {set} FROM (VALUES {}) AS v WHERE {matches}",
-                values(dialect, size, width)
-            ),
-            args: rows.by_ref().take(size).flatten().collect(),
-        });
+        ops.push(Op { sql: sql(&values(dialect, size, width)), args: rows.by_ref().take(size).flatten().collect() });
     }
 }
 
