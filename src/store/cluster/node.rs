@@ -42,7 +42,10 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
     let renew_pool = pool.clone();
     tokio::spawn(async move {
         let every = (renewing.settings.lease / 3).max(Duration::from_millis(50));
-        let mut tick = tokio::time::interval(every);
+        // Its first tick one period on: registering renewed the lease just
+        // now (an interval's first tick is at once: a second renewal for
+        // nothing, run whenever the spawned task first gets the thread).
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks: u32 = 0;
         loop {
