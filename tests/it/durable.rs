@@ -1545,6 +1545,10 @@ fn durable_http_sends_answered_200_take_effect_once_whatever_the_kill_point() {
         expected.sort();
         assert_eq!(names, expected, "after kill {round} (seed {seed}): every spawn answered 200 happened, once");
     }
+    // Read on to the last spawn's reply: the loop stops reading at the
+    // last list's reply, and nothing orders the two (earlier rounds' are
+    // read by the next round's drain).
+    log.reply(&mut stream, &format!("s{}", rounds - 1));
     for round in 0..rounds {
         let req = format!("s{round}");
         assert_eq!(log.replies(&req).len(), 1, "replies to {req} (seed {seed}): {:?}", log.replies(&req));
