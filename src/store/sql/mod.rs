@@ -9,6 +9,7 @@
 //! - `migrations`: the embedded migrations and running them.
 //! - `execute`: running a compiled batch in one transaction on PostgreSQL.
 //! - `sqlite_commits`: the connection SQLite's batches are committed on.
+//! - `sqlite_checkpoints`: the thread that checkpoints SQLite's WAL.
 //! - `load_session`: loading one stored session whole.
 //! - `cells`: reading stored columns back.
 
@@ -18,6 +19,7 @@ mod execute;
 mod load_session;
 mod migrations;
 mod sql_store;
+mod sqlite_checkpoints;
 mod sqlite_commits;
 
 pub(super) use sql_store::SqlStore;

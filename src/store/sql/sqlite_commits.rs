@@ -13,7 +13,9 @@
 //!
 //! Both connections open the same file in WAL mode: the writer thread is
 //! the only one that writes, and a load (on sqlx's connection) that follows
-//! a commit sees it, as any later reader of the file does.
+//! a commit sees it, as any later reader of the file does. A third
+//! connection checkpoints the WAL, on a thread of its own
+//! (`sqlite_checkpoints`).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::sqlite_checkpoints::{checkpoint, Checkpointer};
 use crate::store::batch::{Arg, Op};
 
 /// Prepared statements kept: a table's statement in each of its chunk
@@ -33,6 +36,7 @@ pub(super) struct SqliteCommits {
     // Only the writer thread calls it; the lock is never contended, and
     // makes the store `Sync` as its trait asks.
     connection: Mutex<Connection>,
+    checkpointer: Checkpointer,
 }
 
 impl SqliteCommits {
@@ -49,8 +53,15 @@ impl SqliteCommits {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(format!("the SQLite store {} is not in WAL mode ({mode})", path.display()));
         }
+        // The checkpoint thread checkpoints, never a commit.
+        connection.pragma_update(None, "wal_autocheckpoint", 0).map_err(failed)?;
+        // A statement that may fail halfway keeps a journal of the pages it
+        // changed, to undo them; past 64 KiB SQLite spilled it to a
+        // temporary file, a write system call a page on every commit.
+        connection.pragma_update(None, "temp_store", "MEMORY").map_err(failed)?;
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        Ok(Self { connection: Mutex::new(connection) })
+        let checkpointer = Checkpointer::start(path, full_sync)?;
+        Ok(Self { connection: Mutex::new(connection), checkpointer })
     }
 
     /// Runs `ops` in one transaction: all of them, or none.
@@ -70,7 +81,15 @@ impl SqliteCommits {
             statement.raw_execute()?;
         }
         // Dropped without a commit (an error above), it rolls back.
-        transaction.commit()
+        transaction.commit()?;
+        if self.checkpointer.committed() {
+            // Between two commits nothing is written behind it: the WAL is
+            // copied whole, and starts over at the next commit.
+            if let Err(err) = checkpoint(&connection) {
+                log::warn!("store: the writer's SQLite checkpoint failed: {err}");
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,133 @@
+//! [`Checkpointer`]: copies SQLite's WAL back into the database file on a
+//! thread of its own, so that the store writer never stalls on a checkpoint.
+//!
+//! Left to SQLite, the connection whose commit takes the WAL past 1 000
+//! pages runs the checkpoint inside that commit: it reads every page
+//! back, writes it into the database file and syncs the file. On the store
+//! writer, that was a stall of several milliseconds every few dozen
+//! commits, with every session's replies waiting behind it. Here the
+//! commits connection never checkpoints by itself; this thread does,
+//! `PASSIVE` (it waits for no one and blocks no one), on its own
+//! connection, every [`COMMITS_PER_CHECKPOINT`] commits.
+//!
+//! A passive checkpoint running beside the writer may never find the WAL
+//! wholly copied, and SQLite starts the WAL over only when it is. So
+//! [`Checkpointer::committed`] tells the writer when the WAL has outgrown
+//! [`WAL_PAGES_LIMIT`]; the writer then checkpoints between two of its own
+//! commits, where nothing is written behind it, and the WAL starts over.
+
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+/// Commits between two checkpoints. At the bench's 30–40 WAL pages a
+/// commit, about SQLite's own 1 000-page interval.
+const COMMITS_PER_CHECKPOINT: u64 = 32;
+
+/// WAL pages past which the writer checkpoints by itself (64 MiB of 4 KiB
+/// pages).
+pub(super) const WAL_PAGES_LIMIT: i64 = 16_384;
+
+#[derive(Debug, Default)]
+struct State {
+    commits: u64,
+    stopping: bool,
+    // The WAL's pages at the last checkpoint, and whether it copied them all.
+    wal_pages: i64,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere leaves these counters as consistent as before.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The checkpoint thread of one SQLite store.
+#[derive(Debug)]
+pub(super) struct Checkpointer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Starts checkpointing the store at `path` on its own connection, with
+    /// the commits' `synchronous` setting (which syncs a checkpoint's
+    /// writes either way).
+    pub(super) fn start(path: &Path, full_sync: bool) -> Result<Self, String> {
+        let failed =
+            |err: rusqlite::Error| format!("cannot open the SQLite store {} for checkpoints: {err}", path.display());
+        let connection = Connection::open(path).map_err(failed)?;
+        connection.busy_timeout(Duration::from_secs(5)).map_err(failed)?;
+        connection.pragma_update(None, "synchronous", if full_sync { "FULL" } else { "NORMAL" }).map_err(failed)?;
+        let shared = Arc::new(Shared::default());
+        let theirs = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || run(&connection, &theirs))
+            .map_err(|err| format!("cannot start the SQLite checkpoint thread: {err}"))?;
+        Ok(Self { shared, thread: Some(thread) })
+    }
+
+    /// A commit happened. Returns whether the WAL has outgrown
+    /// [`WAL_PAGES_LIMIT`], so that the writer should checkpoint now.
+    pub(super) fn committed(&self) -> bool {
+        let mut state = self.shared.state();
+        state.commits += 1;
+        if state.commits % COMMITS_PER_CHECKPOINT == 0 {
+            self.shared.wake.notify_one();
+        }
+        if state.wal_pages > WAL_PAGES_LIMIT {
+            // Once: the writer's checkpoint starts the WAL over.
+            state.wal_pages = 0;
+            return true;
+        }
+        false
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.shared.state().stopping = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+// The thread: a passive checkpoint every `COMMITS_PER_CHECKPOINT` commits.
+fn run(connection: &Connection, shared: &Shared) {
+    let mut done = 0;
+    loop {
+        {
+            let mut state = shared.state();
+            while !state.stopping && state.commits < done + COMMITS_PER_CHECKPOINT {
+                state = shared.wake.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            if state.stopping {
+                return;
+            }
+            done = state.commits;
+        }
+        match checkpoint(connection) {
+            Ok(wal_pages) => shared.state().wal_pages = wal_pages,
+            Err(err) => log::warn!("store: an SQLite checkpoint failed (the next one retries): {err}"),
+        }
+    }
+}
+
+/// Runs a passive checkpoint on `connection`; returns the pages the WAL
+/// holds (SQLite's `log` column).
+pub(super) fn checkpoint(connection: &Connection) -> Result<i64, rusqlite::Error> {
+    connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
+}
