@@ -61,6 +61,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// holds every session in it at the epoch the fence names.
     fn commit<'a>(&'a self, batch: &'a [Change], journal_retained: u64, fence: Option<&'a Fence>) -> CommitFuture<'a>;
 
+    /// Runs `durable` once every commit that returned so far is durable.
+    /// By default a commit is durable when it returns; a store that makes
+    /// commits durable after they return (SQLite syncing its WAL on a
+    /// thread of its own) runs it later, in commit order.
+    fn after_durable(&self, durable: Box<dyn FnOnce() + Send>) {
+        durable();
+    }
+
     /// Loads a stored session, or `None` when the store has no such session.
     fn load_session<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<StoredSession>>;
 

@@ -10,6 +10,7 @@
 //! - `execute`: running a compiled batch in one transaction on PostgreSQL.
 //! - `sqlite_commits`: the connection SQLite's batches are committed on.
 //! - `sqlite_checkpoints`: the thread that checkpoints SQLite's WAL.
+//! - `sqlite_wal_sync`: the thread that syncs SQLite's commits to disk.
 //! - `load_session`: loading one stored session whole.
 //! - `cells`: reading stored columns back.
 
@@ -21,5 +22,6 @@ mod migrations;
 mod sql_store;
 mod sqlite_checkpoints;
 mod sqlite_commits;
+mod sqlite_wal_sync;
 
 pub(super) use sql_store::SqlStore;

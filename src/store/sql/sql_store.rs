@@ -155,6 +155,14 @@ impl Store for SqlStore {
         Box::pin(self.commit_with_retention(batch, journal_retained, fence))
     }
 
+    fn after_durable(&self, durable: Box<dyn FnOnce() + Send>) {
+        match &self.pool {
+            Pool::Sqlite(_, commits) => commits.after_sync(durable),
+            // Committed with `synchronous_commit` on: durable already.
+            Pool::Postgres(_) => durable(),
+        }
+    }
+
     fn load_session<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<StoredSession>> {
         Box::pin(SqlStore::load_session(self, session_id))
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::sqlite_checkpoints::{checkpoint, Checkpointer};
+use super::sqlite_wal_sync::{Durable, WalSync};
 use crate::store::batch::{Arg, Op};
 
 /// Prepared statements kept: a table's statement in each of its chunk
@@ -36,6 +37,8 @@ pub(super) struct SqliteCommits {
     // Only the writer thread calls it; the lock is never contended, and
     // makes the store `Sync` as its trait asks.
     connection: Mutex<Connection>,
+    // With `full_sync`: syncs the WAL after commits, off this thread.
+    wal_sync: Option<WalSync>,
     checkpointer: Checkpointer,
 }
 
@@ -48,7 +51,9 @@ impl SqliteCommits {
         let connection = Connection::open(path).map_err(failed)?;
         connection.busy_timeout(Duration::from_secs(5)).map_err(failed)?;
         // `synchronous` is the connection's own setting, not the file's.
-        connection.pragma_update(None, "synchronous", if full_sync { "FULL" } else { "NORMAL" }).map_err(failed)?;
+        // `NORMAL` either way: with `full_sync`, `WalSync` syncs each
+        // commit before anything waiting for it is released.
+        connection.pragma_update(None, "synchronous", "NORMAL").map_err(failed)?;
         let mode: String = connection.pragma_query_value(None, "journal_mode", |row| row.get(0)).map_err(failed)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(format!("the SQLite store {} is not in WAL mode ({mode})", path.display()));
@@ -60,14 +65,22 @@ impl SqliteCommits {
         // temporary file, a write system call a page on every commit.
         connection.pragma_update(None, "temp_store", "MEMORY").map_err(failed)?;
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let wal_sync = if full_sync { Some(WalSync::start(path)?) } else { None };
         let checkpointer = Checkpointer::start(path, full_sync)?;
-        Ok(Self { connection: Mutex::new(connection), checkpointer })
+        Ok(Self { connection: Mutex::new(connection), wal_sync, checkpointer })
     }
 
     /// Runs `ops` in one transaction: all of them, or none.
     pub(super) fn run(&self, ops: &[Op]) -> Result<(), rusqlite::Error> {
         if ops.is_empty() {
             return Ok(());
+        }
+        if let Some(failure) = self.wal_sync.as_ref().and_then(WalSync::failure) {
+            // Nothing is acknowledged any more: the store is failing.
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some(failure),
+            ));
         }
         let mut connection = self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Immediate: it takes the write lock at once, so a statement never
@@ -90,6 +103,17 @@ impl SqliteCommits {
             }
         }
         Ok(())
+    }
+}
+
+impl SqliteCommits {
+    /// Runs `durable` once every commit so far is on disk: at once without
+    /// `full_sync` (SQLite's `NORMAL`: on disk at the next checkpoint).
+    pub(super) fn after_sync(&self, durable: Durable) {
+        match &self.wal_sync {
+            Some(wal_sync) => wal_sync.after_sync(durable),
+            None => durable(),
+        }
     }
 }
 

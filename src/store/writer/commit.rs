@@ -27,7 +27,8 @@ pub struct CommitStats {
 }
 
 // Commits `batch` (retrying with backoff while the store fails: what a
-// client was told must not be lost), then releases the lines it journaled.
+// client was told must not be lost), then releases the lines it journaled
+// once the store says the commit is durable.
 // On a cluster node, the changes of sessions it no longer owns are dropped,
 // and a batch the store fences is retried without the sessions it names.
 pub(super) async fn commit(
@@ -92,7 +93,13 @@ pub(super) async fn commit(
             entry.1 = entry.1.max(seq);
         }
     }
-    for (gate, seq) in released.into_values() {
-        gate.advance(seq);
+    if released.is_empty() {
+        return;
     }
+    let released: Vec<(Arc<CommitGate>, u64)> = released.into_values().collect();
+    store.after_durable(Box::new(move || {
+        for (gate, seq) in released {
+            gate.advance(seq);
+        }
+    }));
 }

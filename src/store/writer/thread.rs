@@ -178,8 +178,13 @@ async fn run(
             }
         }
         commit(&*store, &mut batch, &settings, &stats, cluster).await;
-        for done in waiting.drain(..) {
-            let _ = done.send(());
+        if !waiting.is_empty() {
+            let flushed = std::mem::take(&mut waiting);
+            store.after_durable(Box::new(move || {
+                for done in flushed {
+                    let _ = done.send(());
+                }
+            }));
         }
         if last_expiry.elapsed() >= expiry_every {
             last_expiry = Instant::now();
