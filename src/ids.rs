@@ -94,15 +94,41 @@ impl<'de> Deserialize<'de> for SubagentId {
 pub trait IdSource: Send + Sync + 'static {
     /// The next candidate; the registry draws again when it is taken.
     fn next_candidate(&self) -> u32;
+
+    /// The next candidate for a session whose last id was `previous`. By
+    /// default the same as [`IdSource::next_candidate`].
+    fn next_after(&self, previous: u32) -> u32 {
+        let _ = previous;
+        self.next_candidate()
+    }
 }
 
-/// Random 32-bit candidates (the `hex[:8]` of a fresh random value).
+/// Most a session's ids step up by from one spawn to the next.
+const MAX_STEP: u32 = 1 << 16;
+
+/// Random candidates: a session's first id is a random 32-bit value, and
+/// each next one is a random step (1 to [`MAX_STEP`]) above its last.
+///
+/// Why rising: the store keys a subagent's rows by (session, id), and ids
+/// that rise within a session land each new row at the end of its
+/// session's keys, where the last one went, instead of on a random page
+/// of the index (on SQLite, half the pages a commit wrote). Why only
+/// within a session: a host-wide counter would tell one client how many
+/// subagents the others spawned. A session's own ids tell it nothing of
+/// the others: its start and its steps are drawn for it alone, and a
+/// candidate another session holds (rare: 2^32 values) is only stepped
+/// over.
 #[derive(Debug, Default)]
 pub(crate) struct RandomIds;
 
 impl IdSource for RandomIds {
     fn next_candidate(&self) -> u32 {
         fastrand::u32(..)
+    }
+
+    fn next_after(&self, previous: u32) -> u32 {
+        // Past `u32::MAX` it wraps round, and rises again from there.
+        previous.wrapping_add(fastrand::u32(1..=MAX_STEP))
     }
 }
 
@@ -169,12 +195,25 @@ impl IdRegistry {
     /// Gives up (`None`) after 64 taken candidates in a row, which with random
     /// draws means the id space is all but full.
     pub fn allocate(&self) -> Option<SubagentId> {
+        self.allocate_after(None)
+    }
+
+    /// Draws a fresh id for a session whose last id was `previous` (`None`
+    /// for its first), as [`IdRegistry::allocate`] does: the source's
+    /// [`IdSource::next_after`] the last candidate, again while the
+    /// candidate is in use.
+    pub fn allocate_after(&self, previous: Option<SubagentId>) -> Option<SubagentId> {
+        let mut last = previous.map(|id| id.0);
         for _ in 0..64 {
-            let candidate = self.source.next_candidate();
+            let candidate = match last {
+                Some(previous) => self.source.next_after(previous),
+                None => self.source.next_candidate(),
+            };
             if self.shard(candidate).insert(candidate) {
                 return Some(SubagentId(candidate));
             }
             log::debug!("subagent id collision on {}; drawing again", SubagentId(candidate));
+            last = Some(candidate);
         }
         None
     }
@@ -198,5 +237,63 @@ impl IdRegistry {
 impl Default for IdRegistry {
     fn default() -> Self {
         Self::new(Box::new(RandomIds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Steps up by one, from 100.
+    struct Stepping;
+
+    impl IdSource for Stepping {
+        fn next_candidate(&self) -> u32 {
+            100
+        }
+
+        fn next_after(&self, previous: u32) -> u32 {
+            previous.wrapping_add(1)
+        }
+    }
+
+    // Only ever offers 7.
+    struct Sevens;
+
+    impl IdSource for Sevens {
+        fn next_candidate(&self) -> u32 {
+            7
+        }
+    }
+
+    #[test]
+    fn random_ids_rise_by_a_bounded_random_step_and_wrap_round() {
+        let mut previous = fastrand::u32(..);
+        let mut steps = HashSet::new();
+        for _ in 0..1000 {
+            let next = RandomIds.next_after(previous);
+            let step = next.wrapping_sub(previous);
+            assert!((1..=MAX_STEP).contains(&step), "step {step}");
+            steps.insert(step);
+            previous = next;
+        }
+        assert!(steps.len() > 900, "steps are drawn, not fixed: {} distinct", steps.len());
+        assert!(RandomIds.next_after(u32::MAX) < MAX_STEP, "past u32::MAX it wraps round");
+    }
+
+    #[test]
+    fn a_session_steps_over_an_id_another_holds() {
+        let registry = IdRegistry::new(Box::new(Stepping));
+        let first = registry.allocate_after(None).expect("first");
+        assert_eq!(first, SubagentId(100));
+        assert!(registry.claim(SubagentId(101)), "another session holds 101");
+        assert_eq!(registry.allocate_after(Some(first)), Some(SubagentId(102)));
+    }
+
+    #[test]
+    fn a_source_without_next_after_draws_as_before_and_gives_up_when_full() {
+        let registry = IdRegistry::new(Box::new(Sevens));
+        assert_eq!(registry.allocate_after(Some(SubagentId(3))), Some(SubagentId(7)));
+        assert_eq!(registry.allocate_after(Some(SubagentId(7))), None, "64 taken candidates in a row");
     }
 }

@@ -104,7 +104,12 @@ impl Supervisor {
         if has_rules(&request.agent.metadata) || parent_metadata.is_some_and(has_rules) {
             inherit_rules(&mut request.agent.metadata, parent_metadata)?;
         }
-        let id = self.host.ids.allocate().ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
+        let id = self
+            .host
+            .ids
+            .allocate_after(self.last_id)
+            .ok_or_else(|| HostError::runtime("no free subagent id could be drawn"))?;
+        self.last_id = Some(id);
         let (usage, wall) = match self.budget_for(id, parent, budget) {
             Ok(granted) => granted,
             Err(err) => {

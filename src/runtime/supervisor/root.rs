@@ -58,6 +58,9 @@ pub(crate) struct Supervisor {
     // The next spawn's place in spawn order (stored, so a restored tree
     // lists children as before).
     pub(super) next_ord: u64,
+    // The last id this session drew: the next one rises from it (see
+    // `RandomIds`).
+    pub(super) last_id: Option<SubagentId>,
     // The session's token counts and budget: every top-level subagent's
     // meter hangs under it.
     pub(super) usage_root: Arc<UsageMeter>,
@@ -98,6 +101,7 @@ impl Supervisor {
             interned: Interned::default(),
             listed: None,
             next_ord: 0,
+            last_id: None,
             usage_root: UsageMeter::session(session_budget),
             running: 0,
             queue: VecDeque::new(),
