@@ -83,7 +83,7 @@ impl Checkpointer {
     pub(super) fn committed(&self) -> bool {
         let mut state = self.shared.state();
         state.commits += 1;
-        if state.commits % COMMITS_PER_CHECKPOINT == 0 {
+        if state.commits.is_multiple_of(COMMITS_PER_CHECKPOINT) {
             self.shared.wake.notify_one();
         }
         if state.wal_pages > WAL_PAGES_LIMIT {
@@ -130,4 +130,36 @@ fn run(connection: &Connection, shared: &Shared) {
 /// holds (SQLite's `log` column).
 pub(super) fn checkpoint(connection: &Connection) -> Result<i64, rusqlite::Error> {
     connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn the_thread_copies_the_wal_into_the_database_file_every_few_commits() {
+        let dir = std::env::temp_dir().join(format!("subagentd-checkpoints-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("state.sqlite3");
+        let writer = Connection::open(&path).expect("open");
+        let mode: String = writer.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).expect("wal");
+        assert_eq!(mode, "wal");
+        writer.pragma_update(None, "wal_autocheckpoint", 0).expect("no checkpoints of its own");
+        writer.execute_batch("CREATE TABLE t (n INTEGER, text TEXT)").expect("table");
+        let checkpointer = Checkpointer::start(&path, true).expect("start");
+        let file_size = || std::fs::metadata(&path).map(|meta| meta.len()).unwrap_or(0);
+        let before = file_size();
+        for n in 0..COMMITS_PER_CHECKPOINT {
+            writer.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![n, "x".repeat(4000)]).expect("insert");
+            assert!(!checkpointer.committed(), "the WAL is far below its limit");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while file_size() < before + 32 * 4000 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(file_size() >= before + 32 * 4000, "the rows reached the database file: {} bytes", file_size());
+        drop(checkpointer);
+        std::fs::remove_dir_all(dir).ok();
+    }
 }
