@@ -29,13 +29,13 @@ const COMMITS_PER_CHECKPOINT: u64 = 32;
 
 /// WAL pages past which the writer checkpoints by itself (64 MiB of 4 KiB
 /// pages).
-pub(super) const WAL_PAGES_LIMIT: i64 = 16_384;
+const WAL_PAGES_LIMIT: i64 = 16_384;
 
 #[derive(Debug, Default)]
 struct State {
     commits: u64,
     stopping: bool,
-    // The WAL's pages at the last checkpoint, and whether it copied them all.
+    // The pages the WAL held at the last checkpoint.
     wal_pages: i64,
 }
 
