@@ -11,6 +11,7 @@
 //! - `sqlite_commits`: the connection SQLite's batches are committed on.
 //! - `sqlite_checkpoints`: the thread that checkpoints SQLite's WAL.
 //! - `sqlite_wal_sync`: the thread that syncs SQLite's commits to disk.
+//! - `signalled`: the lock and condition variable those two threads wait on.
 //! - `load_session`: loading one stored session whole.
 //! - `cells`: reading stored columns back.
 
@@ -19,6 +20,7 @@ mod connect;
 mod execute;
 mod load_session;
 mod migrations;
+mod signalled;
 mod sql_store;
 mod sqlite_checkpoints;
 mod sqlite_commits;

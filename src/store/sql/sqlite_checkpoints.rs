@@ -17,11 +17,13 @@
 //! commits, where nothing is written behind it, and the WAL starts over.
 
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::Connection;
+
+use super::signalled::Signalled;
 
 /// Commits between two checkpoints. At the bench's 30–40 WAL pages a
 /// commit, about SQLite's own 1 000-page interval.
@@ -39,23 +41,10 @@ struct State {
     wal_pages: i64,
 }
 
-#[derive(Debug, Default)]
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        // A panic elsewhere leaves these counters as consistent as before.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 /// The checkpoint thread of one SQLite store.
 #[derive(Debug)]
 pub(super) struct Checkpointer {
-    shared: Arc<Shared>,
+    shared: Arc<Signalled<State>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -69,7 +58,7 @@ impl Checkpointer {
         let connection = Connection::open(path).map_err(failed)?;
         connection.busy_timeout(Duration::from_secs(5)).map_err(failed)?;
         connection.pragma_update(None, "synchronous", if full_sync { "FULL" } else { "NORMAL" }).map_err(failed)?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Signalled::<State>::default());
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
@@ -81,10 +70,10 @@ impl Checkpointer {
     /// A commit happened. Returns whether the WAL has outgrown
     /// [`WAL_PAGES_LIMIT`], so that the writer should checkpoint now.
     pub(super) fn committed(&self) -> bool {
-        let mut state = self.shared.state();
+        let mut state = self.shared.lock();
         state.commits += 1;
         if state.commits.is_multiple_of(COMMITS_PER_CHECKPOINT) {
-            self.shared.wake.notify_one();
+            self.shared.notify();
         }
         if state.wal_pages > WAL_PAGES_LIMIT {
             // Once: the writer's checkpoint starts the WAL over.
@@ -97,8 +86,8 @@ impl Checkpointer {
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.shared.state().stopping = true;
-        self.shared.wake.notify_one();
+        self.shared.lock().stopping = true;
+        self.shared.notify();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -106,21 +95,19 @@ impl Drop for Checkpointer {
 }
 
 // The thread: a passive checkpoint every `COMMITS_PER_CHECKPOINT` commits.
-fn run(connection: &Connection, shared: &Shared) {
+fn run(connection: &Connection, shared: &Signalled<State>) {
     let mut done = 0;
     loop {
         {
-            let mut state = shared.state();
-            while !state.stopping && state.commits < done + COMMITS_PER_CHECKPOINT {
-                state = shared.wake.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
+            let state = shared
+                .wait_while(shared.lock(), |state| !state.stopping && state.commits < done + COMMITS_PER_CHECKPOINT);
             if state.stopping {
                 return;
             }
             done = state.commits;
         }
         match checkpoint(connection) {
-            Ok(wal_pages) => shared.state().wal_pages = wal_pages,
+            Ok(wal_pages) => shared.lock().wal_pages = wal_pages,
             Err(err) => log::warn!("store: an SQLite checkpoint failed (the next one retries): {err}"),
         }
     }

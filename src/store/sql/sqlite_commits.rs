@@ -104,9 +104,7 @@ impl SqliteCommits {
         }
         Ok(())
     }
-}
 
-impl SqliteCommits {
     /// Runs `durable` once every commit so far is on disk: at once without
     /// `full_sync` (SQLite's `NORMAL`: on disk at the next checkpoint).
     pub(super) fn after_sync(&self, durable: Durable) {

@@ -26,8 +26,10 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use super::signalled::Signalled;
 
 /// What a commit releases once it is on disk.
 pub(crate) type Durable = Box<dyn FnOnce() + Send>;
@@ -40,22 +42,9 @@ struct State {
     failed: Option<String>,
 }
 
-#[derive(Default)]
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        // A panic in a release closure leaves the list as consistent as before.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 /// The WAL sync thread of one SQLite store.
 pub(super) struct WalSync {
-    shared: Arc<Shared>,
+    shared: Arc<Signalled<State>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -78,7 +67,7 @@ impl WalSync {
                 .and_then(|dir| dir.sync_all())
                 .map_err(|err| format!("cannot sync the directory {}: {err}", dir.display()))?;
         }
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Signalled::<State>::default());
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
             .name("sqlite-wal-sync".into())
@@ -89,26 +78,26 @@ impl WalSync {
 
     /// Runs `durable` once everything committed so far is on disk.
     pub(super) fn after_sync(&self, durable: Durable) {
-        let mut state = self.shared.state();
+        let mut state = self.shared.lock();
         if state.failed.is_some() {
             // Never: what it releases is not known to be on disk.
             return;
         }
         state.waiting.push(durable);
-        self.shared.wake.notify_one();
+        self.shared.notify();
     }
 
     /// Why the WAL could not be synced, once a sync has failed.
     pub(super) fn failure(&self) -> Option<String> {
-        self.shared.state().failed.clone()
+        self.shared.lock().failed.clone()
     }
 }
 
 impl Drop for WalSync {
     fn drop(&mut self) {
         // The thread syncs and releases what is waiting before it stops.
-        self.shared.state().stopping = true;
-        self.shared.wake.notify_one();
+        self.shared.lock().stopping = true;
+        self.shared.notify();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -123,13 +112,10 @@ fn wal_path(path: &Path) -> PathBuf {
 }
 
 // The thread: sync, then release what waited for that sync, until stopped.
-fn run(wal: &File, shared: &Shared) {
+fn run(wal: &File, shared: &Signalled<State>) {
     loop {
         let waiting = {
-            let mut state = shared.state();
-            while state.waiting.is_empty() && !state.stopping {
-                state = shared.wake.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
+            let mut state = shared.wait_while(shared.lock(), |state| state.waiting.is_empty() && !state.stopping);
             if state.waiting.is_empty() {
                 return;
             }
@@ -142,7 +128,7 @@ fn run(wal: &File, shared: &Shared) {
                 log::error!(
                     "store: syncing the SQLite WAL failed ({err}); nothing more is acknowledged until a restart"
                 );
-                shared.state().failed = Some(format!("the SQLite WAL could not be synced: {err}"));
+                shared.lock().failed = Some(format!("the SQLite WAL could not be synced: {err}"));
                 return;
             }
         }
