@@ -53,7 +53,17 @@ impl SqlStore {
                     .map_err(|err| format!("bad PostgreSQL URL {}: {err}", url.describe()))?
                     // The server's notices (`relation … already exists, skipping`
                     // at every start) read like errors in a node's log.
-                    .options([("client_min_messages", "warning")]);
+                    //
+                    // Every statement the store runs finds rows by key. A
+                    // connection keeps each statement's plan once it has run
+                    // a few times, and a plan made while a table was small
+                    // scans the whole table (a sequential scan under a hash
+                    // join costs less than a few index probes then); kept as
+                    // the table grows, with no fresh statistics to replace it
+                    // (autovacuum off, or between two analyzes), every batch
+                    // then reads the whole table. Priced out, the planner
+                    // probes the keys' indexes whatever the table's size.
+                    .options([("client_min_messages", "warning"), ("enable_seqscan", "off")]);
                 // One connection first, for the server's own error (a pool
                 // only says it timed out).
                 let unreachable = |err: sqlx::Error| {

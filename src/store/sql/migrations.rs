@@ -61,6 +61,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0008_checkpoint_parts.sql"),
         include_str!("../../../migrations/0008_checkpoint_parts.sql"),
     ),
+    (
+        9,
+        "byte_order_keys",
+        include_str!("../../../migrations/0009_byte_order_keys.sqlite.sql"),
+        include_str!("../../../migrations/0009_byte_order_keys.postgres.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

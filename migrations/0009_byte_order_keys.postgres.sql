@@ -1,0 +1,20 @@
+-- Keys compared byte by byte (PostgreSQL only).
+--
+-- A TEXT column compares under the database's collation, and every
+-- collation but "C" and "POSIX" (even `C.UTF-8`, before PostgreSQL 17)
+-- compares through the C library's `strcoll`: each B-tree step on a key
+-- copied, terminated and collated. Ids and session ids are ASCII, and the
+-- store only ever asks whether two are equal or groups by them, so byte
+-- order answers every query the same. Measured on the commit path: a tenth
+-- of the server's time went to collating keys.
+ALTER TABLE sessions ALTER COLUMN id TYPE TEXT COLLATE "C";
+ALTER TABLE subagents ALTER COLUMN session_id TYPE TEXT COLLATE "C", ALTER COLUMN id TYPE TEXT COLLATE "C";
+ALTER TABLE tasks ALTER COLUMN session_id TYPE TEXT COLLATE "C", ALTER COLUMN subagent_id TYPE TEXT COLLATE "C";
+ALTER TABLE memories ALTER COLUMN session_id TYPE TEXT COLLATE "C", ALTER COLUMN owner_id TYPE TEXT COLLATE "C";
+ALTER TABLE mailboxes ALTER COLUMN session_id TYPE TEXT COLLATE "C", ALTER COLUMN subagent_id TYPE TEXT COLLATE "C";
+ALTER TABLE journal ALTER COLUMN session_id TYPE TEXT COLLATE "C";
+ALTER TABLE inbound ALTER COLUMN session_id TYPE TEXT COLLATE "C";
+ALTER TABLE checkpoint_parts ALTER COLUMN session_id TYPE TEXT COLLATE "C", ALTER COLUMN subagent_id TYPE TEXT COLLATE "C";
+ALTER TABLE leases ALTER COLUMN session_id TYPE TEXT COLLATE "C", ALTER COLUMN node_id TYPE TEXT COLLATE "C";
+ALTER TABLE nodes ALTER COLUMN id TYPE TEXT COLLATE "C";
+
