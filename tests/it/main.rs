@@ -18,6 +18,7 @@
 //! - `durable`: the real binary killed (SIGKILL, SIGTERM) and restarted on
 //!   SQLite and PostgreSQL; sessions resume and running tasks go on.
 //! - `golden`: request line in, reply line out, for both namespaces.
+//! - `store_plans`: the PostgreSQL store's statements on grown tables.
 //! - `stress`: random operations over several sessions.
 //! - `teardown`: close, drain, merge, cancel and terminate of large trees
 //!   stay correct where they were made linear.
@@ -81,6 +82,7 @@ pub(crate) mod protocol;
 mod provider_gates;
 mod recovery;
 mod server;
+mod store_plans;
 mod store_resume;
 mod stress;
 mod structured_output;

@@ -41,6 +41,25 @@ fn pg_execute_here(url: &str, sql: &str) -> Result<(), String> {
     })
 }
 
+/// The first column of the first row `sql` returns over a connection to
+/// `url` (a count), on a thread and runtime of its own.
+pub(crate) fn pg_count(url: &str, sql: &str) -> Result<i64, String> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        use sqlx::{Connection, Row};
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
+        runtime.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(&url).await.map_err(|err| err.to_string())?;
+            let row = sqlx::query(&sql).fetch_one(&mut conn).await.map_err(|err| err.to_string());
+            let _ = conn.close().await;
+            row?.try_get::<i64, _>(0).map_err(|err| err.to_string())
+        })
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the SQL thread panicked".into()))
+}
+
 /// `url` with its password (if any) hidden, as the host's own logs show it.
 fn redact(url: &str) -> String {
     StoreUrl::parse(url).map_or_else(|_| "(not a store URL)".to_owned(), |parsed| parsed.describe())
