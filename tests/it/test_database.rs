@@ -30,15 +30,20 @@ fn pg_execute_here(url: &str, sql: &str) -> Result<(), String> {
     use sqlx::{Connection, Executor};
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
     runtime.block_on(async {
-        let connect = sqlx::PgConnection::connect(url);
-        let mut conn = tokio::time::timeout(Duration::from_secs(10), connect)
-            .await
-            .map_err(|_| "timed out connecting".to_owned())?
-            .map_err(|err| err.to_string())?;
+        let mut conn = connect(url).await?;
         let done = conn.execute(sql).await.map(drop).map_err(|err| err.to_string());
         let _ = conn.close().await;
         done
     })
+}
+
+/// A connection to `url`, or why there is none within 10 s.
+async fn connect(url: &str) -> Result<sqlx::PgConnection, String> {
+    use sqlx::Connection;
+    tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(url))
+        .await
+        .map_err(|_| "timed out connecting".to_owned())?
+        .map_err(|err| err.to_string())
 }
 
 /// The first column of the first row `sql` returns over a connection to
@@ -50,7 +55,7 @@ pub(crate) fn pg_count(url: &str, sql: &str) -> Result<i64, String> {
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
         runtime.block_on(async {
-            let mut conn = sqlx::PgConnection::connect(&url).await.map_err(|err| err.to_string())?;
+            let mut conn = connect(&url).await?;
             let row = sqlx::query(&sql).fetch_one(&mut conn).await.map_err(|err| err.to_string());
             let _ = conn.close().await;
             row?.try_get::<i64, _>(0).map_err(|err| err.to_string())
