@@ -63,9 +63,9 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
     ),
     (
         9,
-        "byte_order_keys",
-        include_str!("../../../migrations/0009_byte_order_keys.sqlite.sql"),
-        include_str!("../../../migrations/0009_byte_order_keys.postgres.sql"),
+        "postgres_tuning",
+        include_str!("../../../migrations/0009_postgres_tuning.sqlite.sql"),
+        include_str!("../../../migrations/0009_postgres_tuning.postgres.sql"),
     ),
 ];
 
