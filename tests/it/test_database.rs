@@ -3,6 +3,7 @@
 //! fails. Without `DATABASE_URL`, or with the server down, the test fails
 //! saying how to start one: it never skips.
 
+use futures_util::future::BoxFuture;
 use std::time::Duration;
 use subagent_host::store::StoreUrl;
 
@@ -17,48 +18,49 @@ fn pg_help(problem: &str) -> String {
     )
 }
 
-/// Runs one statement over a connection to `url`, on a thread and runtime
-/// of its own (callers may be inside a runtime already).
+/// Runs one statement over a connection to `url`.
 pub(crate) fn pg_execute(url: &str, sql: &str) -> Result<(), String> {
-    let (url, sql) = (url.to_owned(), sql.to_owned());
-    std::thread::spawn(move || pg_execute_here(&url, &sql))
-        .join()
-        .unwrap_or_else(|_| Err("the SQL thread panicked".into()))
-}
-
-fn pg_execute_here(url: &str, sql: &str) -> Result<(), String> {
-    use sqlx::{Connection, Executor};
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
-    runtime.block_on(async {
-        let mut conn = connect(url).await?;
-        let done = conn.execute(sql).await.map(drop).map_err(|err| err.to_string());
-        let _ = conn.close().await;
-        done
+    use sqlx::Executor;
+    let sql = sql.to_owned();
+    with_connection(url, move |conn| {
+        Box::pin(async move { conn.execute(sql.as_str()).await.map(drop).map_err(|err| err.to_string()) })
     })
 }
 
-/// A connection to `url`, or why there is none within 10 s.
-async fn connect(url: &str) -> Result<sqlx::PgConnection, String> {
-    use sqlx::Connection;
-    tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(url))
-        .await
-        .map_err(|_| "timed out connecting".to_owned())?
-        .map_err(|err| err.to_string())
+/// The first column of the first row `sql` returns over a connection to
+/// `url` (a count).
+pub(crate) fn pg_count(url: &str, sql: &str) -> Result<i64, String> {
+    use sqlx::Row;
+    let sql = sql.to_owned();
+    with_connection(url, move |conn| {
+        Box::pin(async move {
+            let row = sqlx::query(&sql).fetch_one(conn).await.map_err(|err| err.to_string())?;
+            row.try_get::<i64, _>(0).map_err(|err| err.to_string())
+        })
+    })
 }
 
-/// The first column of the first row `sql` returns over a connection to
-/// `url` (a count), on a thread and runtime of its own.
-pub(crate) fn pg_count(url: &str, sql: &str) -> Result<i64, String> {
-    let (url, sql) = (url.to_owned(), sql.to_owned());
+/// Runs `work` on a connection to `url` (made within 10 s, closed after),
+/// on a thread and runtime of its own: callers may be inside a runtime
+/// already.
+fn with_connection<T, F>(url: &str, work: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BoxFuture<'c, Result<T, String>> + Send + 'static,
+{
+    use sqlx::Connection;
+    let url = url.to_owned();
     std::thread::spawn(move || {
-        use sqlx::{Connection, Row};
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|err| err.to_string())?;
         runtime.block_on(async {
-            let mut conn = connect(&url).await?;
-            let row = sqlx::query(&sql).fetch_one(&mut conn).await.map_err(|err| err.to_string());
+            let mut conn = tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(&url))
+                .await
+                .map_err(|_| "timed out connecting".to_owned())?
+                .map_err(|err| err.to_string())?;
+            let done = work(&mut conn).await;
             let _ = conn.close().await;
-            row?.try_get::<i64, _>(0).map_err(|err| err.to_string())
+            done
         })
     })
     .join()
