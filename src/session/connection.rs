@@ -316,6 +316,12 @@ impl Connection {
         }
         // The session relayed to goes on without this client.
         self.relay = None;
+        // A session that ended for good (its client left or asked, or it
+        // expired) goes from the store, before its teardown: see
+        // `SessionLog::end`. One the host stops (a signal) or that waits
+        // for its client stays stored: `end` is then a no-op (at a signal
+        // the store is frozen before sessions close).
+        self.outbox.end_session(&self.log);
         let end = match ending {
             Ending::End(end) => {
                 // Nobody may wait for room in the outbox of a session that ends now.
@@ -340,11 +346,6 @@ impl Connection {
                 end
             }
         };
-        // A session the host stops (a signal) stays stored to be resumed; one
-        // that ended for good (its client left or asked, or it expired) goes.
-        // (At a signal the store is frozen before sessions close: `end` is
-        // then a no-op.)
-        self.log.end();
         self.service.release_session(&self.session_id);
         self.outbox.close();
         if parked {

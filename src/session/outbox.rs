@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::outbox_ends::OutboxReceiver;
 use crate::metrics::metrics;
-use crate::store::{Change, CommitGate, SessionLog};
+use crate::store::{CommitGate, SessionLog};
 
 /// What the outbox and its receiver share.
 #[derive(Debug)]
@@ -268,6 +268,14 @@ impl Outbox {
         self.queue(line, reservation, answers);
     }
 
+    /// Ends `log`'s session for good in the store (see [`SessionLog::end`]):
+    /// under the lock lines are numbered under, so each line is either
+    /// recorded before the end or waits for it to be committed.
+    pub fn end_session(&self, log: &SessionLog) {
+        let _guard = self.lock();
+        log.end(Some(self.shared.gate.clone()));
+    }
+
     /// Queues one line at once; past the hard bounds (twice the byte bound,
     /// or the line capacity) marks the session overflowed and drops it.
     pub fn push(&self, line: String) {
@@ -290,11 +298,7 @@ impl Outbox {
                 let seq = log.next_seq();
                 // Gated only when recorded: a line recorded is committed
                 // (the host may stop in between, and then records nothing).
-                let gated = log.is_recording() && {
-                    let gate = Some(self.shared.gate.clone());
-                    let kept = log.keeps_lines().then(|| line.clone());
-                    log.record(|session| Change::Line { session, seq, line: kept, gate, answers })
-                };
+                let gated = log.record_line(seq, &line, &self.shared.gate, answers);
                 (seq, gated)
             }
             None => (0, false),

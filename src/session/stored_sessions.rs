@@ -245,7 +245,7 @@ impl Service {
             return Ok(());
         }
         // Its row goes when the store is back (the end follows the opening).
-        opened.log.end();
+        opened.log.end(None);
         opened.stop.cancel();
         self.release_session(id);
         Err(HostError::runtime(format!(

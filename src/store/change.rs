@@ -105,7 +105,10 @@ pub enum Change {
     /// A session is still open (it is not expired however quiet it is).
     Touched { session: Arc<str> },
     /// A session ended for good (shutdown, EOF, idle expiry): all of it goes.
-    SessionEnded { session: Arc<str> },
+    /// Its `gate` (its client's) releases every line from then on once the
+    /// end is committed: those lines are not recorded (nothing more of the
+    /// session is written), they wait for the end.
+    SessionEnded { session: Arc<str>, gate: Option<Arc<CommitGate>> },
     /// A subagent's record, whole (spawn, and every status change but a task's).
     Subagent { session: Arc<str>, id: SubagentId, row: SubagentRow },
     /// A subagent's record was forgotten (retention): its rows go.
@@ -153,7 +156,7 @@ impl Change {
     pub fn session(&self) -> &Arc<str> {
         match self {
             Self::SessionOpened(row) => &row.id,
-            Self::SessionEnded { session }
+            Self::SessionEnded { session, .. }
             | Self::Touched { session }
             | Self::Subagent { session, .. }
             | Self::SubagentForgotten { session, .. }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{
-    self, Checkpoint, SessionLog, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask, SubagentRow,
-    WriterSettings,
+    self, Checkpoint, CommitGate, SessionLog, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask,
+    SubagentRow, WriterSettings,
 };
 use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
@@ -164,10 +164,54 @@ async fn an_ended_session_is_deleted_from_the_store() {
     tree.spawn(top_level("a")).await.expect("spawn");
     handle.flush().await;
     assert!(handle.load("ending").await.expect("load").is_some());
-    log.end();
+    log.end(None);
     handle.flush().await;
     assert!(handle.load("ending").await.expect("load").is_none(), "ended for good: deleted");
     tree.close().await;
+}
+
+/// A session ends before its teardown: terminating its subagents writes
+/// nothing more (each would be a row the end deletes), and the lines it
+/// sends from then on wait for the end to be committed.
+#[actix_rt::test]
+async fn a_session_torn_down_after_its_end_writes_nothing_more_and_its_lines_wait_for_the_end() {
+    use std::sync::atomic::Ordering;
+    let dir = TempDir::new();
+    let url = StoreUrl::Sqlite(dir.0.join("state.sqlite3"));
+    let handle = open(&url);
+    let log = SessionLog::new("torn", handle.clone());
+    log.open(session_row("torn"));
+    let tree = Host::new(HostConfig::default()).open_logged_tree(Arc::new(NullSink), log.clone());
+    for name in ["a", "b", "c"] {
+        tree.spawn(top_level(name)).await.expect("spawn");
+    }
+    handle.flush().await;
+    let gate = Arc::new(CommitGate::default());
+    log.end(Some(gate.clone()));
+    assert!(!log.is_recording(), "nothing more of it is recorded");
+    let line = 1_000_000;
+    assert!(log.record_line(line, "{}", &gate, None), "a line after the end waits for it");
+    handle.flush().await;
+    assert!(gate.is_committed(line), "the end's commit releases every later line");
+    let changes = handle.stats().changes.load(Ordering::Acquire);
+    let closed = tree.close().await;
+    assert_eq!(closed.len(), 3, "all three terminated");
+    handle.flush().await;
+    assert_eq!(handle.stats().changes.load(Ordering::Acquire), changes, "the teardown recorded nothing");
+    assert!(handle.load("torn").await.expect("load").is_none(), "ended for good: deleted");
+    log.end(Some(gate.clone()));
+    assert!(log.record_line(line + 1, "{}", &gate, None), "a second end changes nothing");
+}
+
+/// Without a durable store nothing waits: the end records nothing, and
+/// lines go out at once.
+#[actix_rt::test]
+async fn an_ended_session_without_a_durable_store_holds_no_line_back() {
+    let log = SessionLog::new("memory", StoreHandle::memory());
+    log.open(session_row("memory"));
+    let gate = Arc::new(CommitGate::default());
+    log.end(Some(gate.clone()));
+    assert!(!log.record_line(1, "{}", &gate, None));
 }
 
 #[actix_rt::test]

@@ -239,12 +239,29 @@ mod tests {
         let batch = vec![
             Change::Subagent { session: session.clone(), id, row: row() },
             Change::Line { session: session.clone(), seq: 1, line: Some("x".into()), gate: None, answers: None },
-            Change::SessionEnded { session: session.clone() },
+            Change::SessionEnded { session: session.clone(), gate: None },
         ];
         let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
         assert_eq!(ops.len(), 8);
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
+    }
+
+    #[test]
+    fn changes_recorded_as_a_session_ends_do_not_outlive_its_rows() {
+        let (session, other): (Arc<str>, Arc<str>) = ("s".into(), "t".into());
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![
+            Change::SessionEnded { session: session.clone(), gate: None },
+            // In flight on another thread as it ended.
+            Change::Subagent { session: session.clone(), id, row: row() },
+            Change::Line { session: session.clone(), seq: 2, line: Some("x".into()), gate: None, answers: None },
+            Change::Subagent { session: other, id, row: row() },
+        ];
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
+        let inserts: Vec<&Op> = ops.iter().filter(|op| op.sql.starts_with("INSERT")).collect();
+        assert_eq!(inserts.len(), 1, "only the other session's row: {ops:#?}");
+        assert!(inserts[0].args.contains(&Arg::Text("t".into())), "{inserts:#?}");
     }
 
     fn appended(session: &Arc<str>, id: SubagentId, step: u32, from: u64, items: &[&str]) -> Change {

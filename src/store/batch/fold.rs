@@ -172,6 +172,11 @@ impl<'a> Folded<'a> {
     }
 
     pub(super) fn add(&mut self, change: &'a Change) {
+        if !self.ended.is_empty() && self.ended.contains(change.session()) {
+            // Recorded as the session ended (see `SessionLog::end`): it
+            // would outlive the rows the end deletes.
+            return;
+        }
         match change {
             Change::SessionOpened(row) => {
                 // Stored at creation and again at its handshake: the last one
@@ -179,7 +184,7 @@ impl<'a> Folded<'a> {
                 self.sessions.retain(|kept| kept.id != row.id);
                 self.sessions.push(row);
             }
-            Change::SessionEnded { session } => self.end(session),
+            Change::SessionEnded { session, .. } => self.end(session),
             Change::Touched { session } => self.touched.push(session.clone()),
             Change::Subagent { session, id, row } => {
                 let key = (session.clone(), *id);

@@ -97,7 +97,7 @@ mod tests {
             opened("new"),
             Change::Touched { session: "taken".into() },
             Change::Touched { session: "lost".into() },
-            Change::SessionEnded { session: "taken".into() },
+            Change::SessionEnded { session: "taken".into(), gate: None },
             Change::Touched { session: "new".into() },
         ];
         let fence = cluster.fence(&mut batch);

@@ -87,11 +87,14 @@ pub(super) async fn commit(
     metrics().store_committed(batch.len(), started.elapsed());
     let mut released: HashMap<*const CommitGate, (Arc<CommitGate>, u64)> = HashMap::new();
     for change in batch.drain(..) {
-        if let Change::Line { seq, gate: Some(gate), .. } = change {
-            let key = Arc::as_ptr(&gate);
-            let entry = released.entry(key).or_insert((gate, 0));
-            entry.1 = entry.1.max(seq);
-        }
+        let (gate, seq) = match change {
+            Change::Line { seq, gate: Some(gate), .. } => (gate, seq),
+            // Every line of an ended session waits for its end.
+            Change::SessionEnded { gate: Some(gate), .. } => (gate, u64::MAX),
+            _ => continue,
+        };
+        let entry = released.entry(Arc::as_ptr(&gate)).or_insert((gate, 0));
+        entry.1 = entry.1.max(seq);
     }
     if released.is_empty() {
         return;

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::commit_gate::CommitGate;
 use super::store_handle::StoreHandle;
 use crate::store::{Change, SessionRow};
 
@@ -24,6 +25,9 @@ pub struct SessionLog {
     // Set when this process stops serving it while it stays stored (another
     // node took it, or asked for it): nothing more of it is recorded.
     detached: AtomicBool,
+    // Set once it ends for good: nothing more of it is recorded. (`stored`
+    // then says whether the end was: its lines wait for it.)
+    ended: AtomicBool,
 }
 
 impl SessionLog {
@@ -37,6 +41,7 @@ impl SessionLog {
             next_inbound: AtomicU64::new(1),
             keeps_lines: AtomicBool::new(false),
             detached: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         })
     }
 
@@ -50,6 +55,7 @@ impl SessionLog {
             next_inbound: AtomicU64::new(1),
             keeps_lines: AtomicBool::new(false),
             detached: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         })
     }
 
@@ -86,7 +92,10 @@ impl SessionLog {
 
     /// Whether this session's changes are kept.
     pub fn is_recording(&self) -> bool {
-        self.stored.load(Ordering::Acquire) && self.store.is_durable() && !self.detached.load(Ordering::Acquire)
+        self.stored.load(Ordering::Acquire)
+            && self.store.is_durable()
+            && !self.detached.load(Ordering::Acquire)
+            && !self.ended.load(Ordering::Acquire)
     }
 
     /// This process stops serving the session but it stays stored (another
@@ -106,6 +115,29 @@ impl SessionLog {
     /// when it was recorded (and so will be committed).
     pub fn record(&self, make: impl FnOnce(Arc<str>) -> Change) -> bool {
         self.is_recording() && self.store.record(make(self.id.clone()))
+    }
+
+    /// Records line `seq` for the client: `gate` releases it once every
+    /// change recorded before it is committed. It is journaled (`line`)
+    /// when its transport can replay it, and a reply names the journaled
+    /// request frame it `answers`. `true` when the line must wait for
+    /// `gate`; `false` when it may go out at once (the session is not kept).
+    ///
+    /// After the session's end, a line writes nothing (no journal, no frame
+    /// is kept any more) and waits for the end (see [`SessionLog::end`]).
+    pub fn record_line(&self, seq: u64, line: &str, gate: &Arc<CommitGate>, answers: Option<u64>) -> bool {
+        if self.ended.load(Ordering::Acquire) {
+            return self.stored.load(Ordering::Acquire);
+        }
+        let line = self.keeps_lines().then(|| line.to_owned());
+        self.is_recording()
+            && self.store.record(Change::Line {
+                session: self.id.clone(),
+                seq,
+                line,
+                gate: Some(gate.clone()),
+                answers,
+            })
     }
 
     /// Numbers inbound frames after `last` (a restored session's highest).
@@ -136,9 +168,23 @@ impl SessionLog {
         self.next_seq.fetch_add(1, Ordering::AcqRel)
     }
 
-    /// The session ended for good: its rows are deleted.
-    pub fn end(&self) {
-        self.record(|session| Change::SessionEnded { session });
-        self.stored.store(false, Ordering::Release);
+    /// The session ends for good: its rows are deleted. Recorded before the
+    /// session is torn down: what the teardown changes (every subagent
+    /// terminated) would be deleted with it, so nothing more of it is
+    /// written; and every line from now on (the teardown's events, a
+    /// shutdown's reply) waits on `gate`, its client's, until the end is
+    /// committed. A crash before that leaves the session stored and its
+    /// client told nothing of the end; after, the session is gone, as its
+    /// client is told.
+    pub fn end(&self, gate: Option<Arc<CommitGate>>) {
+        let kept = self.is_recording();
+        // Nothing of it is recorded from here on (a change in flight on
+        // another thread that lands after the end is dropped by the batch
+        // that holds both: see `batch::fold`).
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let recorded = kept && self.store.record(Change::SessionEnded { session: self.id.clone(), gate });
+        self.stored.store(recorded, Ordering::Release);
     }
 }
