@@ -3,16 +3,21 @@
 the time from writing the `shutdown` request to reading its `shutdown/resp`,
 with the N `terminated` events read on the way, per subagent.
 
-Usage: python3 benches/tcp_shutdown.py SUBAGENTD N [N ...] [--retained R] [--runs K]
+Usage: python3 benches/tcp_shutdown.py SUBAGENTD N [N ...] [--retained R] [--runs K] [--store S]
 
-Starts `SUBAGENTD serve --store memory --tcp 127.0.0.1:PORT` with a config that
+Starts `SUBAGENTD serve --store S --tcp 127.0.0.1:PORT` (S: `memory`, the
+default; `sqlite`, a file in a temporary directory; or a `postgres://` URL)
+with a config that
 lifts the per-session quota and keeps `max_retained_records` = R (default: the
 shipped 1 024), then per N and run: one session, N spawns, N delegates (the
 scripted default task) and N awaits, pipelined (a reader thread takes the
 replies and events as they come), then `shutdown` with `timeout` 0. The
 client reads each line without parsing it while it waits, so the figure
 includes about a microsecond of Python per line (one event per subagent).
+On a durable store it also prints what the store committed from the
+`shutdown` until it was idle again (the commits and changes of `/health`).
 """
+import json
 import os
 import socket
 import subprocess
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 from tcp_support import HANDSHAKE, free_port
 
@@ -66,7 +72,25 @@ class Session:
         self.sock.sendall(text.encode())
 
 
-def one_run(port, n):
+def store_counts(http_port):
+    """The store's (commits, changes) so far, from `/health`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health") as response:
+        store = json.load(response).get("store", {})
+    return store.get("commits", 0), store.get("changes", 0)
+
+
+def settled_counts(http_port):
+    """`store_counts` once two readings 200 ms apart agree (the store is idle)."""
+    last = store_counts(http_port)
+    while True:
+        time.sleep(0.2)
+        now = store_counts(http_port)
+        if now == last:
+            return now
+        last = now
+
+
+def one_run(port, http_port, n):
     s = Session(port)
     s.send("".join(f'{{"type":"SUBAGENT_SPAWN_REQ","id":"s{i}","agent":{{"name":"n","model":"m"}}}}\n'
                    for i in range(n)))
@@ -81,6 +105,7 @@ def one_run(port, n):
         for i, sub in enumerate(ids)))
     at = s.wait_for(b'"SUBAGENT_AWAIT_RESP"', n, at)
     time.sleep(0.2)  # the last events of the tasks come in
+    before = settled_counts(http_port)
     with s.cond:
         at = len(s.lines)
     start = time.perf_counter()
@@ -90,7 +115,8 @@ def one_run(port, n):
     with s.cond:
         terminated = sum(1 for line in s.lines[at:end_at] if line and b'"terminated"' in line)
     s.sock.close()
-    return elapsed, terminated
+    after = settled_counts(http_port)
+    return elapsed, terminated, (after[0] - before[0], after[1] - before[1])
 
 
 def main():
@@ -104,29 +130,39 @@ def main():
         i = args.index("--runs")
         runs = int(args[i + 1])
         del args[i:i + 2]
+    store = "memory"
+    if "--store" in args:
+        i = args.index("--store")
+        store = args[i + 1]
+        del args[i:i + 2]
     binary, sizes = args[0], [int(a) for a in args[1:]]
-    port = free_port()
+    port, http_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
+        if store == "sqlite":
+            store = "sqlite:" + os.path.join(tmp, "state.sqlite3")
         config = os.path.join(tmp, "bench.toml")
         with open(config, "w") as f:
             f.write(f"[limits]\nmax_subagents_per_session = 1000000\nmax_retained_records = {retained}\n"
                     "max_inflight_requests = 4096\n")
-        server = subprocess.Popen([binary, "serve", "--store", "memory", "--tcp", f"127.0.0.1:{port}",
-                                   "--config", config], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        server = subprocess.Popen([binary, "serve", "--store", store, "--tcp", f"127.0.0.1:{port}",
+                                   "--http", f"127.0.0.1:{http_port}", "--config", config],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         try:
             deadline = time.time() + 10
             while True:
                 try:
                     socket.create_connection(("127.0.0.1", port)).close()
+                    socket.create_connection(("127.0.0.1", http_port)).close()
                     break
                 except OSError:
                     assert time.time() < deadline, "subagentd did not start"
                     time.sleep(0.05)
             for n in sizes:
                 for _ in range(runs):
-                    elapsed, terminated = one_run(port, n)
+                    elapsed, terminated, (commits, changes) = one_run(port, http_port, n)
+                    stored = f"; the store: {commits} commits, {changes} changes" if commits else ""
                     print(f"N={n} retained={retained}: shutdown {elapsed * 1e3:.1f} ms, "
-                          f"{elapsed * 1e6 / n:.2f} µs per subagent ({terminated} terminated events)",
+                          f"{elapsed * 1e6 / n:.2f} µs per subagent ({terminated} terminated events){stored}",
                           flush=True)
         finally:
             server.terminate()
