@@ -214,6 +214,20 @@ async fn an_ended_session_without_a_durable_store_holds_no_line_back() {
     assert!(!log.record_line(1, "{}", &gate, None));
 }
 
+/// An end without a gate (a session that never reached its client) holds
+/// none of its lines back: nothing would release them.
+#[actix_rt::test]
+async fn an_end_without_a_gate_holds_no_line_back() {
+    let dir = TempDir::new();
+    let handle = open(&StoreUrl::Sqlite(dir.0.join("state.sqlite3")));
+    let log = SessionLog::new("ungated", handle.clone());
+    log.open(session_row("ungated"));
+    log.end(None);
+    assert!(!log.record_line(1, "{}", &Arc::new(CommitGate::default()), None));
+    handle.flush().await;
+    assert!(handle.load("ungated").await.expect("load").is_none(), "ended for good: deleted");
+}
+
 #[actix_rt::test]
 async fn a_store_at_a_newer_schema_is_refused_with_a_clear_message() {
     let dir = TempDir::new();

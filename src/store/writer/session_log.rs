@@ -173,7 +173,7 @@ impl SessionLog {
     /// terminated) would be deleted with it, so nothing more of it is
     /// written; and every line from now on (the teardown's events, a
     /// shutdown's reply) waits on `gate`, its client's, until the end is
-    /// committed. A crash before that leaves the session stored and its
+    /// committed (without a gate, they go out at once). A crash before that leaves the session stored and its
     /// client told nothing of the end; after, the session is gone, as its
     /// client is told.
     pub fn end(&self, gate: Option<Arc<CommitGate>>) {
@@ -184,7 +184,9 @@ impl SessionLog {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Without a gate to release them, its lines cannot wait for the end.
+        let holds_lines = gate.is_some();
         let recorded = kept && self.store.record(Change::SessionEnded { session: self.id.clone(), gate });
-        self.stored.store(recorded, Ordering::Release);
+        self.stored.store(recorded && holds_lines, Ordering::Release);
     }
 }
