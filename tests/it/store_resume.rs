@@ -44,6 +44,14 @@ fn open(url: &StoreUrl) -> StoreHandle {
     store::open(url, WriterSettings::default(), None).expect("open the store")
 }
 
+/// A store in `dir` and stored session `id`'s log in it.
+fn stored_session(dir: &TempDir, id: &str) -> (StoreHandle, Arc<SessionLog>) {
+    let handle = open(&StoreUrl::Sqlite(dir.0.join("state.sqlite3")));
+    let log = SessionLog::new(id, handle.clone());
+    log.open(session_row(id));
+    (handle, log)
+}
+
 fn top_level(name: &str) -> SpawnRequest {
     SpawnRequest { agent: SubagentConfig::new(name, "scripted"), parent_agent_id: None, root_agent_id: None }
 }
@@ -156,10 +164,7 @@ async fn a_postgres_session_crashed_mid_task_resumes_from_its_last_step() {
 #[actix_rt::test]
 async fn an_ended_session_is_deleted_from_the_store() {
     let dir = TempDir::new();
-    let url = StoreUrl::Sqlite(dir.0.join("state.sqlite3"));
-    let handle = open(&url);
-    let log = SessionLog::new("ending", handle.clone());
-    log.open(session_row("ending"));
+    let (handle, log) = stored_session(&dir, "ending");
     let tree = Host::new(HostConfig::default()).open_logged_tree(Arc::new(NullSink), log.clone());
     tree.spawn(top_level("a")).await.expect("spawn");
     handle.flush().await;
@@ -177,10 +182,7 @@ async fn an_ended_session_is_deleted_from_the_store() {
 async fn a_session_torn_down_after_its_end_writes_nothing_more_and_its_lines_wait_for_the_end() {
     use std::sync::atomic::Ordering;
     let dir = TempDir::new();
-    let url = StoreUrl::Sqlite(dir.0.join("state.sqlite3"));
-    let handle = open(&url);
-    let log = SessionLog::new("torn", handle.clone());
-    log.open(session_row("torn"));
+    let (handle, log) = stored_session(&dir, "torn");
     let tree = Host::new(HostConfig::default()).open_logged_tree(Arc::new(NullSink), log.clone());
     for name in ["a", "b", "c"] {
         tree.spawn(top_level(name)).await.expect("spawn");
@@ -219,9 +221,7 @@ async fn an_ended_session_without_a_durable_store_holds_no_line_back() {
 #[actix_rt::test]
 async fn an_end_without_a_gate_holds_no_line_back() {
     let dir = TempDir::new();
-    let handle = open(&StoreUrl::Sqlite(dir.0.join("state.sqlite3")));
-    let log = SessionLog::new("ungated", handle.clone());
-    log.open(session_row("ungated"));
+    let (handle, log) = stored_session(&dir, "ungated");
     log.end(None);
     assert!(!log.record_line(1, "{}", &Arc::new(CommitGate::default()), None));
     handle.flush().await;

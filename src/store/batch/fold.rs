@@ -172,7 +172,7 @@ impl<'a> Folded<'a> {
     }
 
     pub(super) fn add(&mut self, change: &'a Change) {
-        if !self.ended.is_empty() && self.ended.contains(change.session()) {
+        if self.ended.contains(change.session()) {
             // Recorded as the session ended (see `SessionLog::end`): it
             // would outlive the rows the end deletes.
             return;

@@ -129,15 +129,13 @@ impl SessionLog {
         if self.ended.load(Ordering::Acquire) {
             return self.stored.load(Ordering::Acquire);
         }
-        let line = self.keeps_lines().then(|| line.to_owned());
-        self.is_recording()
-            && self.store.record(Change::Line {
-                session: self.id.clone(),
-                seq,
-                line,
-                gate: Some(gate.clone()),
-                answers,
-            })
+        self.record(|session| Change::Line {
+            session,
+            seq,
+            line: self.keeps_lines().then(|| line.to_owned()),
+            gate: Some(gate.clone()),
+            answers,
+        })
     }
 
     /// Numbers inbound frames after `last` (a restored session's highest).
@@ -173,9 +171,9 @@ impl SessionLog {
     /// terminated) would be deleted with it, so nothing more of it is
     /// written; and every line from now on (the teardown's events, a
     /// shutdown's reply) waits on `gate`, its client's, until the end is
-    /// committed (without a gate, they go out at once). A crash before that leaves the session stored and its
-    /// client told nothing of the end; after, the session is gone, as its
-    /// client is told.
+    /// committed (without a gate, they go out at once). A crash before that
+    /// leaves the session stored and its client told nothing of the end;
+    /// after, the session is gone, as its client is told.
     pub fn end(&self, gate: Option<Arc<CommitGate>>) {
         let kept = self.is_recording();
         // Nothing of it is recorded from here on (a change in flight on
