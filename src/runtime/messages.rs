@@ -197,6 +197,8 @@ pub(crate) struct RunTask {
     pub resume: Option<Resume>,
     // This task's number in its subagent's record.
     pub ticket: Ticket,
+    // Set when it waited in the queue: its row is stored already.
+    pub queued: bool,
 }
 
 /// Stop: the subagent's task ended and it is idle; its record stands in for

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::outbox_ends::OutboxReceiver;
 use crate::metrics::metrics;
-use crate::store::{CommitGate, SessionLog};
+use crate::store::{CommitGate, LineMark, SessionLog};
 
 /// What the outbox and its receiver share.
 #[derive(Debug)]
@@ -93,12 +93,12 @@ pub(super) fn now_ms() -> u64 {
     u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One queued line: its sequence number, and whether it waits for its
-/// journal entry's commit.
+/// One queued line: its sequence number, and the line number the commit
+/// gate must reach before it goes out (see [`SessionLog::record_line`]).
 #[derive(Debug)]
 pub(super) struct Queued {
     pub(super) seq: u64,
-    pub(super) gated: bool,
+    pub(super) waits_for: Option<u64>,
     pub(super) line: String,
 }
 
@@ -109,6 +109,8 @@ struct Sending {
     // `None` once the session has ended, so the receiver sees the end.
     tx: Option<mpsc::Sender<Queued>>,
     log: Option<Arc<SessionLog>>,
+    // This outbox's last line that waits on a commit, for `log`.
+    mark: LineMark,
 }
 
 /// The sending side of a session's outbox.
@@ -154,7 +156,7 @@ impl Outbox {
             gate: Arc::default(),
         });
         let outbox = Self {
-            sending: Mutex::new(Sending { tx: Some(tx), log: None }),
+            sending: Mutex::new(Sending { tx: Some(tx), log: None, mark: LineMark::default() }),
             shared: shared.clone(),
             max_bytes: max_bytes.max(1),
             overflowed: CancellationToken::new(),
@@ -166,7 +168,9 @@ impl Outbox {
     /// Numbers the lines from now on with `log`'s sequence, and journals them
     /// while it records (a resumed session swaps in its stored log).
     pub fn attach_log(&self, log: Arc<SessionLog>) {
-        self.lock().log = Some(log);
+        let mut guard = self.lock();
+        guard.log = Some(log);
+        guard.mark = LineMark::default();
     }
 
     fn lock(&self) -> MutexGuard<'_, Sending> {
@@ -283,13 +287,14 @@ impl Outbox {
     }
 
     fn queue(&self, line: String, mut reservation: Option<Reservation>, answers: Option<u64>) {
-        let guard = self.lock();
-        let Some(tx) = guard.tx.as_ref() else { return };
-        if self.overflowed.is_cancelled() {
+        let mut guard = self.lock();
+        if guard.tx.is_none() || self.overflowed.is_cancelled() {
             return;
         }
+        let Sending { tx, log, mark } = &mut *guard;
+        let Some(tx) = tx.as_ref() else { return };
         // Numbered (and journaled) under the lock: in the order sent.
-        let (seq, gated) = match &guard.log {
+        let (seq, waits_for) = match log {
             // The session stays stored but is no longer served from here (the
             // host stops, or another node took it): a line now would report
             // what was not recorded, so it goes nowhere.
@@ -298,10 +303,10 @@ impl Outbox {
                 let seq = log.next_seq();
                 // Gated only when recorded: a line recorded is committed
                 // (the host may stop in between, and then records nothing).
-                let gated = log.record_line(seq, &line, &self.shared.gate, answers);
-                (seq, gated)
+                let waits_for = log.record_line(seq, &line, &self.shared.gate, answers, mark);
+                (seq, waits_for)
             }
-            None => (0, false),
+            None => (0, None),
         };
         let len = line.len();
         let before = self.shared.used.fetch_add(len, Ordering::AcqRel);
@@ -321,7 +326,7 @@ impl Outbox {
             self.shared.mark_progress();
         }
         let within = reservation.is_some() || before == 0 || before.saturating_add(len) <= 2 * self.max_bytes;
-        if !within || tx.try_send(Queued { seq, gated, line }).is_err() {
+        if !within || tx.try_send(Queued { seq, waits_for, line }).is_err() {
             // Past the bounds or the line capacity (a slow client), or the
             // client is gone (`client_gone` tells which): the session ends.
             self.shared.release(len);

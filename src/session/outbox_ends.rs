@@ -44,8 +44,8 @@ impl OutboxReceiver {
         if self.pending.is_none() {
             self.pending = Some(self.rx.recv().await?);
         }
-        if let Some(queued) = self.pending.as_ref().filter(|queued| queued.gated) {
-            self.shared.gate.wait(queued.seq).await;
+        if let Some(line) = self.pending.as_ref().and_then(|queued| queued.waits_for) {
+            self.shared.gate.wait(line).await;
         }
         let queued = self.pending.take()?;
         Some((queued.seq, self.taken(queued.line)))
@@ -61,7 +61,7 @@ impl OutboxReceiver {
         if self.pending.is_none() {
             self.pending = Some(self.rx.try_recv()?);
         }
-        match self.pending.take_if(|queued| !queued.gated || self.shared.gate.is_committed(queued.seq)) {
+        match self.pending.take_if(|queued| queued.waits_for.is_none_or(|line| self.shared.gate.is_committed(line))) {
             Some(queued) => Ok((queued.seq, self.taken(queued.line))),
             None => Err(mpsc::error::TryRecvError::Empty),
         }
@@ -73,8 +73,8 @@ impl OutboxReceiver {
             Some(queued) => queued,
             None => self.rx.blocking_recv()?,
         };
-        if queued.gated {
-            self.shared.gate.wait_blocking(queued.seq);
+        if let Some(line) = queued.waits_for {
+            self.shared.gate.wait_blocking(line);
         }
         Some(self.taken(queued.line))
     }

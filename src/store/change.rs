@@ -118,7 +118,16 @@ pub enum Change {
     /// after a restart it waits again, in its place).
     TaskQueued { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, position: u64 },
     /// A task started (or restarted after a restart, with `attempt` > 1).
-    TaskStarted { session: Arc<str>, id: SubagentId, task: Arc<TaskDefinition>, task_no: u64, attempt: u32 },
+    /// `fresh`: no row of it is stored (it neither waited in the queue nor
+    /// ran before a restart), so its end in the same batch writes nothing.
+    TaskStarted {
+        session: Arc<str>,
+        id: SubagentId,
+        task: Arc<TaskDefinition>,
+        task_no: u64,
+        attempt: u32,
+        fresh: bool,
+    },
     /// A running task completed steps. With `appended`, `checkpoint.state`
     /// lacks the list those items are appended to (see [`Appended`]).
     Checkpoint { session: Arc<str>, id: SubagentId, checkpoint: Checkpoint, appended: Option<Appended>, held: Held },

@@ -41,4 +41,4 @@ pub use cluster::{Acquire, Acquired, ClusterSettings, Fence, SessionOwner};
 pub use lock::DataDirLock;
 pub use memory_store::MemoryStore;
 pub use url::{open, StoreUrl};
-pub use writer::{CommitGate, CommitStats, SessionLog, StoreHandle, WriterSettings};
+pub use writer::{CommitGate, CommitStats, LineMark, SessionLog, StoreHandle, WriterSettings};

@@ -56,5 +56,8 @@ fn a_grown_subagents_table_is_never_scanned_whole_by_a_batch() {
     assert!(updates >= SUBAGENTS as i64, "the workload updated each subagent: {updates}");
     let scans = count("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'subagents'");
     let read = count("SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'subagents'");
-    assert!(scans <= 2 && read < SUBAGENTS as i64, "{scans} whole-table scans reading {read} rows");
+    // The migrations scan the table while it is empty (migration 9's
+    // rewrite, migration 10's copy of the memories into it): three scans
+    // reading nothing. A batch's would read a row per subagent.
+    assert!(scans <= 3 && read < SUBAGENTS as i64, "{scans} whole-table scans reading {read} rows");
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{
-    self, Checkpoint, CommitGate, SessionLog, StoreHandle, StoreUrl, StoredSession, StoredSubagent, StoredTask,
-    SubagentRow, WriterSettings,
+    self, Checkpoint, CommitGate, LineMark, SessionLog, StoreHandle, StoreUrl, StoredSession, StoredSubagent,
+    StoredTask, SubagentRow, WriterSettings,
 };
 use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
@@ -192,7 +192,11 @@ async fn a_session_torn_down_after_its_end_writes_nothing_more_and_its_lines_wai
     log.end(Some(gate.clone()));
     assert!(!log.is_recording(), "nothing more of it is recorded");
     let line = 1_000_000;
-    assert!(log.record_line(line, "{}", &gate, None), "a line after the end waits for it");
+    assert_eq!(
+        log.record_line(line, "{}", &gate, None, &mut LineMark::default()),
+        Some(line),
+        "a line after the end waits for it"
+    );
     handle.flush().await;
     assert!(gate.is_committed(line), "the end's commit releases every later line");
     let changes = handle.stats().changes.load(Ordering::Acquire);
@@ -202,7 +206,46 @@ async fn a_session_torn_down_after_its_end_writes_nothing_more_and_its_lines_wai
     assert_eq!(handle.stats().changes.load(Ordering::Acquire), changes, "the teardown recorded nothing");
     assert!(handle.load("torn").await.expect("load").is_none(), "ended for good: deleted");
     log.end(Some(gate.clone()));
-    assert!(log.record_line(line + 1, "{}", &gate, None), "a second end changes nothing");
+    assert_eq!(
+        log.record_line(line + 1, "{}", &gate, None, &mut LineMark::default()),
+        Some(line + 1),
+        "a second end changes nothing"
+    );
+}
+
+/// A line with no change of its session recorded since the outbox's last
+/// gated line waits on that line's commit and records nothing; a change in
+/// between, another outbox, or a journaled line records it.
+#[actix_rt::test]
+async fn a_line_after_no_new_change_waits_on_the_line_before_and_records_nothing() {
+    use std::sync::atomic::Ordering;
+    let dir = TempDir::new();
+    let (handle, log) = stored_session(&dir, "lines");
+    let tree = Host::new(HostConfig::default()).open_logged_tree(Arc::new(NullSink), log.clone());
+    let gate = Arc::new(CommitGate::default());
+    let mut mark = LineMark::default();
+    let changes = || handle.stats().changes.load(Ordering::Acquire);
+    tree.spawn(top_level("a")).await.expect("spawn");
+    assert_eq!(log.record_line(1, "{}", &gate, None, &mut mark), Some(1), "after a change: its own");
+    handle.flush().await;
+    let before = changes();
+    assert!(gate.is_committed(1));
+    assert_eq!(log.record_line(2, "{}", &gate, None, &mut mark), Some(1), "nothing new: the line before's");
+    handle.flush().await;
+    assert_eq!(changes(), before, "and nothing recorded");
+    tree.spawn(top_level("b")).await.expect("spawn");
+    assert_eq!(log.record_line(3, "{}", &gate, None, &mut mark), Some(3), "a change in between");
+    assert!(!gate.is_committed(3));
+    handle.flush().await;
+    assert!(gate.is_committed(3), "released by its own commit");
+    assert_eq!(changes(), before + 2, "the spawn and the line");
+    let other = Arc::new(CommitGate::default());
+    assert_eq!(log.record_line(4, "{}", &other, None, &mut LineMark::default()), Some(4), "another outbox");
+    log.keep_lines(true);
+    assert_eq!(log.record_line(5, "{}", &gate, None, &mut mark), Some(5), "a journaled line is recorded");
+    log.keep_lines(false);
+    assert_eq!(log.record_line(6, "{}", &gate, Some(9), &mut mark), Some(6), "a reply serving a frame too");
+    tree.close().await;
 }
 
 /// Without a durable store nothing waits: the end records nothing, and
@@ -213,7 +256,7 @@ async fn an_ended_session_without_a_durable_store_holds_no_line_back() {
     log.open(session_row("memory"));
     let gate = Arc::new(CommitGate::default());
     log.end(Some(gate.clone()));
-    assert!(!log.record_line(1, "{}", &gate, None));
+    assert_eq!(log.record_line(1, "{}", &gate, None, &mut LineMark::default()), None);
 }
 
 /// An end without a gate (a session that never reached its client) holds
@@ -223,7 +266,7 @@ async fn an_end_without_a_gate_holds_no_line_back() {
     let dir = TempDir::new();
     let (handle, log) = stored_session(&dir, "ungated");
     log.end(None);
-    assert!(!log.record_line(1, "{}", &Arc::new(CommitGate::default()), None));
+    assert_eq!(log.record_line(1, "{}", &Arc::new(CommitGate::default()), None, &mut LineMark::default()), None);
     handle.flush().await;
     assert!(handle.load("ungated").await.expect("load").is_none(), "ended for good: deleted");
 }

@@ -59,7 +59,7 @@ impl Handler<RunTask> for SubagentActor {
             self.report(EventKind::Failed, EventDetail::None);
             return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Failed });
         }
-        self.start_task(msg.task, msg.deadline_cap, msg.parent_span, msg.resume, ctx);
+        self.start_task(msg.task, msg.deadline_cap, msg.parent_span, msg.resume, msg.queued, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
     }
 }

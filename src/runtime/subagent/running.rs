@@ -138,6 +138,7 @@ impl SubagentActor {
         deadline_cap: Option<DeadlineCap>,
         parent_span: Option<tracing::Span>,
         resume: Option<Resume>,
+        queued: bool,
         ctx: &mut Context<Self>,
     ) {
         // The task's number is its ticket: the supervisor's one count of its
@@ -145,6 +146,9 @@ impl SubagentActor {
         let ticket = self.ticket;
         let attempt = resume.as_ref().map_or(1, |resume| resume.attempt);
         let started_on = if resume.is_some() { EventKind::Resumed } else { EventKind::Delegated };
+        // No row of it is stored yet unless it waited in the queue or ran
+        // before a restart.
+        let fresh = resume.is_none() && !queued;
         let task = Arc::new(task);
         self.last_task = Some(task.clone());
         self.log.record(|session| Change::TaskStarted {
@@ -153,6 +157,7 @@ impl SubagentActor {
             task: task.clone(),
             task_no: ticket,
             attempt,
+            fresh,
         });
         let timeout_seconds = self.config.timeout_seconds;
         let started = Instant::now();

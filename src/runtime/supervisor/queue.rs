@@ -137,7 +137,8 @@ impl Supervisor {
         let Some(addr) = entry.live_addr() else { return };
         self.take_slot(id);
         self.task_starts(id);
-        addr.do_send(RunTask { task, deadline_cap, parent_span, reply: DelegateReply(None), resume: None, ticket });
+        let reply = DelegateReply(None);
+        addr.do_send(RunTask { task, deadline_cap, parent_span, reply, resume: None, ticket, queued: true });
         // After the task: each await waits for it.
         for awaiter in awaiters {
             addr.do_send(AwaitTask(awaiter));

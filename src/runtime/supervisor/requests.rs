@@ -80,6 +80,7 @@ impl Supervisor {
             reply: DelegateReply(None),
             resume: None,
             ticket,
+            queued: false,
         };
         match actor {
             DelegateTo::Live(addr) => Forward::To(addr, run),

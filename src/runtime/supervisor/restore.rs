@@ -142,6 +142,7 @@ impl Supervisor {
                 // A resumed task keeps its number (its children's spawn keys
                 // use it), which its record's ticket already is.
                 ticket: stored.task_no,
+                queued: false,
             });
         }
         for (id, stored) in queued {

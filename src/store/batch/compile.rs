@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::columns::{int, json, key_args, mailbox_json};
 use super::fold::{Folded, Key};
 use super::statement::{delete_in, deletes, end_session, insert, param, update_from, Arg, Dialect, Op};
-use super::subagent_tables::{checkpoint_parts, subagent_patches, subagent_rows, task_ops};
+use super::subagent_tables::{checkpoint_parts, memory_updates, subagent_patches, subagent_rows, task_ops};
 use crate::store::writer::now_ms;
 use crate::store::Change;
 
@@ -34,7 +34,6 @@ pub(in crate::store) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, diale
     deletes(dialect, &mut ops, "subagents", "id", &folded.forgotten);
     deletes(dialect, &mut ops, "tasks", "subagent_id", &folded.forgotten);
     deletes(dialect, &mut ops, "checkpoint_parts", "subagent_id", &folded.forgotten);
-    deletes(dialect, &mut ops, "memories", "owner_id", &folded.forgotten);
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &folded.forgotten);
     let now = now_ms();
     for row in &folded.sessions {
@@ -68,22 +67,11 @@ pub(in crate::store) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, diale
             ],
         });
     }
-    subagent_rows(dialect, &mut ops, &folded.subagents);
-    subagent_patches(dialect, &mut ops, &folded.patches);
+    subagent_rows(dialect, &mut ops, &folded.subagents, &folded.memories);
+    subagent_patches(dialect, &mut ops, &folded.patches, &folded.memories);
+    memory_updates(dialect, &mut ops, &folded.memories, &folded.subagents, &folded.patches);
     task_ops(dialect, &mut ops, &folded.tasks);
     checkpoint_parts(dialect, &mut ops, &folded.parts);
-    let memories: Vec<Vec<Arg>> = folded
-        .memories
-        .iter()
-        .map(|((session, owner), entries)| key_args(session, *owner, [Arg::Text(json(entries).into())]))
-        .collect();
-    insert(
-        dialect,
-        &mut ops,
-        "memories (session_id, owner_id, entries)",
-        memories,
-        "(session_id, owner_id) DO UPDATE SET entries = excluded.entries",
-    );
     let (empty, full): (Vec<_>, Vec<_>) = folded.mailboxes.iter().partition(|(_, messages)| messages.is_empty());
     let emptied: Vec<Key> = empty.into_iter().map(|(key, _)| key.clone()).collect();
     deletes(dialect, &mut ops, "mailboxes", "subagent_id", &emptied);
@@ -174,7 +162,7 @@ pub(in crate::store) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, diale
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entries::InboxMessage;
+    use crate::entries::{InboxMessage, MemoryEntry};
     use crate::ids::SubagentId;
     use crate::protocol::wire::{JsonObject, SubagentConfig};
     use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
@@ -204,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn a_spawn_run_and_end_in_one_batch_fold_to_one_insert_and_one_delete() {
+    fn a_spawn_run_and_end_in_one_batch_fold_to_one_insert() {
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").unwrap();
         let task = Arc::new(TaskDefinition::new("t", "i"));
@@ -212,7 +200,7 @@ mod tests {
         result.insert("ok".into(), Value::Bool(true));
         let batch = vec![
             Change::Subagent { session: session.clone(), id, row: row() },
-            Change::TaskStarted { session: session.clone(), id, task, task_no: 1, attempt: 1 },
+            Change::TaskStarted { session: session.clone(), id, task, task_no: 1, attempt: 1, fresh: true },
             Change::TaskEnded {
                 session: session.clone(),
                 id,
@@ -224,12 +212,78 @@ mod tests {
             },
         ];
         let ops = compiled(&batch, 1024, Dialect::Sqlite);
-        assert_eq!(ops.len(), 2, "{ops:#?}");
+        assert_eq!(ops.len(), 1, "a task started and ended in the batch writes nothing: {ops:#?}");
         assert!(ops[0].sql.starts_with("INSERT INTO subagents"));
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
         assert!(ops[0].args.contains(&Arg::Int(1)), "tasks_started");
         assert!(ops[0].args.contains(&Arg::Int(123)) && ops[0].args.contains(&Arg::Int(45)), "usage");
-        assert!(ops[1].sql.starts_with("DELETE FROM tasks"));
+    }
+
+    fn ended(session: &Arc<str>, id: SubagentId, held: Held) -> Change {
+        Change::TaskEnded {
+            session: session.clone(),
+            id,
+            status: SubagentStatus::Completed,
+            result: None,
+            error: None,
+            held,
+            usage: Usage::default(),
+        }
+    }
+
+    fn started(session: &Arc<str>, id: SubagentId, fresh: bool) -> Change {
+        let task = Arc::new(TaskDefinition::new("t", "i"));
+        Change::TaskStarted { session: session.clone(), id, task, task_no: 2, attempt: 1, fresh }
+    }
+
+    #[test]
+    fn a_task_whose_row_may_be_stored_is_deleted_at_its_end_in_the_same_batch() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let deletes = |batch: &[Change]| {
+            compiled(batch, 1024, Dialect::Sqlite).iter().filter(|op| op.sql.starts_with("DELETE FROM tasks")).count()
+        };
+        assert_eq!(deletes(&[started(&session, id, true), ended(&session, id, Held::default())]), 0);
+        // It waited in the queue: its row was stored then.
+        assert_eq!(deletes(&[started(&session, id, false), ended(&session, id, Held::default())]), 1);
+        // The task before it ended in the batch: its row may be stored.
+        let batch =
+            [ended(&session, id, Held::default()), started(&session, id, true), ended(&session, id, Held::default())];
+        assert_eq!(deletes(&batch), 1);
+    }
+
+    #[test]
+    fn a_memory_is_written_in_its_owner_s_row() {
+        let session: Arc<str> = "s".into();
+        let (child, owner) = (SubagentId::parse("sub_00000002").unwrap(), SubagentId::parse("sub_00000001").unwrap());
+        let memory = |owner| Held {
+            memory: Some((owner, vec![MemoryEntry::Said { role: "user", content: "hi".into() }])),
+            mailbox: None,
+        };
+        // Its own memory, with its task's end: one update of its row.
+        let ops = compiled(&[ended(&session, child, memory(child))], 1024, Dialect::Postgres);
+        let rows: Vec<_> = ops.iter().filter(|op| op.sql.contains("subagents")).collect();
+        assert_eq!(rows.len(), 1, "{ops:#?}");
+        assert!(rows[0].sql.starts_with("UPDATE subagents") && rows[0].sql.contains("memory = COALESCE"), "{ops:#?}");
+        let stored = Arg::Texts(vec![Some(r#"[{"content":"hi","role":"user"}]"#.into())]);
+        assert_eq!(rows[0].args[8], stored, "{ops:#?}");
+        // A shared memory's owner, not otherwise in the batch: its column alone.
+        let ops = compiled(&[ended(&session, child, memory(owner))], 1024, Dialect::Sqlite);
+        let memory_only: Vec<_> = ops.iter().filter(|op| op.sql.contains("SET memory = v.column3")).collect();
+        assert_eq!(memory_only.len(), 1, "{ops:#?}");
+        assert_eq!(memory_only[0].args[1], Arg::Text(owner.to_string().into()));
+        // An owner spawned in the batch: in its insert.
+        let batch = [
+            Change::Subagent { session: session.clone(), id: owner, row: row() },
+            ended(&session, child, memory(owner)),
+        ];
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
+        let insert = ops.iter().find(|op| op.sql.starts_with("INSERT INTO subagents")).expect("insert");
+        assert!(
+            insert.args.iter().any(|arg| matches!(arg, Arg::OptText(Some(text)) if text.contains("hi"))),
+            "{insert:#?}"
+        );
+        assert!(!ops.iter().any(|op| op.sql.contains("SET memory = v.column3")), "{ops:#?}");
     }
 
     #[test]
@@ -243,7 +297,7 @@ mod tests {
         ];
         let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
-        assert_eq!(ops.len(), 8);
+        assert_eq!(ops.len(), 7, "six tables of the session's rows, and its own row: {ops:#?}");
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
     }
 
@@ -517,7 +571,7 @@ mod tests {
         ];
         let ops = compiled(&batch, 1024, Dialect::Postgres);
         assert_eq!(ops.len(), 1, "{ops:#?}");
-        assert_eq!(ops[0].args.len(), 15, "one array per column");
+        assert_eq!(ops[0].args.len(), 16, "one array per column");
         let Arg::Texts(parents) = &ops[0].args[4] else { panic!("{:?}", ops[0].args[4]) };
         let mut parents = parents.clone();
         parents.sort();

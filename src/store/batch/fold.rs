@@ -7,7 +7,8 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::entries::{InboxMessage, MemoryEntry};
+use super::subagent_tables::Memories;
+use crate::entries::InboxMessage;
 use crate::ids::SubagentId;
 use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
 use crate::store::{Change, Held, SessionRow, SubagentRow};
@@ -36,8 +37,19 @@ pub(super) struct Head<'a> {
 /// What a task row becomes.
 #[derive(Debug)]
 pub(super) enum TaskOp<'a> {
-    Insert { task: &'a Arc<TaskDefinition>, task_no: u64, attempt: u32, step: u64, checkpoint: Option<Head<'a>> },
-    Update { attempt: Option<u32>, checkpoint: Option<(u32, Head<'a>)> },
+    // `fresh`: no row of it is stored before the batch.
+    Insert {
+        task: &'a Arc<TaskDefinition>,
+        task_no: u64,
+        attempt: u32,
+        step: u64,
+        checkpoint: Option<Head<'a>>,
+        fresh: bool,
+    },
+    Update {
+        attempt: Option<u32>,
+        checkpoint: Option<(u32, Head<'a>)>,
+    },
     Delete,
 }
 
@@ -97,7 +109,8 @@ pub(in crate::store) struct Folded<'a> {
     pub(super) patches: HashMap<Key, Patch>,
     pub(super) tasks: HashMap<Key, TaskOp<'a>>,
     pub(super) parts: HashMap<Key, PartsOp<'a>>,
-    pub(super) memories: HashMap<Key, &'a Vec<MemoryEntry>>,
+    // By owner (kept in the owner's row).
+    pub(super) memories: Memories<'a>,
     pub(super) mailboxes: HashMap<Key, &'a Vec<InboxMessage>>,
     pub(super) journal: Vec<(&'a Arc<str>, u64, &'a String)>,
     // Per session: the lowest and highest journal seq of the batch.
@@ -204,10 +217,11 @@ impl<'a> Folded<'a> {
             }
             Change::TaskQueued { session, id, task, position } => {
                 // Attempt 0 marks it queued; `step` holds its place.
-                let queued = TaskOp::Insert { task, task_no: 0, attempt: 0, step: *position, checkpoint: None };
+                let queued =
+                    TaskOp::Insert { task, task_no: 0, attempt: 0, step: *position, checkpoint: None, fresh: false };
                 self.tasks.insert((session.clone(), *id), queued);
             }
-            Change::TaskStarted { session, id, task, task_no, attempt } => {
+            Change::TaskStarted { session, id, task, task_no, attempt, fresh } => {
                 let key = (session.clone(), *id);
                 let patch = Patch {
                     status: SubagentStatus::Running,
@@ -228,7 +242,11 @@ impl<'a> Folded<'a> {
                     }
                 } else {
                     self.parts.entry(key.clone()).or_default().start();
-                    let insert = TaskOp::Insert { task, task_no: *task_no, attempt: 1, step: 0, checkpoint: None };
+                    // A task that ended earlier in the batch may have left its
+                    // row: this one's insert replaces it, its end deletes it.
+                    let fresh = *fresh && !self.tasks.contains_key(&key);
+                    let insert =
+                        TaskOp::Insert { task, task_no: *task_no, attempt: 1, step: 0, checkpoint: None, fresh };
                     self.tasks.insert(key, insert);
                 }
             }
@@ -267,7 +285,12 @@ impl<'a> Folded<'a> {
                 if !self.parts.entry(key.clone()).or_default().end() {
                     self.parts.remove(&key);
                 }
-                self.tasks.insert(key, TaskOp::Delete);
+                if matches!(self.tasks.get(&key), Some(TaskOp::Insert { fresh: true, .. })) {
+                    // Started and ended within the batch: nothing of it is stored.
+                    self.tasks.remove(&key);
+                } else {
+                    self.tasks.insert(key, TaskOp::Delete);
+                }
             }
             Change::Mailbox { session, id, messages, served } => {
                 self.mailboxes.insert((session.clone(), *id), messages);

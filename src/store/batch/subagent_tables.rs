@@ -1,5 +1,7 @@
 //! The statements of the `subagents` and `tasks` tables: whole rows,
-//! status patches of rows not otherwise in the batch, and task inserts,
+//! status patches of rows not otherwise in the batch, memories (kept in
+//! their owner's row: with its row or patch when the batch has one, else
+//! on their own), and task inserts,
 //! updates (checkpoints, attempts) and deletes; and of `checkpoint_parts`,
 //! the items a task's checkpoints appended to a list of its state.
 
@@ -8,12 +10,28 @@ use std::collections::HashMap;
 use super::columns::{int, json, key_args, status_text};
 use super::fold::{Key, PartsOp, Patch, TaskOp};
 use super::statement::{deletes, insert, update_from, Arg, Dialect, Op};
+use crate::entries::MemoryEntry;
 use crate::store::SubagentRow;
 
-pub(super) fn subagent_rows<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, rows: &'a HashMap<Key, SubagentRow>) {
+/// The memories of a batch, by owner.
+pub(super) type Memories<'a> = HashMap<Key, &'a Vec<MemoryEntry>>;
+
+// The memory column of `key`'s row: its memory when the batch has one
+// (NULL keeps the stored one).
+fn memory_of<'a>(memories: &Memories<'_>, key: &Key) -> Arg<'a> {
+    Arg::OptText(memories.get(key).map(|entries| json(entries).into()))
+}
+
+pub(super) fn subagent_rows<'a>(
+    dialect: Dialect,
+    ops: &mut Vec<Op<'a>>,
+    rows: &'a HashMap<Key, SubagentRow>,
+    memories: &Memories<'_>,
+) {
     let rows: Vec<Vec<Arg<'a>>> = rows
         .iter()
-        .map(|((session, id), row)| {
+        .map(|(key, row)| {
+            let (session, id) = key;
             key_args(
                 session,
                 *id,
@@ -31,6 +49,7 @@ pub(super) fn subagent_rows<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, rows: &
                     Arg::OptText(row.error.as_deref().map(Into::into)),
                     int(row.usage.input_tokens),
                     int(row.usage.output_tokens),
+                    memory_of(memories, key),
                 ],
             )
         })
@@ -39,18 +58,24 @@ pub(super) fn subagent_rows<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, rows: &
         dialect,
         ops,
         "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
-         config, status, result, error, usage_input, usage_output)",
+         config, status, result, error, usage_input, usage_output, memory)",
         rows,
         "(session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, error = excluded.error, \
          tasks_started = excluded.tasks_started, usage_input = excluded.usage_input, \
-         usage_output = excluded.usage_output",
+         usage_output = excluded.usage_output, memory = COALESCE(excluded.memory, subagents.memory)",
     );
 }
 
-pub(super) fn subagent_patches<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, patches: &'a HashMap<Key, Patch>) {
+pub(super) fn subagent_patches<'a>(
+    dialect: Dialect,
+    ops: &mut Vec<Op<'a>>,
+    patches: &'a HashMap<Key, Patch>,
+    memories: &Memories<'_>,
+) {
     let rows: Vec<Vec<Arg<'a>>> = patches
         .iter()
-        .map(|((session, id), patch)| {
+        .map(|(key, patch)| {
+            let (session, id) = key;
             key_args(
                 session,
                 *id,
@@ -61,6 +86,7 @@ pub(super) fn subagent_patches<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, patc
                     Arg::OptInt(patch.tasks_started.map(|n| i64::try_from(n).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.input_tokens).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.output_tokens).unwrap_or(i64::MAX))),
+                    memory_of(memories, key),
                 ],
             )
         })
@@ -72,9 +98,36 @@ pub(super) fn subagent_patches<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, patc
         "status = v.column3, result = v.column4, error = v.column5, \
          tasks_started = COALESCE(v.column6, subagents.tasks_started), \
          usage_input = COALESCE(v.column7, subagents.usage_input), \
-         usage_output = COALESCE(v.column8, subagents.usage_output)",
+         usage_output = COALESCE(v.column8, subagents.usage_output), \
+         memory = COALESCE(v.column9, subagents.memory)",
         "subagents.session_id = v.column1 AND subagents.id = v.column2",
-        8,
+        9,
+        rows,
+    );
+}
+
+/// The memories whose owner's row the batch does not otherwise write (a
+/// shared memory's owner, whose child's task ended): an update of that
+/// column alone. An owner whose row is gone (forgotten) takes none.
+pub(super) fn memory_updates<'a>(
+    dialect: Dialect,
+    ops: &mut Vec<Op<'a>>,
+    memories: &'a Memories<'_>,
+    rows: &HashMap<Key, SubagentRow>,
+    patches: &HashMap<Key, Patch>,
+) {
+    let rows: Vec<Vec<Arg<'a>>> = memories
+        .iter()
+        .filter(|(key, _)| !rows.contains_key(*key) && !patches.contains_key(*key))
+        .map(|((session, owner), entries)| key_args(session, *owner, [Arg::Text(json(entries).into())]))
+        .collect();
+    update_from(
+        dialect,
+        ops,
+        "subagents",
+        "memory = v.column3",
+        "subagents.session_id = v.column1 AND subagents.id = v.column2",
+        3,
         rows,
     );
 }
@@ -86,7 +139,7 @@ pub(super) fn task_ops<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, tasks: &'a H
     for ((session, id), op) in tasks {
         match op {
             TaskOp::Delete => deleted.push((session.clone(), *id)),
-            TaskOp::Insert { task, task_no, attempt, step, checkpoint } => inserted.push(key_args(
+            TaskOp::Insert { task, task_no, attempt, step, checkpoint, .. } => inserted.push(key_args(
                 session,
                 *id,
                 [

@@ -73,10 +73,6 @@ impl SqlStore {
                 },
             );
         }
-        let mut memories = HashMap::new();
-        for mut memory in self.fetch("SELECT owner_id, entries FROM memories WHERE session_id = $1", id, "tt").await? {
-            memories.insert(parse_id(memory[0].text())?, parse_json::<Vec<Value>>(memory[1].text())?);
-        }
         let mut mailboxes = HashMap::new();
         for mut mailbox in
             self.fetch("SELECT subagent_id, messages FROM mailboxes WHERE session_id = $1", id, "tt").await?
@@ -95,10 +91,10 @@ impl SqlStore {
         for mut sub in self
             .fetch(
                 "SELECT id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
-                 config, status, result, error, usage_input, usage_output FROM subagents \
+                 config, status, result, error, usage_input, usage_output, memory FROM subagents \
                  WHERE session_id = $1 ORDER BY ord",
                 id,
-                "titttitittttii",
+                "titttitittttiit",
             )
             .await?
         {
@@ -111,6 +107,10 @@ impl SqlStore {
                 .map_err(|err| StoreError(format!("stored status: {err}")))?;
             let result = match sub[10].text() {
                 Some(text) => Some(parse_json(Some(text))?),
+                None => None,
+            };
+            let memory = match sub[14].text() {
+                Some(text) => Some(parse_json::<Vec<Value>>(Some(text))?),
                 None => None,
             };
             let row = SubagentRow {
@@ -134,7 +134,7 @@ impl SqlStore {
                 id: subagent,
                 row,
                 task: tasks.remove(&subagent),
-                memory: memories.remove(&subagent),
+                memory,
                 mailbox: mailboxes.remove(&subagent).unwrap_or_default(),
             });
         }
@@ -259,7 +259,7 @@ mod tests {
         commit(vec![
             Change::SessionOpened(row),
             Change::Subagent { session: session.clone(), id, row: sub },
-            Change::TaskStarted { session: session.clone(), id, task, task_no: 1, attempt: 1 },
+            Change::TaskStarted { session: session.clone(), id, task, task_no: 1, attempt: 1, fresh: true },
             checkpoint(&session, id, 1, 0, &m[..2]),
         ])
         .await;

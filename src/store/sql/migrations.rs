@@ -67,6 +67,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0009_postgres_tuning.sqlite.sql"),
         include_str!("../../../migrations/0009_postgres_tuning.postgres.sql"),
     ),
+    (
+        10,
+        "memory_in_row",
+        include_str!("../../../migrations/0010_memory_in_row.sql"),
+        include_str!("../../../migrations/0010_memory_in_row.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

@@ -24,7 +24,7 @@ mod writer_settings;
 
 pub use commit::CommitStats;
 pub use commit_gate::CommitGate;
-pub use session_log::SessionLog;
+pub use session_log::{LineMark, SessionLog};
 pub use store_handle::StoreHandle;
 pub use writer_settings::WriterSettings;
 

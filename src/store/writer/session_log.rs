@@ -28,6 +28,22 @@ pub struct SessionLog {
     // Set once it ends for good: nothing more of it is recorded. (`stored`
     // then says whether the end was: its lines wait for it.)
     ended: AtomicBool,
+    // Changes recorded, lines aside (see `LineMark`); counted once sent.
+    changes: AtomicU64,
+}
+
+/// What an outbox knows of its last line that waits on a commit: the line
+/// it waits on, and how many of the session's changes had been recorded
+/// before it. A line finding no change recorded since waits on that same
+/// commit, and records nothing: most replies follow the event their change
+/// made (`SUBAGENT_EVENT delegated`, then the delegate's reply), and the
+/// store need not write one more change for each. Kept per outbox: another
+/// outbox's lines wait on its own gate.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LineMark {
+    changes: u64,
+    // The line waited on (0: none yet).
+    line: u64,
 }
 
 impl SessionLog {
@@ -42,6 +58,7 @@ impl SessionLog {
             keeps_lines: AtomicBool::new(false),
             detached: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
         })
     }
 
@@ -56,6 +73,7 @@ impl SessionLog {
             keeps_lines: AtomicBool::new(false),
             detached: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
         })
     }
 
@@ -74,7 +92,7 @@ impl SessionLog {
     pub fn open(&self, row: SessionRow) {
         self.keep_lines(row.transport == "http");
         if self.store.is_durable() {
-            self.store.record(Change::SessionOpened(row));
+            self.counted(self.store.record(Change::SessionOpened(row)));
             self.stored.store(true, Ordering::Release);
         }
     }
@@ -114,28 +132,62 @@ impl SessionLog {
     /// Records the change `make` builds, when this session is kept; `true`
     /// when it was recorded (and so will be committed).
     pub fn record(&self, make: impl FnOnce(Arc<str>) -> Change) -> bool {
+        self.counted(self.send(make))
+    }
+
+    fn send(&self, make: impl FnOnce(Arc<str>) -> Change) -> bool {
         self.is_recording() && self.store.record(make(self.id.clone()))
+    }
+
+    // Counts a change once it is sent (a line that reads the count after
+    // this finds the change ahead of it in the writer's queue).
+    fn counted(&self, recorded: bool) -> bool {
+        if recorded {
+            self.changes.fetch_add(1, Ordering::Release);
+        }
+        recorded
     }
 
     /// Records line `seq` for the client: `gate` releases it once every
     /// change recorded before it is committed. It is journaled (`line`)
     /// when its transport can replay it, and a reply names the journaled
-    /// request frame it `answers`. `true` when the line must wait for
-    /// `gate`; `false` when it may go out at once (the session is not kept).
+    /// request frame it `answers`. Returns the line number `gate` must
+    /// reach before the line goes out: its own, or with no change recorded
+    /// since `mark`'s line (and nothing to journal), that line's; `None`
+    /// when it may go out at once (the session is not kept).
     ///
     /// After the session's end, a line writes nothing (no journal, no frame
     /// is kept any more) and waits for the end (see [`SessionLog::end`]).
-    pub fn record_line(&self, seq: u64, line: &str, gate: &Arc<CommitGate>, answers: Option<u64>) -> bool {
+    pub fn record_line(
+        &self,
+        seq: u64,
+        line: &str,
+        gate: &Arc<CommitGate>,
+        answers: Option<u64>,
+        mark: &mut LineMark,
+    ) -> Option<u64> {
         if self.ended.load(Ordering::Acquire) {
-            return self.stored.load(Ordering::Acquire);
+            return self.stored.load(Ordering::Acquire).then_some(seq);
         }
-        self.record(|session| Change::Line {
+        // Read before the line is sent: every change counted in it is ahead
+        // of the line in the writer's queue.
+        let changes = self.changes.load(Ordering::Acquire);
+        let keeps_lines = self.keeps_lines();
+        if mark.line > 0 && mark.changes == changes && !keeps_lines && answers.is_none() {
+            return self.is_recording().then_some(mark.line);
+        }
+        let recorded = self.send(|session| Change::Line {
             session,
             seq,
-            line: self.keeps_lines().then(|| line.to_owned()),
+            line: keeps_lines.then(|| line.to_owned()),
             gate: Some(gate.clone()),
             answers,
-        })
+        });
+        if !recorded {
+            return None;
+        }
+        *mark = LineMark { changes, line: seq };
+        Some(seq)
     }
 
     /// Numbers inbound frames after `last` (a restored session's highest).
@@ -152,7 +204,7 @@ impl SessionLog {
         }
         let seq = self.next_inbound.fetch_add(1, Ordering::AcqRel);
         let frame = String::from_utf8_lossy(frame).into_owned();
-        self.store.record(Change::Inbound { session: self.id.clone(), seq, frame });
+        self.counted(self.store.record(Change::Inbound { session: self.id.clone(), seq, frame }));
         Some(seq)
     }
 
@@ -184,7 +236,7 @@ impl SessionLog {
         }
         // Without a gate to release them, its lines cannot wait for the end.
         let holds_lines = gate.is_some();
-        let recorded = kept && self.store.record(Change::SessionEnded { session: self.id.clone(), gate });
+        let recorded = kept && self.counted(self.store.record(Change::SessionEnded { session: self.id.clone(), gate }));
         self.stored.store(recorded && holds_lines, Ordering::Release);
     }
 }
