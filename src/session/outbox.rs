@@ -288,11 +288,11 @@ impl Outbox {
 
     fn queue(&self, line: String, mut reservation: Option<Reservation>, answers: Option<u64>) {
         let mut guard = self.lock();
-        if guard.tx.is_none() || self.overflowed.is_cancelled() {
-            return;
-        }
         let Sending { tx, log, mark } = &mut *guard;
         let Some(tx) = tx.as_ref() else { return };
+        if self.overflowed.is_cancelled() {
+            return;
+        }
         // Numbered (and journaled) under the lock: in the order sent.
         let (seq, waits_for) = match log {
             // The session stays stored but is no longer served from here (the

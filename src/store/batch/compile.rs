@@ -375,16 +375,8 @@ mod tests {
     fn a_task_s_end_or_its_subagent_forgotten_deletes_its_parts() {
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").unwrap();
-        let ended = Change::TaskEnded {
-            session: session.clone(),
-            id,
-            status: SubagentStatus::Completed,
-            result: None,
-            error: None,
-            held: Held::default(),
-            usage: Usage::default(),
-        };
-        let ops = compiled(&[appended(&session, id, 2, 5, &["a"]), ended], 1024, Dialect::Postgres);
+        let batch = [appended(&session, id, 2, 5, &["a"]), ended(&session, id, Held::default())];
+        let ops = compiled(&batch, 1024, Dialect::Postgres);
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
         assert!(!ops.iter().any(|op| op.sql.contains("INTO checkpoint_parts")), "nothing of it is written: {ops:#?}");
         assert!(!ops.iter().any(|op| op.sql.starts_with("UPDATE tasks")), "{ops:#?}");
