@@ -54,8 +54,11 @@
 //! - `error` ([`ErrorCode`], [`HostError`]) and `ids` ([`SubagentId`]).
 //!   `telemetry` (feature `otlp`): the OTLP span exporter.
 
-// One exception, allowed where it is: the pre-exec hook that makes started
-// programs die with the host (`child_process::die_with_host`).
+// Exceptions, each allowed where it is with its safety argued there: the
+// pre-exec hook that makes started programs die with the host
+// (`child_process::die_with_host`), JSON already checked kept as raw JSON
+// (`protocol::raw`), and SQLite's process-wide settings
+// (`store::sqlite_before_start`).
 #![deny(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, clippy::await_holding_lock)]
 

@@ -144,6 +144,8 @@ fn main() -> ExitCode {
         LogFormatArg::Text => LogFormat::Text,
         LogFormatArg::Json => LogFormat::Json,
     });
+    // Before any thread opens SQLite.
+    let _ = subagent_host::store::sqlite_before_start();
     match serve(args) {
         Ok(()) => {
             // Threads blocked on stdin must not keep the process alive.

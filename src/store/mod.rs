@@ -40,5 +40,6 @@ pub use change::*;
 pub use cluster::{Acquire, Acquired, ClusterSettings, Fence, SessionOwner};
 pub use lock::DataDirLock;
 pub use memory_store::MemoryStore;
+pub use sql::sqlite_before_start;
 pub use url::{open, StoreUrl};
 pub use writer::{CommitGate, CommitStats, LineMark, SessionLog, StoreHandle, WriterSettings};

@@ -11,6 +11,7 @@
 //! - `sqlite_commits`: the connection SQLite's batches are committed on.
 //! - `sqlite_checkpoints`: the thread that checkpoints SQLite's WAL.
 //! - `sqlite_wal_sync`: the thread that syncs SQLite's commits to disk.
+//! - `sqlite_process`: SQLite's process-wide settings.
 //! - `signalled`: the lock and condition variable those two threads wait on.
 //! - `load_session`: loading one stored session whole.
 //! - `cells`: reading stored columns back.
@@ -24,6 +25,8 @@ mod signalled;
 mod sql_store;
 mod sqlite_checkpoints;
 mod sqlite_commits;
+mod sqlite_process;
 mod sqlite_wal_sync;
 
 pub(super) use sql_store::SqlStore;
+pub use sqlite_process::sqlite_before_start;
