@@ -144,8 +144,9 @@ fn main() -> ExitCode {
         LogFormatArg::Text => LogFormat::Text,
         LogFormatArg::Json => LogFormat::Json,
     });
-    // Before any thread opens SQLite.
-    let _ = subagent_host::store::sqlite_before_start();
+    // SAFETY: no thread that may open SQLite exists yet (the logger's
+    // only writes to stderr).
+    let _ = unsafe { subagent_host::store::sqlite_before_start() };
     match serve(args) {
         Ok(()) => {
             // Threads blocked on stdin must not keep the process alive.
