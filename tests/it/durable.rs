@@ -133,7 +133,9 @@ impl Node {
         let mut args: Vec<String> = ["--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0"].map(String::from).into();
         args.extend(backing.args());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Server::start(&args, Some(config))
+        // At `info` (unless the test run names a filter): a test may wait
+        // for a session's end, which is logged there.
+        Server::start_with(Some("export RUST_LOG=\"${RUST_LOG:-info}\""), &args, Some(config))
     }
 
     fn tcp(&self) -> &str {
@@ -1013,8 +1015,15 @@ fn kill_in_the_middle_of_a_workload(backing: Backing) {
     other.send(&json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" }));
     let listed = other.reply("l");
     assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(driver_subagents), "{listed}");
-    // Past its grace it ends for good.
+    // Past its grace it ends for good. Waiting for no open session is not
+    // enough: when `other` resumed the session itself (before the host had
+    // adopted it), its drop parks the session again, and between that
+    // connection's end and the adoption no session is open, though the
+    // session is resumable. Its end for good is the adopted session's
+    // expiry, logged after the end is recorded.
     drop(other);
+    let ended = format!("session {} ended: transport=http", session.as_str());
+    node.server.wait_stderr("the session's expiry", |line| line.contains(&ended) && line.contains("end=Stopped"));
     node.server.wait_sessions(0);
     let mut other = LineClient::connect(node.tcp());
     other.send(&hs);
