@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::fold::Key;
@@ -95,12 +96,41 @@ pub(super) fn param(dialect: Dialect, n: usize) -> String {
 
 /// Parameters `first ..` (`count` of them) in the dialect's spelling.
 pub(super) fn placeholders(dialect: Dialect, first: usize, count: usize) -> String {
-    (first..first + count).map(|n| param(dialect, n)).collect::<Vec<_>>().join(", ")
+    let mut out = String::with_capacity(count * 5);
+    push_placeholders(&mut out, dialect, first, count);
+    out
+}
+
+// Appends parameters `first ..` (`count` of them) to `out`, written in
+// place: a batch's statements spell thousands of them at every commit, on
+// the writer's thread, and a string for each was most of the text's cost.
+fn push_placeholders(out: &mut String, dialect: Dialect, first: usize, count: usize) {
+    for n in first..first + count {
+        if n > first {
+            out.push_str(", ");
+        }
+        match dialect {
+            Dialect::Sqlite => out.push('?'),
+            Dialect::Postgres => {
+                // Writing to a `String` cannot fail.
+                let _ = write!(out, "${n}");
+            }
+        }
+    }
 }
 
 /// `($1, $2), ($3, $4), …` for `rows` rows of `width` values.
 fn values(dialect: Dialect, rows: usize, width: usize) -> String {
-    (0..rows).map(|row| format!("({})", placeholders(dialect, 1 + row * width, width))).collect::<Vec<_>>().join(", ")
+    let mut out = String::with_capacity(rows * (width * 5 + 4));
+    for row in 0..rows {
+        if row > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        push_placeholders(&mut out, dialect, 1 + row * width, width);
+        out.push(')');
+    }
+    out
 }
 
 /// `rows` turned into columns, each one array parameter (PostgreSQL), with
@@ -286,4 +316,18 @@ pub(in crate::store) fn end_session<'a>(dialect: Dialect, session: &'a str, ops:
 pub(in crate::store) fn drop_lease<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
     ops.push(Op { sql: format!("DELETE FROM leases WHERE session_id = {p}"), args: vec![Arg::Text(session.into())] });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{placeholders, values, Dialect};
+
+    #[test]
+    fn values_spell_each_rows_parameters_in_order_in_either_dialect() {
+        assert_eq!(values(Dialect::Sqlite, 2, 3), "(?, ?, ?), (?, ?, ?)");
+        assert_eq!(values(Dialect::Postgres, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(placeholders(Dialect::Postgres, 9, 3), "$9, $10, $11");
+        assert_eq!(placeholders(Dialect::Sqlite, 1, 1), "?");
+        assert_eq!(placeholders(Dialect::Sqlite, 1, 0), "");
+    }
 }

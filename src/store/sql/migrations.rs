@@ -73,6 +73,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0010_memory_in_row.sql"),
         include_str!("../../../migrations/0010_memory_in_row.sql"),
     ),
+    (
+        11,
+        "subagents_by_key",
+        include_str!("../../../migrations/0011_subagents_by_key.sqlite.sql"),
+        include_str!("../../../migrations/0011_subagents_by_key.postgres.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.
@@ -129,5 +135,70 @@ fn outcome(outcome: Result<(), MigrateError>) -> Result<(), String> {
              run a newer subagentd, or point --store elsewhere"
         )),
         Err(err) => Err(format!("schema migration failed: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Embedded, MIGRATIONS};
+    use sqlx::migrate::{MigrationSource, Migrator};
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+    use sqlx::Row;
+
+    use crate::store::batch::Dialect;
+
+    /// A SQLite store made by a build that knew migrations up to 10 keeps
+    /// every subagent row, column for column, when migration 11 moves the
+    /// table into its key's B-tree; the table then has no rowid.
+    #[tokio::test]
+    async fn sqlite_subagents_keep_every_row_when_moved_into_their_keys_tree() {
+        let path =
+            std::env::temp_dir().join(format!("subagentd-mig-{}-{}.sqlite3", std::process::id(), fastrand::u64(..)));
+        let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.expect("open");
+        let mut older = Migrator::new(Embedded(Dialect::Sqlite)).await.expect("migrations");
+        let all = Embedded(Dialect::Sqlite).resolve().await.expect("migrations");
+        older.migrations = all.into_iter().filter(|migration| migration.version <= 10).collect::<Vec<_>>().into();
+        older.run(&pool).await.expect("migrate to 10");
+        for n in 0..3i64 {
+            sqlx::query(
+                "INSERT INTO subagents (session_id, id, ord, parent_id, depth, tasks_started, config, status, \
+                 result, usage_input, usage_output, memory) VALUES ('s', ?, ?, ?, 1, 2, '{}', 'COMPLETED', '{\"r\":1}', 7, 8, '[]')",
+            )
+            .bind(format!("sub_{n:08x}"))
+            .bind(n)
+            .bind(if n > 0 { Some("sub_00000000") } else { None })
+            .execute(&pool)
+            .await
+            .expect("insert");
+        }
+        super::migrate_sqlite(&pool).await.expect("migrate to the latest");
+        let latest: i64 =
+            sqlx::query("SELECT MAX(version) FROM _sqlx_migrations").fetch_one(&pool).await.expect("version").get(0);
+        assert_eq!(latest, MIGRATIONS.last().expect("migrations").0);
+        let rows = sqlx::query(
+            "SELECT id, ord, parent_id, depth, tasks_started, status, result, usage_input, usage_output, memory \
+             FROM subagents ORDER BY ord",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        assert_eq!(rows.len(), 3);
+        for (n, row) in rows.iter().enumerate() {
+            assert_eq!(row.get::<String, _>(0), format!("sub_{n:08x}"));
+            assert_eq!(row.get::<i64, _>(1), n as i64);
+            assert_eq!(row.get::<Option<String>, _>(2).is_some(), n > 0);
+            assert_eq!((row.get::<i64, _>(3), row.get::<i64, _>(4)), (1, 2));
+            assert_eq!(row.get::<String, _>(5), "COMPLETED");
+            assert_eq!(row.get::<String, _>(6), "{\"r\":1}");
+            assert_eq!((row.get::<i64, _>(7), row.get::<i64, _>(8)), (7, 8));
+            assert_eq!(row.get::<String, _>(9), "[]");
+        }
+        let without_rowid = sqlx::query("SELECT rowid FROM subagents").fetch_all(&pool).await;
+        assert!(without_rowid.is_err(), "the table keeps its rows in its key's tree, with no rowid");
+        pool.close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }
