@@ -6,7 +6,8 @@
 //! (under a hash join) at every batch for ever after, unless fresh
 //! statistics replaced it, which never happens with autovacuum off (as on
 //! this project's test server). The store's connections price sequential
-//! scans out, and the test counts them in the server's own statistics.
+//! scans out, and the test counts them in the server's own statistics; and
+//! most updates of a subagent's row stay on its page (HOT).
 
 use serde_json::json;
 
@@ -60,4 +61,9 @@ fn a_grown_subagents_table_is_never_scanned_whole_by_a_batch() {
     // rewrite, migration 10's copy of the memories into it): three scans
     // reading nothing. A batch's would read a row per subagent.
     assert!(scans <= 3 && read < SUBAGENTS as i64, "{scans} whole-table scans reading {read} rows");
+    // Half of each page is left for the updates of the rows on it: most
+    // stay on their page (HOT), taking no new index entry.
+    let hot = count("SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'subagents'");
+    eprintln!("subagents: {hot} of {updates} updates HOT");
+    assert!(hot * 10 >= updates * 7, "{hot} of {updates} updates HOT");
 }

@@ -79,6 +79,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0011_subagents_by_key.sqlite.sql"),
         include_str!("../../../migrations/0011_subagents_by_key.postgres.sql"),
     ),
+    (
+        12,
+        "room_for_updates",
+        include_str!("../../../migrations/0012_room_for_updates.sqlite.sql"),
+        include_str!("../../../migrations/0012_room_for_updates.postgres.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

@@ -1,0 +1,3 @@
+-- PostgreSQL only (room left on each page for updates in place): SQLite
+-- has no fillfactor.
+SELECT 1;
