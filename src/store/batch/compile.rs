@@ -25,8 +25,15 @@ pub(in crate::store) fn fold(batch: &[Change]) -> Folded<'_> {
 
 /// The statements a folded batch comes to, keeping the newest `retained`
 /// journal lines of each session it writes to. They bind the batch's texts
-/// where they are (a statement's values borrow from `folded`).
-pub(in crate::store) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, dialect: Dialect) -> Vec<Op<'f>> {
+/// where they are (a statement's values borrow from `folded`). `retried`:
+/// the batch follows a failed commit, whose outcome may be unknown, and
+/// every statement must find what it would write already written.
+pub(in crate::store) fn compile<'f>(
+    folded: &'f Folded<'_>,
+    retained: u64,
+    dialect: Dialect,
+    retried: bool,
+) -> Vec<Op<'f>> {
     let mut ops = Vec::new();
     for session in &folded.ended {
         end_session(dialect, session, &mut ops);
@@ -67,7 +74,7 @@ pub(in crate::store) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, diale
             ],
         });
     }
-    subagent_rows(dialect, &mut ops, &folded.subagents, &folded.memories);
+    subagent_rows(dialect, &mut ops, &folded.subagents, &folded.memories, retried);
     subagent_patches(dialect, &mut ops, &folded.patches, &folded.memories);
     memory_updates(dialect, &mut ops, &folded.memories, &folded.subagents, &folded.patches);
     task_ops(dialect, &mut ops, &folded.tasks);
@@ -171,7 +178,7 @@ mod tests {
 
     // The statements `batch` comes to, owning their values.
     fn compiled(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op<'static>> {
-        compile(&fold(batch), retained, dialect).into_iter().map(Op::into_owned).collect()
+        compile(&fold(batch), retained, dialect, false).into_iter().map(Op::into_owned).collect()
     }
 
     fn row() -> SubagentRow {
@@ -217,6 +224,30 @@ mod tests {
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
         assert!(ops[0].args.contains(&Arg::Int(1)), "tasks_started");
         assert!(ops[0].args.contains(&Arg::Int(123)) && ops[0].args.contains(&Arg::Int(45)), "usage");
+    }
+
+    /// A spawned subagent's row is a plain insert (no key probe), unless
+    /// the batch retries a failed commit that may have landed: then it is
+    /// an upsert, on either engine.
+    #[test]
+    fn a_spawn_is_a_plain_insert_and_an_upsert_when_its_batch_is_retried() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![Change::Subagent { session, id, row: row() }];
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let folded = fold(&batch);
+            let (first, retried) = (compile(&folded, 1024, dialect, false), compile(&folded, 1024, dialect, true));
+            let insert = |ops: &[Op]| {
+                ops.iter().find(|op| op.sql.starts_with("INSERT INTO subagents")).expect("the row").sql.clone()
+            };
+            assert!(!insert(&first).contains("ON CONFLICT"), "{}", insert(&first));
+            assert!(insert(&retried).contains("ON CONFLICT (session_id, id) DO UPDATE"), "{}", insert(&retried));
+            assert_eq!(first.len(), retried.len());
+            assert_eq!(
+                first.iter().map(|op| &op.args).collect::<Vec<_>>(),
+                retried.iter().map(|op| &op.args).collect::<Vec<_>>()
+            );
+        }
     }
 
     fn ended(session: &Arc<str>, id: SubagentId, held: Held) -> Change {

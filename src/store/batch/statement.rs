@@ -186,18 +186,24 @@ pub(super) fn insert<'a>(
     rows: Vec<Vec<Arg<'a>>>,
     on_conflict: &str,
 ) {
+    insert_rows(dialect, ops, table, rows, &format!(" ON CONFLICT {on_conflict}"));
+}
+
+// [`insert`] of rows no stored row can share a key with: no `ON CONFLICT`,
+// so the server does not probe the key before each insert (a speculative
+// insertion on PostgreSQL); a row that is there after all fails the batch.
+pub(super) fn insert_new<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, table: &str, rows: Vec<Vec<Arg<'a>>>) {
+    insert_rows(dialect, ops, table, rows, "");
+}
+
+fn insert_rows<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, table: &str, rows: Vec<Vec<Arg<'a>>>, conflict: &str) {
     if dialect == Dialect::Postgres && !rows.is_empty() {
         let (list, args) = columns(rows);
-        ops.push(Op {
-            sql: format!("INSERT INTO {table} SELECT * FROM unnest({list}) ON CONFLICT {on_conflict}"),
-            args,
-        });
+        ops.push(Op { sql: format!("INSERT INTO {table} SELECT * FROM unnest({list}){conflict}"), args });
         return;
     }
     let width = rows.first().map_or(0, Vec::len);
-    per_chunk(dialect, ops, rows, width, |values| {
-        format!("INSERT INTO {table} VALUES {values} ON CONFLICT {on_conflict}")
-    });
+    per_chunk(dialect, ops, rows, width, |values| format!("INSERT INTO {table} VALUES {values}{conflict}"));
 }
 
 // Multi-row `UPDATE table SET set FROM (VALUES …) AS v WHERE matches`, or

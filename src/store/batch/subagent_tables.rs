@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::columns::{int, json, key_args, status_text};
 use super::fold::{Key, PartsOp, Patch, TaskOp};
-use super::statement::{deletes, insert, update_from, Arg, Dialect, Op};
+use super::statement::{deletes, insert, insert_new, update_from, Arg, Dialect, Op};
 use crate::entries::MemoryEntry;
 use crate::store::SubagentRow;
 
@@ -22,11 +22,17 @@ fn memory_of<'a>(memories: &Memories<'_>, key: &Key) -> Arg<'a> {
     Arg::OptText(memories.get(key).map(|entries| json(entries).into()))
 }
 
+/// The rows of subagents spawned in the batch. Nothing of a new subagent
+/// is stored before its spawn, so they are plain inserts; but a batch
+/// retried after a failure may have been committed already (a connection
+/// lost after its `COMMIT` was sent), so with `retried` they are upserts
+/// that find their rows stored and change nothing.
 pub(super) fn subagent_rows<'a>(
     dialect: Dialect,
     ops: &mut Vec<Op<'a>>,
     rows: &'a HashMap<Key, SubagentRow>,
     memories: &Memories<'_>,
+    retried: bool,
 ) {
     let rows: Vec<Vec<Arg<'a>>> = rows
         .iter()
@@ -54,11 +60,16 @@ pub(super) fn subagent_rows<'a>(
             )
         })
         .collect();
+    const TABLE: &str = "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, \
+                         tasks_started, config, status, result, error, usage_input, usage_output, memory)";
+    if !retried {
+        insert_new(dialect, ops, TABLE, rows);
+        return;
+    }
     insert(
         dialect,
         ops,
-        "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
-         config, status, result, error, usage_input, usage_output, memory)",
+        TABLE,
         rows,
         "(session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, error = excluded.error, \
          tasks_started = excluded.tasks_started, usage_input = excluded.usage_input, \

@@ -84,6 +84,6 @@ impl SqlStore {
             }
             StoreUrl::Memory => return Err("the memory store has no SQL".into()),
         };
-        Ok(Self { pool })
+        Ok(Self { pool, retrying: Default::default() })
     }
 }

@@ -3,6 +3,7 @@
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::cells::{read_row, Cell};
@@ -26,6 +27,10 @@ pub(super) enum Pool {
 #[derive(Debug, Clone)]
 pub(in crate::store) struct SqlStore {
     pub(super) pool: Pool,
+    // Set while the last commit failed: its outcome may be unknown (a
+    // connection lost after its `COMMIT` was sent), so the next batch,
+    // which retries it, is compiled to find its rows stored already.
+    pub(super) retrying: Arc<AtomicBool>,
 }
 
 // Rows are read one at a time as the engine yields them, each into its
@@ -100,7 +105,15 @@ impl SqlStore {
             return Ok(());
         }
         let folded = batch::fold(batch);
-        self.run(&batch::compile(&folded, retained, self.dialect()), fence).await
+        let retried = self.retrying.load(Ordering::Acquire);
+        let outcome = self.run(&batch::compile(&folded, retained, self.dialect(), retried), fence).await;
+        match &outcome {
+            Ok(()) => self.retrying.store(false, Ordering::Release),
+            Err(CommitError::Store(_)) => self.retrying.store(true, Ordering::Release),
+            // Refused as a whole: nothing of it was written.
+            Err(CommitError::Fenced(_)) => {}
+        }
+        outcome
     }
 
     async fn delete_expired(&self, before_ms: i64) -> Result<u64, StoreError> {
@@ -177,5 +190,66 @@ impl Store for SqlStore {
 
     fn resumable_sessions(&self, limit: i64) -> StoreFuture<'_, Vec<String>> {
         Box::pin(SqlStore::resumable_sessions(self, limit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use super::SqlStore;
+    use crate::ids::SubagentId;
+    use crate::protocol::wire::{SubagentConfig, SubagentStatus, Usage};
+    use crate::store::{Change, CommitError, SessionRow, Store, StoreUrl, SubagentRow, WriterSettings};
+
+    /// A spawn's row is a plain insert, which fails on a stored row; the
+    /// failure makes the next commit a retry, whose upsert finds the row
+    /// stored and commits (as after a commit that landed but whose answer
+    /// was lost); a success ends the retrying.
+    #[tokio::test]
+    async fn a_batch_retried_after_a_failed_commit_finds_its_rows_stored_and_commits() {
+        let path =
+            std::env::temp_dir().join(format!("subagentd-retry-{}-{}.sqlite3", std::process::id(), fastrand::u64(..)));
+        let store = SqlStore::connect(&StoreUrl::Sqlite(path.clone()), &WriterSettings::default()).await.expect("open");
+        let session: Arc<str> = "s".into();
+        let row = SessionRow {
+            id: session.clone(),
+            agent_id: "a".into(),
+            capabilities: Vec::new(),
+            principal: None,
+            transport: "tcp".into(),
+            handshaken: true,
+        };
+        let spawn = || Change::Subagent {
+            session: session.clone(),
+            id: SubagentId::parse("sub_00000001").expect("id"),
+            row: SubagentRow {
+                ord: 0,
+                parent: None,
+                parent_agent_id: None,
+                root_agent_id: None,
+                depth: 0,
+                spawn_key: None,
+                tasks_started: 0,
+                config: Arc::new(SubagentConfig::new("n", "m")),
+                status: SubagentStatus::Ready,
+                result: None,
+                error: None,
+                usage: Usage::default(),
+            },
+        };
+        store.commit(&[Change::SessionOpened(row), spawn()], 1024, None).await.expect("the first commit");
+        let again = [spawn()];
+        let first_try = store.commit(&again, 1024, None).await;
+        assert!(matches!(first_try, Err(CommitError::Store(_))), "a plain insert of a stored row fails");
+        assert!(store.retrying.load(Ordering::Acquire));
+        store.commit(&again, 1024, None).await.expect("the retry upserts");
+        assert!(!store.retrying.load(Ordering::Acquire), "a success ends the retrying");
+        let stored = store.load_session("s").await.expect("load").expect("stored");
+        assert_eq!(stored.subagents.len(), 1);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }
