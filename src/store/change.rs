@@ -109,7 +109,9 @@ pub enum Change {
     /// end is committed: those lines are not recorded (nothing more of the
     /// session is written), they wait for the end.
     SessionEnded { session: Arc<str>, gate: Option<Arc<CommitGate>> },
-    /// A subagent's record, whole (spawn, and every status change but a task's).
+    /// A subagent's record, whole, at its spawn: a new row (nothing of the
+    /// subagent is stored before), inserted without a key probe. Its later
+    /// status changes are the task changes below.
     Subagent { session: Arc<str>, id: SubagentId, row: SubagentRow },
     /// A subagent's record was forgotten (retention): its rows go.
     SubagentForgotten { session: Arc<str>, id: SubagentId },

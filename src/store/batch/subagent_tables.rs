@@ -26,7 +26,7 @@ fn memory_of<'a>(memories: &Memories<'_>, key: &Key) -> Arg<'a> {
 /// is stored before its spawn, so they are plain inserts; but a batch
 /// retried after a failure may have been committed already (a connection
 /// lost after its `COMMIT` was sent), so with `retried` they are upserts
-/// that find their rows stored and change nothing.
+/// that find their rows stored and write the same values again.
 pub(super) fn subagent_rows<'a>(
     dialect: Dialect,
     ops: &mut Vec<Op<'a>>,
