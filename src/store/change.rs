@@ -231,3 +231,41 @@ pub struct StoredSession {
     /// The highest inbound sequence number stored (0: none).
     pub last_inbound: u64,
 }
+
+#[cfg(test)]
+impl SessionRow {
+    /// A handshaken TCP session `id` of agent `a`, no principal: the row
+    /// the store's tests open their sessions with.
+    pub(crate) fn handshaken_tcp(id: &Arc<str>) -> Self {
+        Self {
+            id: id.clone(),
+            agent_id: "a".into(),
+            capabilities: Vec::new(),
+            principal: None,
+            transport: "tcp".into(),
+            handshaken: true,
+        }
+    }
+}
+
+#[cfg(test)]
+impl SubagentRow {
+    /// A top-level subagent `n` on model `m`, as its spawn records it: the
+    /// row the store's tests spawn with.
+    pub(crate) fn spawned() -> Self {
+        Self {
+            ord: 0,
+            parent: None,
+            parent_agent_id: None,
+            root_agent_id: None,
+            depth: 0,
+            spawn_key: None,
+            tasks_started: 0,
+            config: Arc::new(SubagentConfig::new("n", "m")),
+            status: SubagentStatus::Ready,
+            result: None,
+            error: None,
+            usage: Usage::default(),
+        }
+    }
+}

@@ -171,7 +171,7 @@ mod tests {
     use super::*;
     use crate::entries::{InboxMessage, MemoryEntry};
     use crate::ids::SubagentId;
-    use crate::protocol::wire::{JsonObject, SubagentConfig};
+    use crate::protocol::wire::JsonObject;
     use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
     use crate::store::{Held, SessionRow, SubagentRow};
     use serde_json::Value;
@@ -182,20 +182,7 @@ mod tests {
     }
 
     fn row() -> SubagentRow {
-        SubagentRow {
-            ord: 0,
-            parent: None,
-            parent_agent_id: None,
-            root_agent_id: None,
-            depth: 0,
-            spawn_key: None,
-            tasks_started: 0,
-            config: Arc::new(SubagentConfig::new("n", "m")),
-            status: SubagentStatus::Ready,
-            result: None,
-            error: None,
-            usage: Usage::default(),
-        }
+        SubagentRow::spawned()
     }
 
     #[test]

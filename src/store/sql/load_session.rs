@@ -200,8 +200,9 @@ impl Parts {
 
 #[cfg(test)]
 mod tests {
+    use super::super::temp_sqlite::TempSqlite;
     use super::*;
-    use crate::protocol::wire::{SubagentConfig, TaskDefinition};
+    use crate::protocol::wire::TaskDefinition;
     use crate::store::{Appended, Change, Held, Store, StoreUrl, WriterSettings};
     use serde_json::json;
     use std::sync::Arc;
@@ -221,34 +222,13 @@ mod tests {
     /// starts it over; the task's end deletes its parts.
     #[tokio::test]
     async fn checkpoint_parts_load_back_as_the_whole_list_and_go_with_their_task() {
-        let path =
-            std::env::temp_dir().join(format!("subagentd-parts-{}-{}.sqlite3", std::process::id(), fastrand::u64(..)));
-        let url = StoreUrl::Sqlite(path.clone());
+        let file = TempSqlite::new("parts");
+        let url = StoreUrl::Sqlite(file.path.clone());
         let store = SqlStore::connect(&url, &WriterSettings::default()).await.expect("open");
         let session: Arc<str> = "s".into();
         let id = SubagentId::parse("sub_00000001").expect("id");
-        let row = SessionRow {
-            id: session.clone(),
-            agent_id: "a".into(),
-            capabilities: Vec::new(),
-            principal: None,
-            transport: "tcp".into(),
-            handshaken: true,
-        };
-        let sub = SubagentRow {
-            ord: 0,
-            parent: None,
-            parent_agent_id: None,
-            root_agent_id: None,
-            depth: 0,
-            spawn_key: None,
-            tasks_started: 0,
-            config: Arc::new(SubagentConfig::new("n", "m")),
-            status: SubagentStatus::Ready,
-            result: None,
-            error: None,
-            usage: Usage::default(),
-        };
+        let row = SessionRow::handshaken_tcp(&session);
+        let sub = SubagentRow::spawned();
         let task = Arc::new(TaskDefinition::new("t", "i"));
         let m: Vec<Value> = (0..6).map(|n| json!({ "role": "user", "content": n })).collect();
         let commit = async |batch: Vec<Change>| store.commit(&batch, 1024, None).await.expect("commit");
@@ -299,10 +279,6 @@ mod tests {
         .await;
         assert!(loaded().await.is_none());
         assert!(store.checkpoint_parts("s").await.expect("parts").is_empty(), "the ended task's parts are deleted");
-        drop(store);
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
     }
 
     #[test]

@@ -146,6 +146,7 @@ fn outcome(outcome: Result<(), MigrateError>) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::temp_sqlite::TempSqlite;
     use super::{Embedded, MIGRATIONS};
     use sqlx::migrate::{MigrationSource, Migrator};
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
@@ -158,9 +159,8 @@ mod tests {
     /// table into its key's B-tree; the table then has no rowid.
     #[tokio::test]
     async fn sqlite_subagents_keep_every_row_when_moved_into_their_keys_tree() {
-        let path =
-            std::env::temp_dir().join(format!("subagentd-mig-{}-{}.sqlite3", std::process::id(), fastrand::u64(..)));
-        let options = SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+        let file = TempSqlite::new("migrations");
+        let options = SqliteConnectOptions::new().filename(&file.path).create_if_missing(true);
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.expect("open");
         let mut older = Migrator::new(Embedded(Dialect::Sqlite)).await.expect("migrations");
         let all = Embedded(Dialect::Sqlite).resolve().await.expect("migrations");
@@ -203,8 +203,5 @@ mod tests {
         let without_rowid = sqlx::query("SELECT rowid FROM subagents").fetch_all(&pool).await;
         assert!(without_rowid.is_err(), "the table keeps its rows in its key's tree, with no rowid");
         pool.close().await;
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
     }
 }

@@ -15,6 +15,7 @@
 //! - `signalled`: the lock and condition variable those two threads wait on.
 //! - `load_session`: loading one stored session whole.
 //! - `cells`: reading stored columns back.
+//! - `temp_sqlite`: a test's own SQLite file.
 
 mod cells;
 mod connect;
@@ -27,6 +28,8 @@ mod sqlite_checkpoints;
 mod sqlite_commits;
 mod sqlite_process;
 mod sqlite_wal_sync;
+#[cfg(test)]
+mod temp_sqlite;
 
 pub(super) use sql_store::SqlStore;
 pub use sqlite_process::sqlite_before_start;

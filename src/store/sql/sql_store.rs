@@ -198,9 +198,9 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
+    use super::super::temp_sqlite::TempSqlite;
     use super::SqlStore;
     use crate::ids::SubagentId;
-    use crate::protocol::wire::{SubagentConfig, SubagentStatus, Usage};
     use crate::store::{Change, CommitError, SessionRow, Store, StoreUrl, SubagentRow, WriterSettings};
 
     /// A spawn's row is a plain insert, which fails on a stored row; the
@@ -209,35 +209,15 @@ mod tests {
     /// was lost); a success ends the retrying.
     #[tokio::test]
     async fn a_batch_retried_after_a_failed_commit_finds_its_rows_stored_and_commits() {
-        let path =
-            std::env::temp_dir().join(format!("subagentd-retry-{}-{}.sqlite3", std::process::id(), fastrand::u64(..)));
-        let store = SqlStore::connect(&StoreUrl::Sqlite(path.clone()), &WriterSettings::default()).await.expect("open");
+        let file = TempSqlite::new("retry");
+        let store =
+            SqlStore::connect(&StoreUrl::Sqlite(file.path.clone()), &WriterSettings::default()).await.expect("open");
         let session: Arc<str> = "s".into();
-        let row = SessionRow {
-            id: session.clone(),
-            agent_id: "a".into(),
-            capabilities: Vec::new(),
-            principal: None,
-            transport: "tcp".into(),
-            handshaken: true,
-        };
+        let row = SessionRow::handshaken_tcp(&session);
         let spawn = || Change::Subagent {
             session: session.clone(),
             id: SubagentId::parse("sub_00000001").expect("id"),
-            row: SubagentRow {
-                ord: 0,
-                parent: None,
-                parent_agent_id: None,
-                root_agent_id: None,
-                depth: 0,
-                spawn_key: None,
-                tasks_started: 0,
-                config: Arc::new(SubagentConfig::new("n", "m")),
-                status: SubagentStatus::Ready,
-                result: None,
-                error: None,
-                usage: Usage::default(),
-            },
+            row: SubagentRow::spawned(),
         };
         store.commit(&[Change::SessionOpened(row), spawn()], 1024, None).await.expect("the first commit");
         let again = [spawn()];
@@ -248,8 +228,5 @@ mod tests {
         assert!(!store.retrying.load(Ordering::Acquire), "a success ends the retrying");
         let stored = store.load_session("s").await.expect("load").expect("stored");
         assert_eq!(stored.subagents.len(), 1);
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
     }
 }
