@@ -382,7 +382,7 @@ fn start_service_on(store: &str, tag: &str) -> Service {
     // most one sample's cycles.
     writeln!(
         file,
-        "[limits]\nmax_subagents_per_session = 1000000\nmax_retained_records = 1000000\nmax_sessions = 1024"
+        "[limits]\nmax_subagents_per_session = 1000000\nmax_retained_records = 1000000\nmax_sessions = 1024\nmax_sessions_per_caller = 1024"
     )
     .expect("write config");
     if store == "sqlite_normal" {

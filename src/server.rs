@@ -65,6 +65,8 @@ pub struct Settings {
     /// The MCP front door (`[mcp.server]`): `/mcp` on the HTTP listener,
     /// and what [`Listeners::mcp_stdio`] serves.
     pub mcp: crate::config::McpFaceConfig,
+    /// The HTTP listener's `Host` and `Origin` checks (`[http]`).
+    pub http: crate::config::HttpConfig,
 }
 
 impl Settings {
@@ -92,6 +94,7 @@ impl Settings {
                 .map_err(|err| format!("invalid config: {err}"))?,
             a2a: file.a2a.clone(),
             mcp: file.mcp.server.clone(),
+            http: file.http.clone(),
         })
     }
 }
@@ -185,6 +188,7 @@ pub async fn run(
             admin,
             a2a: settings.a2a,
             mcp: settings.mcp,
+            http: settings.http,
         };
         serve_network(service, listeners.tcp, listeners.http, http, settings.final_flush, shutdown).await
     };
@@ -215,6 +219,7 @@ struct HttpSettings {
     admin: Arc<http::admin_routes::AdminApi>,
     a2a: crate::config::A2aConfig,
     mcp: crate::config::McpFaceConfig,
+    http: crate::config::HttpConfig,
 }
 
 // `subagentd mcp`: one MCP session on stdin/stdout, its sessions in an
@@ -273,9 +278,16 @@ async fn serve_network(
     if let Some(listener) = http {
         let addr = listener.local_addr().map_err(|err| err.to_string())?;
         listener.set_nonblocking(true).map_err(|err| format!("http {addr}: {err}"))?;
-        let server =
-            http::server(listener, sessions, settings.admin, settings.a2a, settings.mcp, threads(settings.workers))
-                .map_err(|err| format!("http {addr}: {err}"))?;
+        let server = http::server(
+            listener,
+            sessions,
+            settings.admin,
+            settings.a2a,
+            settings.mcp,
+            &settings.http,
+            threads(settings.workers),
+        )
+        .map_err(|err| format!("http {addr}: {err}"))?;
         http_handle = Some(server.handle());
         actix_rt::spawn(server);
     }

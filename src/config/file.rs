@@ -1,7 +1,7 @@
 //! The TOML config file: `[limits]`, `[auth]`, `[[routes]]`, `[policy]`,
 //! `[server]`, `[store]`, `[cluster]`, `[telemetry]`, `[admin]`,
 //! `[[providers]]` (its own file, `providers`), `[[mcp_servers]]` and
-//! `[tools]` (`mcp`), `[a2a]` (`a2a`).
+//! `[tools]` (`mcp`), `[a2a]` (`a2a`), `[http]` (`http`).
 //!
 //! Every table rejects unknown keys, so a typo stops start-up with a message
 //! naming the key. [`FileConfig::load`] reads and checks a file; the layers
@@ -61,6 +61,10 @@ pub struct FileConfig {
     /// The A2A front door: its agent card and the subagent a task becomes.
     #[serde(default)]
     pub a2a: super::A2aConfig,
+    /// The names the HTTP listener answers to (`Host`) and the pages that
+    /// may call it (`Origin`), on every route.
+    #[serde(default)]
+    pub http: super::HttpConfig,
 }
 
 /// `[admin]`: the tokens of the operator's page and API (`/ui`,
@@ -341,6 +345,7 @@ impl FileConfig {
             ("max_failed_handshakes", limits.max_failed_handshakes as usize),
             ("http_body_timeout_ms", limits.http_body_timeout_ms as usize),
             ("max_connections", limits.max_connections),
+            ("max_sessions_per_caller", limits.max_sessions_per_caller.unwrap_or(1)),
             ("resume_concurrency", self.store.resume_concurrency),
         ];
         for (key, value) in positive {
@@ -363,6 +368,7 @@ impl FileConfig {
             })?;
         }
         super::providers::check(self)?;
+        self.http.check()?;
         self.check_tools()
     }
 

@@ -109,6 +109,13 @@ pub struct Limits {
     /// for an answer) before it is denied with reason `timeout`. The task's
     /// own clocks stop meanwhile.
     pub approval_timeout_ms: u64,
+    /// Sessions one caller may hold open at once, on every transport and
+    /// face together: keyed by the token's principal with `[auth]` tokens
+    /// (a session counts from its handshake, or from a request's bearer
+    /// token), else by the peer's address (from its opening). Unset: a
+    /// quarter of `max_sessions` (all of them below 4), so one caller
+    /// cannot take every slot from the rest.
+    pub max_sessions_per_caller: Option<usize>,
 }
 
 impl Default for Limits {
@@ -146,6 +153,7 @@ impl Default for Limits {
             max_running_per_session: 0,
             max_running_per_parent: 0,
             approval_timeout_ms: 600_000,
+            max_sessions_per_caller: None,
         }
     }
 }
@@ -169,6 +177,16 @@ impl Limits {
     /// `approval_timeout_ms` as a duration.
     pub fn approval_timeout(&self) -> Duration {
         Duration::from_millis(self.approval_timeout_ms)
+    }
+
+    /// `max_sessions_per_caller` in force: as set, else a quarter of
+    /// `max_sessions` (below 4 sessions a quarter is none: all of them).
+    pub fn sessions_per_caller(&self) -> usize {
+        let quarter = match self.max_sessions {
+            n if n < 4 => n,
+            n => n / 4,
+        };
+        self.max_sessions_per_caller.unwrap_or(quarter)
     }
 
     /// `http_body_timeout_ms` as a duration.

@@ -190,10 +190,71 @@ impl McpClientConfig {
         Ok(())
     }
 
-    /// Whether a client may register an http server at `url`.
+    /// Whether a client may register an http server at `url`, matched in
+    /// its normal form (see [`normalize_url`]); a URL that has none is not.
     pub fn allows_url(&self, url: &str) -> bool {
-        self.allowed_urls.iter().any(|glob| glob::Pattern::new(glob).is_ok_and(|glob| glob.matches(url)))
+        let Ok(url) = normalize_url(url) else { return false };
+        self.allowed_urls.iter().any(|glob| glob::Pattern::new(glob).is_ok_and(|glob| glob.matches(&url)))
     }
+}
+
+/// Headers a client's registration may not set: the connection's own
+/// (`Host`, hop-by-hop ones) and those that would reframe its body.
+pub const FORBIDDEN_CLIENT_HEADERS: [&str; 12] = [
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "expect",
+];
+
+/// A URL in the form `allowed_urls` globs are matched against, and the
+/// host connects to: scheme and host in lower case, no user info, the
+/// path's `.` and `..` segments resolved (percent-encoded dots too), so
+/// that `…/mcp/../../x` cannot pass a glob over `…/mcp*` and reach `/x`.
+pub fn normalize_url(url: &str) -> Result<String, String> {
+    let refuse = |why: &str| format!("the url `{}` {why}", url.chars().take(200).collect::<String>());
+    let uri: http::Uri = url.parse().map_err(|_| refuse("is not a URL"))?;
+    let scheme = uri.scheme_str().map(str::to_ascii_lowercase).ok_or_else(|| refuse("has no scheme"))?;
+    if scheme != "http" && scheme != "https" {
+        return Err(refuse("must start with http:// or https://"));
+    }
+    let authority = uri.authority().ok_or_else(|| refuse("has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(refuse("must not carry user info"));
+    }
+    let host = authority.host().to_ascii_lowercase();
+    let port = authority.port_u16().map(|port| format!(":{port}")).unwrap_or_default();
+    let raw_path = uri.path();
+    let lowered = raw_path.to_ascii_lowercase();
+    if lowered.contains("%2f") || lowered.contains("%5c") || raw_path.contains('\\') {
+        return Err(refuse("must not encode a path separator"));
+    }
+    let decoded = raw_path.replace("%2e", ".").replace("%2E", ".");
+    let mut segments: Vec<&str> = Vec::new();
+    let trailing = decoded.ends_with('/') || decoded.ends_with("/.") || decoded.ends_with("/..");
+    for segment in decoded.split('/').skip(1) {
+        match segment {
+            "." | "" => {}
+            ".." => {
+                segments.pop();
+            }
+            segment => segments.push(segment),
+        }
+    }
+    let mut path = format!("/{}", segments.join("/"));
+    if trailing && path.len() > 1 {
+        path.push('/');
+    }
+    let query = uri.query().map(|query| format!("?{query}")).unwrap_or_default();
+    Ok(format!("{scheme}://{host}{port}{path}{query}"))
 }
 
 /// `[tools]`: the host's tool policy.
@@ -210,4 +271,22 @@ pub struct ToolsConfig {
     /// `[[tools.approval]]`: the calls that wait for a person's approval.
     #[serde(default)]
     pub approval: Vec<super::ApprovalRule>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_matched_in_their_normal_form() {
+        assert_eq!(normalize_url("HTTP://127.0.0.1:18199/mcp/../../x").unwrap(), "http://127.0.0.1:18199/x");
+        assert_eq!(normalize_url("http://h/mcp/%2e%2E/y?q=1").unwrap(), "http://h/y?q=1");
+        assert_eq!(normalize_url("http://h/a/./b/").unwrap(), "http://h/a/b/");
+        assert!(normalize_url("http://user@h/mcp").is_err());
+        assert!(normalize_url("http://h/mcp%2f..%2fx").is_err());
+        assert!(normalize_url("file:///etc/passwd").is_err());
+        let config = McpClientConfig { allowed_urls: vec!["http://127.0.0.1:18199/mcp*".into()], ..Default::default() };
+        assert!(config.allows_url("http://127.0.0.1:18199/mcp"));
+        assert!(!config.allows_url("http://127.0.0.1:18199/mcp/../../x"), "a path that climbs out is not allowed");
+    }
 }

@@ -5,6 +5,7 @@
 mod a2a;
 mod approval;
 mod file;
+mod http;
 mod limits;
 mod mcp;
 mod mcp_face;
@@ -15,10 +16,11 @@ pub use approval::{ApprovalRule, Require};
 pub use file::{
     AdapterKind, AuthConfig, FileConfig, OnRestart, PolicyConfig, RouteConfig, ServerConfig, SqliteSync, StoreConfig,
 };
+pub use http::HttpConfig;
 pub use limits::Limits;
 pub use mcp::{
-    McpClientConfig, McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS,
-    DEFAULT_MAX_CLIENT_SERVERS, DEFAULT_MAX_RESULT_BYTES,
+    normalize_url, McpClientConfig, McpScope, McpServerConfig, McpTransportKind, ToolsConfig, DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_MAX_CLIENT_SERVERS, DEFAULT_MAX_RESULT_BYTES, FORBIDDEN_CLIENT_HEADERS,
 };
 pub use mcp_face::{McpFaceConfig, DEFAULT_MCP_POLL_INTERVAL_MS, DEFAULT_MCP_TASK_TTL_MS};
 pub use providers::{Jitter, ProviderConfig, RetryConfig};

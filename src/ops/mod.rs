@@ -22,11 +22,14 @@
 //! | merge | `merge.rs` | `MergeResponse` | `unknown_subagent`, `unknown_strategy` |
 //!
 //! `operation.rs`: the table itself, [`Operation`] and [`Outcome`], and who
-//! may ask for what ([`Caller`]).
+//! may ask for what ([`Caller`]). `input_bounds.rs`: the byte bounds every
+//! face checks a client's operation against before it runs
+//! ([`Operation::check_input`], [`InputBounds`]).
 
 mod await_result;
 mod cancel;
 mod delegate;
+mod input_bounds;
 mod list;
 mod mailbox;
 mod merge;
@@ -35,4 +38,5 @@ mod operation;
 mod spawn;
 mod terminate;
 
+pub use input_bounds::InputBounds;
 pub use operation::{Caller, FrameKey, Operation, Outcome};

@@ -18,6 +18,12 @@ pub trait Attach: Send + Sync {
     /// Attaches a client to session `id` as its one reader (a newer reader
     /// replaces it); `None` when no such session is served here.
     fn attach<'a>(&'a self, id: &'a str) -> Pin<Box<dyn Future<Output = Option<Attachment>> + 'a>>;
+
+    /// Whose session `id`, served here, is (`None`: not served here): a
+    /// client may resume it only when it is theirs, and never a face's.
+    fn owner_of(&self, _id: &str) -> Option<Arc<super::Owner>> {
+        None
+    }
 }
 
 /// A client's hold on a session served without a connection of its own.

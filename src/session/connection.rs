@@ -196,6 +196,12 @@ impl Connection {
         self
     }
 
+    /// The transport (or face) it is served over: `stdio`, `tcp`, `http`,
+    /// `a2a`, `mcp`.
+    pub fn transport(&self) -> &'static str {
+        self.transport
+    }
+
     /// Names the client in logs (its socket address, `stdio`).
     pub fn with_peer(mut self, peer: impl Into<String>) -> Self {
         self.peer = peer.into();

@@ -9,7 +9,7 @@ use super::face_tools;
 use super::outbox::Outbox;
 use super::reply::{ListSize, Replies, Reply};
 use crate::error::HostError;
-use crate::ops::{Caller, FrameKey};
+use crate::ops::{Caller, FrameKey, InputBounds};
 use crate::protocol::request::Request;
 use crate::runtime::Tree;
 
@@ -22,8 +22,19 @@ pub(crate) async fn serve(
     req_id: String,
     request: Request,
     frame: Option<FrameKey>,
+    input: (InputBounds, usize),
 ) -> Reply {
     let replies = Replies { outbox, lists, req_id: &req_id };
+    // The byte bounds, checked on the operation decoded from a line of
+    // `line_len` bytes: a refusal is the request's reply.
+    let (bounds, line_len) = input;
+    let checked = |operation: crate::ops::Operation| match operation.check_input(&bounds, Some(line_len)) {
+        Ok(()) => Ok(operation),
+        Err(err) => {
+            log::warn!("session {}: request {req_id:?} refused: {}", tree.session_id(), err.message);
+            Err(err)
+        }
+    };
     let caller = Caller::Client { tree: &tree, frame };
     if request.is_tool() {
         return face_tools::serve(&tree, &replies, request).await;
@@ -32,7 +43,7 @@ pub(crate) async fn serve(
         return face_mcp::serve(&tree, &replies, request).await;
     }
     if request.is_multi_agent() {
-        let outcome = match face_multi_agent::decode(request) {
+        let outcome = match face_multi_agent::decode(request).and_then(checked) {
             Ok(operation) => operation.run(caller).await,
             Err(err) => Err(err),
         };
@@ -41,7 +52,7 @@ pub(crate) async fn serve(
     if request.is_session() {
         return replies.error(&HostError::runtime("session request reached the subagent dispatcher"));
     }
-    let outcome = match face_subagent::decode(request) {
+    let outcome = match face_subagent::decode(request).and_then(checked) {
         Ok(operation) => operation.run(caller).await,
         Err(err) => Err(err),
     };

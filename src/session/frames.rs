@@ -1,6 +1,7 @@
 //! Serving one frame of a [`Connection`]: the handshake (and its failures),
-//! `ping` and `shutdown`, and a subagent request, checked against its
-//! bounds and the handshake's grant, then handed to `dispatch`.
+//! `ping` and `shutdown`, and a subagent request, checked against the
+//! handshake's grant, then handed to `dispatch` (which checks its byte
+//! bounds: `crate::ops::InputBounds`).
 
 use serde_json::json;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use super::connection::{is_sender, Connection, ConnectionEnd, Ending, Served, St
 use super::handshake;
 use super::handshake::HANDSHAKE;
 use super::reply::error_line;
-use super::{bounds, dispatch, drain, CAPABILITY};
+use super::{dispatch, drain, CAPABILITY};
 use crate::admin::LiveSession;
 use crate::error::{ErrorCode, HostError};
 use crate::metrics::metrics;
@@ -69,6 +70,21 @@ impl Connection {
             self.outbox.push(reply);
             return self.handshake_failed(state, "auth_failed");
         };
+        let principal = self.service.auth().principal(req.auth_token.as_deref());
+        if !self.slot.owner().handshaken(principal.clone()) {
+            // Opened with another token's bearer (`POST /session`): it is theirs.
+            self.outbox.push(handshake::refuse(self.service.limits(), &self.session_id, id, "auth_failed"));
+            return self.handshake_failed(state, "auth_failed (the session was opened with another token)");
+        }
+        if principal.is_some() {
+            // With tokens a caller is its token: the session counts against it.
+            if let Err(err) = self.slot.charge(super::caller_key(principal.as_deref(), None)) {
+                log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
+                state.grant = None;
+                self.outbox.push(error_line(&err, id));
+                return None;
+            }
+        }
         if let Err(err) = self.slot.authenticate() {
             log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
             state.grant = None;
@@ -185,17 +201,13 @@ impl Connection {
                 None
             }
             request => {
-                if let Err(err) = bounds::check(&request, line_len, self.service.limits()) {
-                    log::warn!("session {}: request {id:?} refused: {}", self.session_id, err.message);
-                    self.outbox.push(error_line(&err, &id));
-                    return None;
-                }
                 let tree = self.tree.clone();
+                let bounds = crate::ops::InputBounds::of(self.service.limits());
                 let outbox = self.outbox.clone();
                 let lists = self.lists.clone();
                 let frame = served.seq().map(|seq| crate::ops::FrameKey { seq, replayed: seq <= self.replayed_up_to });
                 actix_rt::spawn(async move {
-                    let reply = dispatch::serve(tree, &outbox, &lists, id, request, frame).await;
+                    let reply = dispatch::serve(tree, &outbox, &lists, id, request, frame, (bounds, line_len)).await;
                     // The frame is served in the commit that journals its reply.
                     outbox.push_reply(reply.line, reply.reservation, served.take());
                     drop(permit);

@@ -23,7 +23,8 @@
 //! - `dispatch`: a subagent request through its face (`face_subagent`,
 //!   `face_multi_agent`) and the operations table; `reply`: its reply line
 //!   and the outbox room it takes.
-//! - `auth`: token checking.
+//! - `auth`: token checking; `owner`: whose a session is, and the
+//!   caller it counts against (`max_sessions_per_caller`).
 //! - `outbox`: the bounded outbox and the slow-client rule.
 //! - `handshake`: the handshake's answer; `resume`, `relay`: resuming a
 //!   stored session.
@@ -32,7 +33,6 @@
 
 mod attach;
 mod auth;
-mod bounds;
 mod connection;
 mod dispatch;
 mod drain;
@@ -47,6 +47,7 @@ mod outbox;
 mod outbox_ends;
 #[cfg(test)]
 mod outbox_tests;
+mod owner;
 mod parking;
 mod relay;
 mod reply;
@@ -62,6 +63,7 @@ pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use outbox::{Outbox, Reservation};
 pub use outbox_ends::{OutboxReceiver, OutboxSink};
+pub use owner::{caller_key, Owner, Refusal};
 pub(crate) use reply::error_line;
-pub use service::{OpenedConnection, Parked, PoolSlot, Service, INPUT_QUEUE};
-pub use stored_sessions::{is_in_use, NEW_SESSION_DEADLINE};
+pub use service::{is_caller_limit, OpenedConnection, Parked, PoolSlot, Service, INPUT_QUEUE};
+pub use stored_sessions::{face_of, is_in_use, NEW_SESSION_DEADLINE};

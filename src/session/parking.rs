@@ -2,7 +2,7 @@
 //! dropped is parked for its grace period (the adopter serves it), and a TCP
 //! client resuming a session served without a connection is attached to it.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -21,6 +21,11 @@ impl Service {
     pub async fn attach(&self, id: &str) -> Option<Attachment> {
         let attach = self.attach.get()?.upgrade()?;
         attach.attach(id).await
+    }
+    /// Whose session `id`, served here without a connection of its own,
+    /// is (see [`Attach::owner_of`]).
+    pub fn owner_of(&self, id: &str) -> Option<Arc<super::Owner>> {
+        self.attach.get()?.upgrade()?.owner_of(id)
     }
     /// Where dropped TCP sessions go: the adopter takes them from the
     /// returned receiver. Until this is called, a dropped TCP session ends.

@@ -26,6 +26,26 @@ impl Connection {
         let refuse = |this: &Self, reason: &str| {
             this.outbox.push(handshake::refuse(service.limits(), &this.session_id, req_id, reason));
         };
+        // Served here without a client: refused at once, before anything of
+        // it is touched, when it is a face's (an A2A context, an MCP
+        // session: that face's alone) or another principal's.
+        if let Some(owner) = service.owner_of(wanted) {
+            if let Some(face) = owner.face() {
+                log::warn!(
+                    "session {}: resuming {wanted} refused: an {face} session is served on /{face} only",
+                    self.session_id
+                );
+                refuse(self, "unknown_session");
+                return self.handshake_failed(state, "unknown_session (a face's session)");
+            }
+            if owner.principal() != service.auth().principal(req.auth_token.as_deref()) {
+                refuse(self, "auth_failed");
+                return self.handshake_failed(state, "auth_failed (another principal's session)");
+            }
+        }
+        // Every wait below ends by this deadline: a resume never holds the
+        // connection's slot past `handshake_timeout_ms`.
+        let deadline = tokio::time::Instant::now() + service.limits().handshake_timeout();
         // This connection's own tree must be unused: it is replaced.
         match self.tree.list().await {
             Ok(list) if list.subagents.is_empty() => {}
@@ -36,14 +56,37 @@ impl Connection {
         }
         if !service.claim_session(wanted) {
             // Served here without a client: this connection relays to it.
-            if let Some(attachment) = service.attach(wanted).await {
-                return self.relay_to(attachment, req_id, req, state);
+            match tokio::time::timeout_at(deadline, service.attach(wanted)).await {
+                Ok(Some(attachment)) => return self.relay_to(attachment, req_id, req, state),
+                Ok(None) => {}
+                Err(_) => {
+                    log::warn!(
+                        "session {}: resuming {wanted}: not attached within handshake_timeout_ms",
+                        self.session_id
+                    );
+                    refuse(self, "session_in_use");
+                    return self.handshake_failed(state, "session_in_use (attach timed out)");
+                }
             }
             // Another connection of this process serves it now.
             refuse(self, "session_in_use");
             return None;
         }
-        let mut stored = match service.acquire_and_load(wanted, Acquire::Handoff).await {
+        let loaded = tokio::time::timeout_at(deadline, service.acquire_and_load(wanted, Acquire::Handoff)).await;
+        let Ok(loaded) = loaded else {
+            service.give_back(wanted);
+            log::warn!("session {}: resuming {wanted}: not loaded within handshake_timeout_ms", self.session_id);
+            refuse(self, "server_error");
+            return self.handshake_failed(state, "server_error (resume timed out)");
+        };
+        let mut stored = match loaded {
+            Ok(Some(stored)) if super::face_of(&stored.row.transport).is_some() => {
+                // Stored by a face: not this client's to resume (and its
+                // face goes on serving it wherever it is asked for).
+                service.give_back(wanted);
+                refuse(self, "unknown_session");
+                return self.handshake_failed(state, "unknown_session (a face's session)");
+            }
             Ok(Some(stored)) => stored,
             Ok(None) => {
                 service.release_session(wanted);
@@ -80,6 +123,11 @@ impl Connection {
             service.give_back(wanted);
             refuse(self, "auth_failed");
             return self.handshake_failed(state, "auth_failed (another principal's session)");
+        }
+        if let Err(err) = self.slot.charge(super::caller_key(stored.row.principal.as_deref(), None)) {
+            service.give_back(wanted);
+            self.outbox.push(error_line(&err, req_id));
+            return None;
         }
         if let Err(err) = self.slot.authenticate() {
             service.give_back(wanted);

@@ -68,6 +68,9 @@ pub struct Service {
     // What serves sessions without a connection of their own (the HTTP
     // registry): a TCP client resuming one is relayed to it.
     pub(super) attach: std::sync::OnceLock<Weak<dyn Attach>>,
+    // Sessions open now per caller (`max_sessions_per_caller`), by
+    // [`super::caller_key`].
+    pub(super) callers: Mutex<HashMap<String, usize>>,
 }
 
 /// What stops a stored session served here.
@@ -132,6 +135,7 @@ impl Service {
             admin: Arc::default(),
             parking: Mutex::default(),
             attach: std::sync::OnceLock::new(),
+            callers: Mutex::default(),
         });
         let owner: Weak<dyn SessionOwner> = Arc::downgrade(&service) as Weak<dyn SessionOwner>;
         service.store.set_session_owner(owner);
@@ -302,6 +306,48 @@ fn full(name: &'static str, max: usize) -> HostError {
         .with_detail(serde_json::json!({ "limit": name, "value": max }))
 }
 
+impl Service {
+    // Counts one more session of `caller`: `runtime_error` (retryable) when
+    // it holds `max_sessions_per_caller` already.
+    fn take_caller(&self, caller: &str) -> Result<(), HostError> {
+        let max = self.limits().sessions_per_caller();
+        let mut callers = self.callers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = callers.entry(caller.to_owned()).or_default();
+        if *count >= max {
+            if *count == 0 {
+                callers.remove(caller);
+            }
+            crate::metrics::metrics().bound_rejected("max_sessions_per_caller");
+            return Err(HostError::runtime(format!(
+                "max_sessions_per_caller ({max}) reached: this caller holds that many sessions; close one or try again later"
+            ))
+            .with_detail(serde_json::json!({ "limit": "max_sessions_per_caller", "value": max })));
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    fn release_caller(&self, caller: &str) {
+        let mut callers = self.callers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = callers.get_mut(caller) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                callers.remove(caller);
+            }
+        }
+    }
+
+    /// Sessions `caller` (a [`super::caller_key`]) holds now.
+    pub fn caller_sessions(&self, caller: &str) -> usize {
+        self.callers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(caller).copied().unwrap_or(0)
+    }
+}
+
+/// Whether `err` is the refusal of a caller at `max_sessions_per_caller`.
+pub fn is_caller_limit(err: &HostError) -> bool {
+    err.detail.as_ref().is_some_and(|detail| detail["limit"] == "max_sessions_per_caller")
+}
+
 /// A session's place in the service's session pools: unauthenticated until
 /// [`PoolSlot::authenticate`] moves it to a `max_sessions` slot. Clones
 /// share the place, which is given back when the last clone is dropped: a
@@ -316,11 +362,46 @@ struct SlotState {
     service: Arc<Service>,
     // Which pool holds the place (set once, by `authenticate`).
     authenticated: AtomicBool,
+    // Whose the session is (shared with the transport's registry).
+    owner: Arc<super::Owner>,
+    // The caller it counts against (`max_sessions_per_caller`).
+    caller: Mutex<Option<String>>,
 }
 
 impl PoolSlot {
     pub(super) fn new(service: Arc<Service>, authenticated: bool) -> Self {
-        Self(Arc::new(SlotState { service, authenticated: AtomicBool::new(authenticated) }))
+        Self(Arc::new(SlotState {
+            service,
+            authenticated: AtomicBool::new(authenticated),
+            owner: Arc::default(),
+            caller: Mutex::new(None),
+        }))
+    }
+
+    /// Whose the session is.
+    pub fn owner(&self) -> &Arc<super::Owner> {
+        &self.0.owner
+    }
+
+    /// Counts the session against `caller` (a [`super::caller_key`]; `None`:
+    /// against nobody) from now on, instead of the caller it counted
+    /// against so far: `runtime_error` (retryable, `detail.limit`
+    /// `max_sessions_per_caller`) when `caller` holds that many sessions
+    /// already, and the session still counts where it did.
+    pub fn charge(&self, caller: Option<String>) -> Result<(), HostError> {
+        let service = &self.0.service;
+        let mut current = self.0.caller.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *current == caller {
+            return Ok(());
+        }
+        if let Some(caller) = &caller {
+            service.take_caller(caller)?;
+        }
+        if let Some(old) = current.take() {
+            service.release_caller(&old);
+        }
+        *current = caller;
+        Ok(())
     }
 
     /// Whether the place is a `max_sessions` slot.
@@ -357,6 +438,9 @@ impl PoolSlot {
 impl Drop for SlotState {
     fn drop(&mut self) {
         let service = &self.service;
+        if let Some(caller) = self.caller.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            service.release_caller(&caller);
+        }
         let pool = if *self.authenticated.get_mut() { &service.authenticated } else { &service.unauthenticated };
         pool.fetch_sub(1, Ordering::AcqRel);
         if service.open.fetch_sub(1, Ordering::AcqRel) == 1 {

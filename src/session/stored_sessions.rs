@@ -168,6 +168,12 @@ impl Service {
             )?;
         }
         let slot = PoolSlot::new(self.clone(), authorized);
+        let face = face_of(&stored.row.transport);
+        slot.owner().restored(stored.row.principal.clone(), face);
+        if let Err(err) = slot.charge(super::caller_key(stored.row.principal.as_deref(), None)) {
+            // Its owner's own session comes back whatever they hold now.
+            log::info!("session {id} restored past its caller's bound: {}", err.message);
+        }
         let (outbox, output) = Outbox::new(self.limits().outbox_capacity, self.limits().outbox_max_bytes);
         let log = SessionLog::restored(id, self.store.clone(), stored.next_seq);
         // Served over HTTP from now on: its stream can replay.
@@ -197,7 +203,7 @@ impl Service {
         std::mem::forget(claim);
         let grant = handshaken.then_some((Grant::for_caps(&stored.row.capabilities), stored.row.agent_id));
         let connection = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot)
-            .with_transport("http")
+            .with_transport(face.unwrap_or("http"))
             .restored(grant, stored.last_inbound);
         log::info!("session {id} restored from the store ({resumed} tasks resumed)");
         Ok(Some(OpenedConnection {
@@ -281,6 +287,16 @@ impl SessionOwner for Service {
         served.stop.cancel();
         log::info!("session {id}: no longer served here ({reason})");
         true
+    }
+}
+
+/// The face that serves a session stored with `transport` alone (`a2a`,
+/// `mcp`); `None` for a client's session (A2E over any transport).
+pub fn face_of(transport: &str) -> Option<&'static str> {
+    match transport {
+        "a2a" => Some("a2a"),
+        "mcp" => Some("mcp"),
+        _ => None,
     }
 }
 

@@ -78,10 +78,18 @@ pub struct Met {
 
 impl Shared {
     fn set_state(&self, state: ServerState) {
-        match &state {
-            ServerState::Failed(why) => log::warn!("mcp server {}: failed: {why}", self.name),
-            other => log::info!("mcp server {}: {}", self.name, other.as_str()),
-        }
+        let state = match state {
+            // The full text goes to the log; what a client reads names no
+            // type of the MCP SDK.
+            ServerState::Failed(why) => {
+                log::warn!("mcp server {}: failed: {why}", self.name);
+                ServerState::Failed(plain(&why))
+            }
+            other => {
+                log::info!("mcp server {}: {}", self.name, other.as_str());
+                other
+            }
+        };
         metrics().mcp_server_state(&self.name, state.as_str());
         self.state.send_replace(state);
     }
@@ -249,7 +257,7 @@ async fn supervise(shared: Arc<Shared>, stop: CancellationToken) {
                         if stop.is_cancelled() {
                             return;
                         }
-                        shared.set_state(ServerState::Failed(format!("the connection ended ({quit:?})")));
+                        shared.set_state(ServerState::Failed(format!("the connection ended ({})", quit_reason(&quit))));
                     }
                     Err(why) => {
                         drop(service);
@@ -265,6 +273,40 @@ async fn supervise(shared: Arc<Shared>, stop: CancellationToken) {
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// An error's text without the Rust type names an SDK error carries
+/// (`Transport [rmcp::transport::…] error: …`): bracketed parts and words
+/// that name a path (`a::b`) go, the rest stays.
+pub(crate) fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut depth = 0usize;
+    let mut bracketed = String::new();
+    for c in text.chars() {
+        match c {
+            '[' | '<' => {
+                if depth == 0 {
+                    bracketed.clear();
+                }
+                depth += 1;
+                bracketed.push(c);
+            }
+            ']' | '>' if depth > 0 => {
+                depth -= 1;
+                bracketed.push(c);
+                if depth == 0 && !bracketed.contains("::") {
+                    out.push_str(&bracketed);
+                }
+            }
+            c if depth > 0 => bracketed.push(c),
+            c => out.push(c),
+        }
+    }
+    if depth > 0 && !bracketed.contains("::") {
+        out.push_str(&bracketed);
+    }
+    let words: Vec<&str> = out.split_whitespace().filter(|word| !word.contains("::")).collect();
+    words.join(" ").replace(" :", ":")
 }
 
 fn met(peer: &Peer<RoleClient>) -> Met {
@@ -288,6 +330,16 @@ fn met(peer: &Peer<RoleClient>) -> Met {
 }
 
 type Running = rmcp::service::RunningService<RoleClient, Listener>;
+
+// Why a connection ended, in words.
+fn quit_reason(quit: &Result<rmcp::service::QuitReason, tokio::task::JoinError>) -> &'static str {
+    match quit {
+        Ok(rmcp::service::QuitReason::Cancelled) => "cancelled",
+        Ok(rmcp::service::QuitReason::Closed) => "closed by the server",
+        Ok(_) => "ended",
+        Err(_) => "its task failed",
+    }
+}
 
 async fn connect(shared: &Arc<Shared>, stop: CancellationToken) -> Result<Running, String> {
     let config = &shared.config;
@@ -353,5 +405,19 @@ async fn forward_stderr(name: Arc<str>, stderr: tokio::process::ChildStderr) {
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         log::debug!("mcp server {name}: {line}");
+    }
+}
+
+#[cfg(test)]
+mod plain_tests {
+    use super::plain;
+
+    #[test]
+    fn sdk_type_names_are_taken_out_of_an_error() {
+        let text = "cannot connect to http://h/mcp: Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<reqwest::Client>>] error: Client error: error sending request";
+        let plain = plain(text);
+        assert!(!plain.contains("::") && !plain.contains("rmcp"), "{plain}");
+        assert!(plain.starts_with("cannot connect to http://h/mcp: Transport error: Client error"), "{plain}");
+        assert_eq!(super::plain("no answer within 30 s [a list]"), "no answer within 30 s [a list]");
     }
 }

@@ -183,7 +183,7 @@ impl ToolHost {
         session: &Arc<str>,
         alive: impl FnOnce() -> SessionAlive,
         id: Option<&str>,
-        config: McpServerConfig,
+        mut config: McpServerConfig,
     ) -> Result<(Arc<str>, Arc<McpServer>), String> {
         config.check()?;
         match config.transport {
@@ -193,10 +193,18 @@ impl ToolHost {
                     .into())
             }
             McpTransportKind::Http => {
-                let url = config.url.as_deref().unwrap_or_default();
-                if !self.clients.allows_url(url) {
+                // Matched and connected to in its normal form: what passes
+                // the policy is what is reached.
+                let url = crate::config::normalize_url(config.url.as_deref().unwrap_or_default())?;
+                if !self.clients.allows_url(&url) {
                     return Err(format!("the url `{url}` is not allowed by `[mcp] allowed_urls`"));
                 }
+                if let Some(name) = config.headers.keys().find(|name| {
+                    crate::config::FORBIDDEN_CLIENT_HEADERS.contains(&name.trim().to_ascii_lowercase().as_str())
+                }) {
+                    return Err(format!("the header `{name}` is the connection's own: a registration may not set it"));
+                }
+                config.url = Some(url);
             }
             McpTransportKind::Stdio => {}
         }

@@ -267,9 +267,22 @@ fn send_answers_429_once_the_sessions_queued_input_passes_input_max_bytes() {
 }
 
 fn handshake_with(addr: &str, session: &str, token: &str) -> serde_json::Value {
-    let mut stream = SseStream::open(addr, session);
+    handshake_as(addr, session, token, false)
+}
+
+// A handshake with `token`; with `bearer`, every request carries it too (a
+// session opened with a bearer token is that token's alone).
+fn handshake_as(addr: &str, session: &str, token: &str, bearer: bool) -> serde_json::Value {
+    let authorization = format!("Bearer {token}");
+    let header = if bearer { format!("Authorization: {authorization}\r\n") } else { String::new() };
+    let mut stream = SseStream::open_with(addr, session, &header);
     let hs = json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"], "auth_token": token });
-    send(addr, session, &[hs, json!({ "type": "ping", "id": "p" })]);
+    let body = [hs, json!({ "type": "ping", "id": "p" })].map(|line| line.to_string()).join("\n");
+    let mut headers = vec![("X-Session-Id", session)];
+    if bearer {
+        headers.push(("Authorization", authorization.as_str()));
+    }
+    assert_eq!(http(addr, "POST", "/send", &headers, &body).0, 200);
     let reply = stream.reply("h");
     if reply["ok"] == true {
         assert_eq!(stream.reply("p")["type"], "pong");
@@ -279,7 +292,7 @@ fn handshake_with(addr: &str, session: &str, token: &str) -> serde_json::Value {
 
 #[test]
 fn a_flood_of_unauthenticated_sessions_never_locks_out_an_authorised_client() {
-    let config = "[limits]\nmax_sessions = 4\nmax_unauthenticated_sessions = 8\n[auth]\ntokens = [\"s3cret\"]\n";
+    let config = "[limits]\nmax_sessions = 4\nmax_sessions_per_caller = 4\nmax_unauthenticated_sessions = 8\n[auth]\ntokens = [\"s3cret\"]\n";
     let server = InProcess::start(&["--http", "127.0.0.1:0"], Some(config));
     let addr = server.http.as_deref().unwrap();
     // An SDK client that opened its session before the flood.
@@ -300,7 +313,7 @@ fn a_flood_of_unauthenticated_sessions_never_locks_out_an_authorised_client() {
     for _ in 0..3 {
         let (status, body) = http(addr, "POST", "/session", &bearer, "");
         assert_eq!(status, 200, "{body}");
-        assert_eq!(handshake_with(addr, body["session_id"].as_str().unwrap(), "s3cret")["ok"], true);
+        assert_eq!(handshake_as(addr, body["session_id"].as_str().unwrap(), "s3cret", true)["ok"], true);
     }
     assert_eq!(server.sessions(), 7 + 4);
     let (status, body) = http(addr, "POST", "/session", &bearer, "");

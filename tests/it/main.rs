@@ -81,6 +81,7 @@ mod people_e2e;
 pub(crate) mod protocol;
 mod provider_gates;
 mod recovery;
+mod security;
 mod server;
 mod store_plans;
 mod store_resume;

@@ -60,6 +60,7 @@ impl Node {
                     approvals: Default::default(),
                     a2a: Default::default(),
                     mcp: Default::default(),
+                    http: Default::default(),
                 };
                 let listeners = Listeners { http: Some(listener), ..Listeners::default() };
                 server::run(settings, listeners, async move {

@@ -41,6 +41,7 @@ impl InProcess {
             approvals: Default::default(),
             a2a: Default::default(),
             mcp: Default::default(),
+            http: Default::default(),
         };
         let (stop, stopped) = oneshot::channel();
         let listeners = Listeners { tcp: Some(listener), ..Listeners::default() };

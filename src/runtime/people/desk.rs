@@ -281,7 +281,8 @@ impl Desk {
     ///
     /// `unknown_approval` for an id this session does not have, or one that
     /// timed out; `invalid_state` for another decision than the one already
-    /// given, or for an answer of the wrong kind.
+    /// given, or for an answer of the wrong kind; `invalid_message` for an
+    /// answer that is not one of a question's choices (it stays open).
     pub async fn answer(&self, id: &str, session: Option<&str>, given: Given) -> Result<AnswerOutcome, HostError> {
         let mine = |of: &str| session.is_none_or(|session| session == of);
         let (reply, decision) = {
@@ -297,6 +298,18 @@ impl Desk {
                         AskKind::Question => "a question wants an answer",
                     };
                     return Err(HostError::new(ErrorCode::InvalidState, format!("`{id}`: {wanted}")));
+                }
+                let choices = &waiting.request.choices;
+                if let Given::Answer { text } = &given {
+                    if !choices.is_empty() && !choices.iter().any(|choice| choice == text) {
+                        // The question stays open for an answer it offered.
+                        let err = HostError::new(
+                            ErrorCode::InvalidMessage,
+                            format!("`{id}`: the answer must be one of the question's choices: {}", choices.join(", ")),
+                        )
+                        .with_detail(serde_json::json!({ "request_id": id, "choices": choices }));
+                        return Err(err);
+                    }
                 }
                 let waiting = inner.waiting.remove(id).expect("found above");
                 let decision = given.decision();
@@ -392,6 +405,20 @@ mod tests {
         assert_eq!(err.code, ErrorCode::InvalidState);
         assert_eq!(desk.pending(Some("s1")).len(), 1);
         assert!(desk.pending(Some("s2")).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_answer_outside_a_questions_choices_is_refused_and_the_question_stays_open() {
+        let desk = Desk::default();
+        let mut question = (*request("q1", "s1", AskKind::Question)).clone();
+        question.choices = vec!["a".into(), "b".into()];
+        let task = record(desk.post(Arc::new(question)));
+        let err = desk.answer("q1", None, Given::Answer { text: "zzz".into() }).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidMessage);
+        assert_eq!(desk.pending(Some("s1")).len(), 1, "still waiting");
+        let outcome = desk.answer("q1", None, Given::Answer { text: "b".into() }).await.unwrap();
+        assert!(outcome.accepted);
+        assert_eq!(task.await.unwrap(), Given::Answer { text: "b".into() });
     }
 
     #[tokio::test]

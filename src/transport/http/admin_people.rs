@@ -9,7 +9,8 @@
 //! it needs the header `X-Subagentd-Confirm: yes`, and the admin token
 //! rules of every admin route. Answers: `{"ok": true, "decision",
 //! "accepted"}`; 404 `unknown_approval`; 409 `invalid_state` (another
-//! decision was given, or the wrong kind of answer).
+//! decision was given, or the wrong kind of answer); 400 `invalid_message`
+//! (an answer that is not one of the question's choices: it stays open).
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -93,6 +94,7 @@ pub(super) async fn answer(
         Err(err) => {
             let status = match err.code {
                 ErrorCode::UnknownApproval => StatusCode::NOT_FOUND,
+                ErrorCode::InvalidMessage => StatusCode::BAD_REQUEST,
                 _ => StatusCode::CONFLICT,
             };
             HttpResponse::build(status).json(json!({ "ok": false, "error": err.message, "code": err.code.as_str() }))

@@ -1,5 +1,6 @@
 //! `POST /session`: opens a session (authorized at once with a valid bearer
-//! token), stores it, and answers its id.
+//! token, and then that token's alone), counted against its caller
+//! (`max_sessions_per_caller`: 429 past it), stores it, and answers its id.
 
 use actix_web::http::header;
 use actix_web::http::StatusCode;
@@ -7,10 +8,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 use serde_json::json;
 
-use super::request_info::{bearer, peer};
+use super::request_info::{bearer, peer, peer_ip};
 use super::responses::{body_timeout, closing, error, ok_for};
 use super::HttpSessions;
-use crate::session::INPUT_QUEUE;
+use crate::session::{caller_key, is_caller_limit, INPUT_QUEUE};
 
 pub(super) async fn create(
     req: HttpRequest,
@@ -47,8 +48,19 @@ pub(super) async fn create(
         true => sessions.service.open_authorized_with_input(queue),
         false => sessions.service.open_with_input(queue),
     };
-    // Stored at once: any node can serve its first `/send`.
     let principal = bearer(&req).and_then(|token| sessions.service.auth().principal(Some(token)));
+    // The session counts against its caller (the token, else the peer's
+    // address), and a bearer's session is its holder's alone.
+    let opened = opened.and_then(|opened| {
+        let slot = opened.connection.slot();
+        let address = (!sessions.service.auth().is_enabled()).then(|| peer_ip(&req)).flatten();
+        slot.charge(caller_key(principal.as_deref(), address))?;
+        if authorized {
+            slot.owner().opened_by_bearer(principal.clone());
+        }
+        Ok(opened)
+    });
+    // Stored at once: any node can serve its first `/send`.
     let stored = match opened {
         Ok(opened) => sessions.service.store_new_session(&opened, principal).await.map(|()| opened),
         Err(err) => Err(err),
@@ -59,6 +71,12 @@ pub(super) async fn create(
             let id = sessions.clone().into_inner().insert(opened);
             // The id in a header too, for routers that hash on it (HAProxy).
             ok_for(&sessions, &id).json(json!({ "session_id": id }))
+        }
+        Err(err) if is_caller_limit(&err) => {
+            log::warn!("http POST /session from {} refused: {}", peer(&req), err.message);
+            HttpResponse::build(StatusCode::TOO_MANY_REQUESTS)
+                .insert_header((header::RETRY_AFTER, "1"))
+                .json(json!({ "ok": false, "error": err.message, "retryable": true }))
         }
         Err(err) => {
             log::warn!("http POST /session from {} refused: {}", peer(&req), err.message);

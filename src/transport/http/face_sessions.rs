@@ -88,6 +88,8 @@ pub(in crate::transport::http) struct Opener<'a> {
     pub(in crate::transport::http) principal: Option<&'a str>,
     /// The bearer token, for the session's handshake.
     pub(in crate::transport::http) token: Option<&'a str>,
+    /// The peer's address (its caller key without tokens).
+    pub(in crate::transport::http) peer: Option<std::net::IpAddr>,
 }
 
 /// The sessions a face serves here.
@@ -166,10 +168,15 @@ impl Contexts {
 
     // Opens and stores session `id`, handshaken with the caller's token.
     async fn create(sessions: &Arc<HttpSessions>, id: &str, opener: Opener<'_>) -> Result<Arc<HttpEntry>, HostError> {
-        let Opener { face, principal, token } = opener;
+        let Opener { face, principal, token, peer } = opener;
         let service = &sessions.service;
         let queue = service.limits().max_inflight_requests.max(INPUT_QUEUE);
         let opened = service.open_named(queue, true, id.to_owned())?;
+        // Its opener's alone, counted against them.
+        let slot = opened.connection.slot();
+        let address = peer.filter(|_| !service.auth().is_enabled());
+        slot.charge(crate::session::caller_key(principal, address))?;
+        slot.owner().opened_by_bearer(principal.map(str::to_owned));
         service.store_new_session(&opened, principal.map(str::to_owned)).await?;
         let mut opened = opened;
         opened.connection = opened.connection.with_transport(face);

@@ -1,5 +1,5 @@
 //! [`server`]: the HTTP server and its routing table (the A2A and MCP
-//! faces' routes included).
+//! faces' routes included), every route behind the Host and Origin checks.
 
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
@@ -8,11 +8,12 @@ use std::sync::Arc;
 use super::a2a::{self, A2aFace};
 use super::create_session::create;
 use super::health::{health, ready};
+use super::host_check::{self, HostCheck};
 use super::mcp::{self, McpFace};
 use super::send_lines::send;
 use super::sse_stream::stream;
 use super::{admin_routes, metrics_endpoint, HttpSessions};
-use crate::config::{A2aConfig, McpFaceConfig};
+use crate::config::{A2aConfig, HttpConfig, McpFaceConfig};
 
 /// Builds the HTTP server on an already bound listener; run the returned
 /// [`Server`] (a future) and stop it through its handle.
@@ -22,9 +23,11 @@ pub(crate) fn server(
     admin: Arc<admin_routes::AdminApi>,
     a2a: A2aConfig,
     mcp: McpFaceConfig,
+    http: &HttpConfig,
     workers: usize,
 ) -> std::io::Result<Server> {
     listener.set_nonblocking(true)?;
+    let check = Arc::new(HostCheck::new(http, &mcp.allowed_hosts, listener.local_addr().ok()));
     let workers = workers.max(1);
     // actix bounds connections per worker: split `max_connections` evenly.
     let per_worker = sessions.service.limits().max_connections.div_ceil(workers).max(1);
@@ -33,7 +36,10 @@ pub(crate) fn server(
     let data = web::Data::from(sessions);
     let admin = web::Data::from(admin);
     let server = HttpServer::new(move || {
+        let guarded = check.clone();
         App::new()
+            .wrap_fn(move |req, service| host_check::guard(&guarded, req, service))
+            .app_data(web::Data::from(check.clone()))
             .configure(|cfg| admin_routes::routes(cfg, admin.clone()))
             .configure(|cfg| a2a::routes(cfg, &a2a))
             .configure(|cfg| mcp::routes(cfg, &mcp))

@@ -66,7 +66,9 @@
 //! - `create_session`, `send_lines`, `sse_stream`: `POST /session`,
 //!   `POST /send`, `GET /stream`.
 //! - `health`: `GET /health` and `GET /ready`.
-//! - `request_info`: the session a request names, its peer and token.
+//! - `request_info`: the session a request names (if its caller may use
+//!   it), its peer and token.
+//! - `host_check`: the `Host` and `Origin` checks before every route.
 //! - `responses`: the answers every route shares.
 //! - `sessions`: the registry of HTTP sessions and their lifecycle.
 //! - `adopt`: serving stored sessions that no client came back for.
@@ -80,6 +82,7 @@ mod adopt;
 mod create_session;
 mod face_sessions;
 mod health;
+mod host_check;
 mod http_server;
 pub(crate) mod mcp;
 pub(crate) mod metrics_endpoint;

@@ -1,5 +1,5 @@
 //! What a request says: the session it names (live here, or restored from
-//! the store), its peer, and its bearer token.
+//! the store) if the caller may use it, its peer, and its bearer token.
 
 use actix_web::http::header;
 use actix_web::http::StatusCode;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::responses::{error, SESSION_HEADER};
 use super::sessions::HttpEntry;
 use super::HttpSessions;
+use crate::session::Refusal;
 
 pub(super) async fn lookup(
     req: &HttpRequest,
@@ -18,8 +19,18 @@ pub(super) async fn lookup(
     let Some(id) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, "missing X-Session-Id header")));
     };
+    // Who asks: a bearer token must be valid before anything is looked up.
+    let auth = sessions.service.auth();
+    let token = bearer(req);
+    if token.is_some() && !auth.check(token) {
+        crate::metrics::metrics().auth_failed("http");
+        log::warn!("http {} {} from {}: Authorization bearer token refused", req.method(), req.path(), peer(req));
+        return Err(Box::new(unauthorized("invalid bearer token")));
+    }
+    let caller = Caller { auth_enabled: auth.is_enabled(), bearer: token.is_some(), principal: auth.principal(token) };
     if let Some(session) = sessions.get(id) {
         if !session.log.is_detached() {
+            caller.may_use(id, &session)?;
             return Ok((id.to_owned(), session));
         }
         // Another node took it (or asked for it): it is no longer served
@@ -32,7 +43,10 @@ pub(super) async fn lookup(
         return Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session")));
     }
     match sessions.clone().into_inner().restore(id).await {
-        Ok(Some(session)) => Ok((id.to_owned(), session)),
+        Ok(Some(session)) => {
+            caller.may_use(id, &session)?;
+            Ok((id.to_owned(), session))
+        }
         Ok(None) => Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session"))),
         Err(err) => {
             log::warn!("http session {id}: restoring it from the store failed: {}", err.message);
@@ -45,6 +59,42 @@ pub(super) async fn lookup(
     }
 }
 
+// Who names a session: whether tokens are configured, whether the request
+// carries a (valid) bearer token, and its principal.
+struct Caller {
+    auth_enabled: bool,
+    bearer: bool,
+    principal: Option<String>,
+}
+
+impl Caller {
+    // Whether this caller may use `session` (see `crate::session::Owner`):
+    // a refusal touches nothing of it.
+    fn may_use(&self, id: &str, session: &HttpEntry) -> Result<(), Box<HttpResponse>> {
+        match session.owner.admits(self.auth_enabled, self.bearer, self.principal.as_deref()) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Face(face)) => Err(Box::new(error(
+                StatusCode::NOT_FOUND,
+                &format!("session {id} is an {face} session: it is served on /{face} only, not on /send or /stream"),
+            ))),
+            Err(Refusal::NotYours) => {
+                log::warn!("http session {id}: refused to another token's holder");
+                Err(Box::new(error(StatusCode::NOT_FOUND, "unknown session")))
+            }
+            Err(Refusal::TokenRequired) => Err(Box::new(unauthorized(
+                "this session was opened with a bearer token: every request for it must carry the same one",
+            ))),
+        }
+    }
+}
+
+// A 401 that says how to authenticate.
+fn unauthorized(message: &str) -> HttpResponse {
+    let mut response = error(StatusCode::UNAUTHORIZED, message);
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    response
+}
+
 /// Whether `id` has the form of the ids this host makes (32 lowercase hex
 /// digits).
 fn is_session_id(id: &str) -> bool {
@@ -55,8 +105,13 @@ pub(super) fn peer(req: &HttpRequest) -> String {
     req.peer_addr().map_or_else(|| "an unknown peer".to_owned(), |addr| addr.to_string())
 }
 
+/// The peer's address (the caller key of a request without a token).
+pub(in crate::transport::http) fn peer_ip(req: &HttpRequest) -> Option<std::net::IpAddr> {
+    req.peer_addr().map(|addr| addr.ip())
+}
+
 // The token of an `Authorization: Bearer <token>` header.
-pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
+pub(in crate::transport::http) fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())

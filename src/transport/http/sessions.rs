@@ -88,9 +88,9 @@ pub(super) struct HttpEntry {
     // (`session_idle_seconds`; a dropped TCP session's grace, once a TCP
     // client has been attached).
     idle_ms: AtomicU64,
-    // The token holder it belongs to (a restored session's), checked when a
-    // TCP client resumes it.
-    principal: Option<String>,
+    // Whose it is: checked on every request that names it, and when a TCP
+    // client resumes it.
+    pub(super) owner: Arc<crate::session::Owner>,
     // Its tree: the A2A face runs operations on it directly.
     pub(super) tree: crate::runtime::Tree,
     // An A2A context's: idle, it is let go but stays stored (its tasks are
@@ -146,8 +146,8 @@ impl HttpEntry {
     }
 
     /// The token holder it belongs to.
-    pub(super) fn principal(&self) -> Option<&str> {
-        self.principal.as_deref()
+    pub(super) fn principal(&self) -> Option<String> {
+        self.owner.principal()
     }
 
     /// Records activity: the idle deadline moves.
@@ -292,6 +292,11 @@ impl HttpSessions {
         let recent = Recent::new(self.journal_retained, limits.outbox_max_bytes, opened.journal);
         let connection = opened.connection;
         let tree = connection.tree();
+        let owner = connection.slot().owner().clone();
+        let face = crate::session::face_of(connection.transport());
+        if let Some(face) = face {
+            owner.set_face(face);
+        }
         let entry = Arc::new(HttpEntry {
             input: opened.input,
             output: Arc::new(tokio::sync::Mutex::new(opened.output)),
@@ -304,9 +309,11 @@ impl HttpSessions {
             log: opened.log,
             recent: Mutex::new(recent),
             idle_ms: AtomicU64::new(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)),
-            principal: opened.principal,
+            owner,
             tree,
-            keep_stored: std::sync::atomic::AtomicBool::new(false),
+            // A face's session idle is let go but kept stored, whoever
+            // named it last: its face finds it again.
+            keep_stored: std::sync::atomic::AtomicBool::new(face.is_some()),
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
@@ -392,6 +399,11 @@ impl Attach for HttpSessions {
                 None if lock(&self.restoring).contains_key(id) => self.wait_restored(id).await.ok()??,
                 None => return None,
             };
+            if entry.owner.face().is_some() {
+                // A face's session is its face's alone (checked first by
+                // `owner_of`; restored meanwhile, it is refused here).
+                return None;
+            }
             let replaced = CancellationToken::new();
             {
                 let mut current = lock(&entry.stream_token);
@@ -410,12 +422,16 @@ impl Attach for HttpSessions {
             Some(Attachment {
                 input: entry.input.clone(),
                 output,
-                principal: entry.principal.clone(),
+                principal: entry.owner.principal(),
                 log: entry.log.clone(),
                 replaced,
                 held: Box::new(held),
             })
         })
+    }
+
+    fn owner_of(&self, id: &str) -> Option<Arc<crate::session::Owner>> {
+        self.get(id).filter(|entry| !entry.log.is_detached()).map(|entry| entry.owner.clone())
     }
 }
 

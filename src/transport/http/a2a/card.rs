@@ -5,18 +5,27 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
+use super::super::host_check::{request_host, HostCheck};
 use super::A2aFace;
 
 /// How long a client may cache the card.
 const CARD_MAX_AGE_SECONDS: u32 = 300;
 
 /// The card, its interface URL taken from `[a2a] public_url` or, when that
-/// is empty, from the request (`Host`, `X-Forwarded-Proto`).
+/// is empty, from the request's `Host` when `[http] allowed_hosts` names it
+/// (or it is a loopback name), else the listener's address; the scheme
+/// from `X-Forwarded-Proto`.
 pub(super) fn card(face: &A2aFace, req: &HttpRequest) -> Value {
     let config = &face.config;
     let base = if config.public_url.is_empty() {
-        let info = req.connection_info();
-        format!("{}://{}", info.scheme(), info.host())
+        // Only a host the listener is known by: never one a client made up.
+        let host = request_host(req);
+        let named = req.app_data::<web::Data<HostCheck>>().is_some_and(|check| check.names(&host));
+        let host = match named {
+            true => host,
+            false => req.app_config().local_addr().to_string(),
+        };
+        format!("{}://{host}", req.connection_info().scheme())
     } else {
         config.public_url.trim_end_matches('/').to_owned()
     };

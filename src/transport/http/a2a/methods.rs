@@ -56,7 +56,8 @@ pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aF
     if let Err(err) = check_version(&req, face.config.strict_version) {
         return reply(&failure(&call.id, &err));
     }
-    let asker = Asker { principal: auth.principal(token.as_deref()), token };
+    let asker =
+        Asker { principal: auth.principal(token.as_deref()), token, peer: req.peer_addr().map(|addr| addr.ip()) };
     let id = call.id.clone();
     match serve(&face, call, &asker).await {
         Ok(Answer::Result(result)) => reply(&success(&id, result)),

@@ -100,6 +100,11 @@ impl RpcError {
 /// The A2A error for a host error met while serving a task.
 impl From<HostError> for RpcError {
     fn from(err: HostError) -> Self {
+        if err.detail.as_ref().is_some_and(|detail| detail.get("limit").is_some()) {
+            // A bound reached (`max_sessions`, `max_sessions_per_caller`,
+            // `max_task_bytes`…): the request is over a limit.
+            return Self::unsupported(err.message);
+        }
         match err.code {
             ErrorCode::UnknownSubagent => Self::task_not_found(&err.message),
             ErrorCode::SchemaViolation | ErrorCode::InvalidMessage | ErrorCode::UnknownApproval => {
@@ -168,10 +173,22 @@ pub(super) fn field<'a>(object: &'a Map<String, Value>, camel: &str, snake: &str
     object.get(camel).or_else(|| object.get(snake)).filter(|value| !value.is_null())
 }
 
-/// An optional string field.
+/// The longest id (`id`, `contextId`, `taskId`, `messageId`…) taken, in
+/// bytes: an id is echoed in replies and events, and names a session.
+pub(super) const MAX_ID_BYTES: usize = 256;
+
+/// An optional string field; an id field (`id`, `…Id`) of more than
+/// [`MAX_ID_BYTES`] is refused.
 pub(super) fn string_field(object: &Map<String, Value>, camel: &str, snake: &str) -> Result<Option<String>, RpcError> {
     match field(object, camel, snake) {
         None => Ok(None),
+        Some(Value::String(text)) if (camel == "id" || camel.ends_with("Id")) && text.len() > MAX_ID_BYTES => {
+            crate::metrics::metrics().bound_rejected("a2a_id_bytes");
+            Err(RpcError::invalid_params(format!(
+                "`{camel}` is {} bytes, over the {MAX_ID_BYTES}-byte bound of an id",
+                text.len()
+            )))
+        }
         Some(Value::String(text)) => Ok(Some(text.clone())),
         Some(_) => Err(RpcError::invalid_params(format!("`{camel}` must be a string"))),
     }
@@ -231,6 +248,20 @@ mod tests {
         assert_eq!(id, "x", "the id is echoed when it could be read");
         let call = read_call(br#"{"jsonrpc":"2.0","id":7,"method":"GetTask"}"#).unwrap();
         assert_eq!((call.id, call.method.as_str(), call.params.len()), (Value::from(7), "GetTask", 0));
+    }
+
+    #[test]
+    fn an_id_longer_than_its_bound_is_refused_without_echoing_it() {
+        let long = "c".repeat(MAX_ID_BYTES + 1);
+        let params: Map<String, Value> = serde_json::from_value(json!({ "contextId": long, "text": long })).unwrap();
+        let err = string_field(&params, "contextId", "context_id").unwrap_err();
+        assert_eq!(err.code, -32602);
+        assert!(!err.message.contains(&long) && err.message.len() < 100, "{}", err.message);
+        assert!(string_field(&params, "text", "text").is_ok(), "only ids are bounded here");
+        let err = RpcError::from(
+            HostError::runtime("max_sessions (1) reached").with_detail(json!({ "limit": "max_sessions" })),
+        );
+        assert_eq!(err.code, -32004, "a limit is UnsupportedOperation");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::model::{is_terminal, now, result_text, state_of, TaskSnapshot, UserMe
 use super::rpc::RpcError;
 use super::A2aFace;
 use crate::ids::SubagentId;
-use crate::ops::{Caller, Operation, Outcome};
+use crate::ops::{Caller, InputBounds, Operation, Outcome};
 use crate::protocol::wire::{SpawnRequest, SubagentMessagePayload, TaskDefinition};
 use crate::runtime::people::{AskKind, Given, PersonRequest};
 
@@ -56,6 +56,8 @@ pub(super) struct Asker {
     pub(super) principal: Option<String>,
     /// The bearer token (for a new session's handshake).
     pub(super) token: Option<String>,
+    /// The peer's address (its caller key without tokens).
+    pub(super) peer: Option<std::net::IpAddr>,
 }
 
 impl A2aFace {
@@ -137,15 +139,37 @@ impl A2aFace {
         message: &UserMessage,
         caller: &Asker,
     ) -> Result<(Found, broadcast::Receiver<Arc<Value>>), RpcError> {
+        // The task first: one over `max_task_bytes` is refused before a
+        // context is opened or a subagent made for it.
+        let mut metadata = message.metadata.clone();
+        if self.config.tck_mode && !metadata.contains_key("script") {
+            if let Some(script) = super::tck::script_for(&message.message_id) {
+                metadata.insert("script".to_owned(), script);
+            }
+        }
+        if !message.data.is_empty() {
+            metadata.insert("a2a_data".to_owned(), Value::Array(message.data.clone()));
+        }
+        let task = TaskDefinition {
+            name: "a2a".to_owned(),
+            instruction: instruction(message),
+            success_criteria: Vec::new(),
+            metadata,
+        };
+        InputBounds::of(self.sessions.service.limits()).task(&task, None)?;
         let context_id = message.context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let session = session_of(caller.principal.as_deref(), &context_id);
-        let create =
-            Some(Opener { face: "a2a", principal: caller.principal.as_deref(), token: caller.token.as_deref() });
+        let create = Some(Opener {
+            face: "a2a",
+            principal: caller.principal.as_deref(),
+            token: caller.token.as_deref(),
+            peer: caller.peer,
+        });
         let context = self
             .contexts
             .open(&self.sessions, &session, create)
             .await
-            .map_err(|err| RpcError::internal(err.message))?
+            .map_err(RpcError::from)?
             .ok_or_else(|| RpcError::internal("the context's session could not be opened"))?;
         let events = context.events.subscribe();
         let tree = context.tree();
@@ -166,21 +190,6 @@ impl A2aFace {
             subagent,
             context_id: context_id.clone(),
             task_id: task_id(&session, subagent),
-        };
-        let mut metadata = message.metadata.clone();
-        if self.config.tck_mode && !metadata.contains_key("script") {
-            if let Some(script) = super::tck::script_for(&message.message_id) {
-                metadata.insert("script".to_owned(), script);
-            }
-        }
-        if !message.data.is_empty() {
-            metadata.insert("a2a_data".to_owned(), Value::Array(message.data.clone()));
-        }
-        let task = TaskDefinition {
-            name: "a2a".to_owned(),
-            instruction: instruction(message),
-            success_criteria: Vec::new(),
-            metadata,
         };
         let delegated = match (Operation::Delegate { target: subagent, task }).run(client()).await {
             Ok(Outcome::Delegated(reply)) if reply.accepted => Ok((found, events)),
@@ -219,6 +228,7 @@ impl A2aFace {
                 },
             },
         };
+        operation.check_input(&InputBounds::of(self.sessions.service.limits()), None)?;
         operation.run(client).await?;
         found.context.commit().await;
         found.context.add_followup(found.subagent, message.for_history(&found.task_id, &found.context_id));

@@ -15,7 +15,7 @@ use super::tools::{self, *};
 use super::McpFace;
 use crate::error::HostError;
 use crate::ids::SubagentId;
-use crate::ops::{Operation, Outcome};
+use crate::ops::{InputBounds, Operation, Outcome};
 use crate::protocol::wire::{MergeRequest, SpawnRequest, SubagentConfig, SubagentMessagePayload, TaskDefinition};
 
 /// A `tools/call`, read.
@@ -157,7 +157,7 @@ impl McpFace {
         if let Err(message) = tools::check_arguments(&call.name, &Value::Object(call.arguments.clone())) {
             return Ok(Some(tool_error(&message)));
         }
-        let run = |operation: Operation| operation.run(session.caller());
+        let run = |operation: Operation| self.run_checked(session, operation);
         let structured = match call.name.as_str() {
             RUN_SUBAGENT => return self.run_subagent(session, call, outlet, cancel).await,
             DELEGATE_TASK => return self.delegate(session, call, outlet, cancel).await,
@@ -219,6 +219,18 @@ impl McpFace {
         }))
     }
 
+    // The byte bounds every face checks a client's input against
+    // (`[limits] max_config_bytes`, `max_task_bytes`, `max_message_bytes`).
+    fn bounds(&self) -> InputBounds {
+        InputBounds::of(self.sessions.service.limits())
+    }
+
+    // Runs a client's operation, once it is within the byte bounds.
+    async fn run_checked(&self, session: &McpSession, operation: Operation) -> Result<Outcome, HostError> {
+        operation.check_input(&self.bounds(), None)?;
+        operation.run(session.caller()).await
+    }
+
     // Spawn, delegate and await in one call (or, as a task, the first two).
     async fn run_subagent(
         &self,
@@ -232,7 +244,11 @@ impl McpFace {
             parent_agent_id: call.text("parent_id"),
             root_agent_id: None,
         };
-        let target = match (Operation::Spawn { request, task: None }).run(session.caller()).await {
+        // The task is checked first: a subagent is made only for one it takes.
+        if let Err(err) = self.bounds().task(&task_of(&call), None) {
+            return Ok(Some(host_error(&err)));
+        }
+        let target = match self.run_checked(session, Operation::Spawn { request, task: None }).await {
             Ok(Outcome::Spawned(spawned)) => spawned.subagent_id,
             Ok(other) => return Err(RpcError::internal(format!("spawn answered {other:?}"))),
             Err(err) => return Ok(Some(host_error(&err))),
@@ -282,7 +298,7 @@ impl McpFace {
         let made = super::super::face_sessions::now();
         // Followed from before it starts, so that no event is missed.
         let watching = session.watch(target, call.progress.clone(), outlet.clone());
-        let delegated = (Operation::Delegate { target, task }).run(session.caller()).await;
+        let delegated = self.run_checked(session, Operation::Delegate { target, task }).await;
         let status = match delegated {
             Ok(Outcome::Delegated(delegated)) if delegated.accepted => delegated.status,
             Ok(Outcome::Delegated(_)) => return Ok(Started::Refused),

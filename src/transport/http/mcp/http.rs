@@ -106,7 +106,7 @@ fn gate(req: &HttpRequest, face: &McpFace) -> Result<Asker, Refused> {
             ));
         }
     }
-    Ok(Asker { principal: auth.principal(token.as_deref()), token })
+    Ok(Asker { principal: auth.principal(token.as_deref()), token, peer: req.peer_addr().map(|addr| addr.ip()) })
 }
 
 // Whether `authority` (`name` or `name:port`) is a loopback name or one of
@@ -199,6 +199,13 @@ async fn post(req: HttpRequest, body: Bytes, face: web::Data<McpFace>) -> HttpRe
                 Err(err) if err.code == -32602 && err.data.is_none() => HttpResponse::BadRequest()
                     .content_type("application/json")
                     .body(jsonrpc::failure(id, &err).to_string()),
+                // One caller at its bound: the others are still served.
+                Err(err) if err.data.as_ref().is_some_and(|data| data["limit"] == "max_sessions_per_caller") => {
+                    HttpResponse::TooManyRequests()
+                        .content_type("application/json")
+                        .insert_header((header::RETRY_AFTER, "1"))
+                        .body(jsonrpc::failure(id, &err).to_string())
+                }
                 Err(err) => HttpResponse::ServiceUnavailable()
                     .content_type("application/json")
                     .body(jsonrpc::failure(id, &err).to_string()),

@@ -59,7 +59,12 @@ impl RpcError {
             ErrorCode::RuntimeError | ErrorCode::OutOfMemory | ErrorCode::Timeout => -32603,
             _ => -32602,
         };
-        Self { data: Some(json!({ "code": err.code.as_str() })), ..Self::new(code, err.message.clone()) }
+        let mut data = json!({ "code": err.code.as_str() });
+        if let Some(limit) = err.detail.as_ref().and_then(|detail| detail.get("limit")) {
+            // The bound reached (`max_sessions_per_caller`, `max_task_bytes`…).
+            data["limit"] = limit.clone();
+        }
+        Self { data: Some(data), ..Self::new(code, err.message.clone()) }
     }
 }
 

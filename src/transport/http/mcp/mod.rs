@@ -82,7 +82,12 @@ impl McpFace {
             capabilities: params.get("capabilities").cloned().unwrap_or(json!({})),
         };
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let opener = Opener { face: "mcp", principal: asker.principal.as_deref(), token: asker.token.as_deref() };
+        let opener = Opener {
+            face: "mcp",
+            principal: asker.principal.as_deref(),
+            token: asker.token.as_deref(),
+            peer: asker.peer,
+        };
         let context = self
             .contexts
             .open(&self.sessions, &id, Some(opener))
@@ -139,7 +144,7 @@ impl McpFace {
             None => {
                 let version = version.filter(|v| VERSIONS.contains(v)).unwrap_or("2025-03-26");
                 let client = ClientInfo { version: version.to_owned(), capabilities: json!({}) };
-                (client, Outlet::new(0), context.entry.principal().map(str::to_owned))
+                (client, Outlet::new(0), context.entry.principal())
             }
         };
         if principal != asker.principal {

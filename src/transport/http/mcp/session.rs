@@ -75,6 +75,8 @@ pub(super) struct Asker {
     pub(super) principal: Option<String>,
     /// The bearer token (for a new session's handshake).
     pub(super) token: Option<String>,
+    /// The peer's address (its caller key without tokens).
+    pub(super) peer: Option<std::net::IpAddr>,
 }
 
 /// One MCP session.
