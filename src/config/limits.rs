@@ -109,12 +109,12 @@ pub struct Limits {
     /// for an answer) before it is denied with reason `timeout`. The task's
     /// own clocks stop meanwhile.
     pub approval_timeout_ms: u64,
-    /// Sessions one caller may hold open at once, on every transport and
-    /// face together: keyed by the token's principal with `[auth]` tokens
-    /// (a session counts from its handshake, or from a request's bearer
-    /// token), else by the peer's address (from its opening). Unset: a
-    /// quarter of `max_sessions` (all of them below 4), so one caller
-    /// cannot take every slot from the rest.
+    /// Sessions past their handshake one caller may hold at once (of
+    /// `max_sessions`), on every transport and face together: keyed by the
+    /// token's principal with `[auth]` tokens, else by the peer's address.
+    /// A session counts from its handshake, or from a request's bearer
+    /// token. Unset: a quarter of `max_sessions` (all of them below 4), so
+    /// one caller cannot take every slot from the rest.
     pub max_sessions_per_caller: Option<usize>,
 }
 

@@ -202,6 +202,12 @@ impl Connection {
         self.transport
     }
 
+    /// The client's address, when it is a socket's (its caller key
+    /// without tokens).
+    pub(super) fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.peer.parse::<std::net::SocketAddr>().ok().map(|addr| addr.ip())
+    }
+
     /// Names the client in logs (its socket address, `stdio`).
     pub fn with_peer(mut self, peer: impl Into<String>) -> Self {
         self.peer = peer.into();

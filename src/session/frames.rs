@@ -76,16 +76,10 @@ impl Connection {
             self.outbox.push(handshake::refuse(self.service.limits(), &self.session_id, id, "auth_failed"));
             return self.handshake_failed(state, "auth_failed (the session was opened with another token)");
         }
-        if principal.is_some() {
-            // With tokens a caller is its token: the session counts against it.
-            if let Err(err) = self.slot.charge(super::caller_key(principal.as_deref(), None)) {
-                log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
-                state.grant = None;
-                self.outbox.push(error_line(&err, id));
-                return None;
-            }
-        }
-        if let Err(err) = self.slot.authenticate() {
+        // From its handshake the session counts against its caller: its
+        // token, or without tokens its peer's address.
+        let caller = super::caller_key(principal.as_deref(), self.peer_ip());
+        if let Err(err) = self.slot.authenticate_as(caller) {
             log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
             state.grant = None;
             self.outbox.push(error_line(&err, id));

@@ -20,11 +20,10 @@
 
 use std::sync::Mutex;
 
-/// The caller key a session counts against (`max_sessions_per_caller`):
-/// the token's principal with `[auth]` tokens, else the peer's address
-/// (callers pass no address when tokens are configured: a session with
-/// no token yet counts against nobody, only against
-/// `max_unauthenticated_sessions`).
+/// The caller key a session counts against (`max_sessions_per_caller`)
+/// from its handshake (or a request's bearer token): the token's principal
+/// with `[auth]` tokens, else the peer's address. A session not handshaken
+/// yet counts against nobody, only against `max_unauthenticated_sessions`.
 pub fn caller_key(principal: Option<&str>, peer: Option<std::net::IpAddr>) -> Option<String> {
     match (principal, peer) {
         (Some(principal), _) => Some(format!("token:{principal}")),

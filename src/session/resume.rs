@@ -124,12 +124,8 @@ impl Connection {
             refuse(self, "auth_failed");
             return self.handshake_failed(state, "auth_failed (another principal's session)");
         }
-        if let Err(err) = self.slot.charge(super::caller_key(stored.row.principal.as_deref(), None)) {
-            service.give_back(wanted);
-            self.outbox.push(error_line(&err, req_id));
-            return None;
-        }
-        if let Err(err) = self.slot.authenticate() {
+        let caller = super::caller_key(stored.row.principal.as_deref(), self.peer_ip());
+        if let Err(err) = self.slot.authenticate_as(caller) {
             service.give_back(wanted);
             self.outbox.push(error_line(&err, req_id));
             return None;

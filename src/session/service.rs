@@ -409,6 +409,21 @@ impl PoolSlot {
         self.0.authenticated.load(Ordering::Acquire)
     }
 
+    /// [`PoolSlot::authenticate`], counting the session against `caller`
+    /// (when there is one) first: a full `max_sessions` is reported as
+    /// such before the caller's own bound is looked at.
+    pub fn authenticate_as(&self, caller: Option<String>) -> Result<(), HostError> {
+        let service = &self.0.service;
+        let max = service.limits().max_sessions;
+        if !self.is_authenticated() && service.authenticated.load(Ordering::Acquire) >= max {
+            return Err(full("max_sessions", max));
+        }
+        if caller.is_some() {
+            self.charge(caller)?;
+        }
+        self.authenticate()
+    }
+
     /// Moves an unauthenticated place to a `max_sessions` slot (after a
     /// successful handshake); `runtime_error` when `max_sessions` are taken,
     /// and the place stays unauthenticated.

@@ -84,15 +84,8 @@ async fn connection(
     _permit: OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
-    // Without tokens a caller is its address (with tokens, its token: the
-    // handshake counts the session against it).
-    let opened = service.open().and_then(|opened| {
-        if !service.auth().is_enabled() {
-            opened.connection.slot().charge(crate::session::caller_key(None, Some(peer.ip())))?;
-        }
-        Ok(opened)
-    });
-    let opened = match opened {
+    // (Its handshake counts it against its caller: `max_sessions_per_caller`.)
+    let opened = match service.open() {
         Ok(opened) => opened,
         Err(err) => {
             log::warn!("tcp connection from {peer} refused: {}", err.message);

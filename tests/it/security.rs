@@ -164,9 +164,9 @@ fn another_tokens_request_takes_nothing_from_a_session() {
     // sends any of its own.
     assert_eq!(stream_status(addr, &session, &[BETA]), 404);
     let list = json!({ "type": "SUBAGENT_LIST_REQ", "id": "l" });
-    assert_eq!(send(addr, &session, &[BETA], &[list.clone()]).0, 404);
-    assert_eq!(send(addr, &session, &[("Authorization", "Bearer wrong")], &[list.clone()]).0, 401);
-    assert_eq!(send(addr, &session, &[], &[list.clone()]).0, 401, "a bearer's session needs its bearer");
+    assert_eq!(send(addr, &session, &[BETA], std::slice::from_ref(&list)).0, 404);
+    assert_eq!(send(addr, &session, &[("Authorization", "Bearer wrong")], std::slice::from_ref(&list)).0, 401);
+    assert_eq!(send(addr, &session, &[], std::slice::from_ref(&list)).0, 401, "a bearer's session needs its bearer");
     let hijack = json!({ "type": "handshake/req", "id": "h2", "agent_caps": ["multi_agent"], "auth_token": "beta" });
     assert_eq!(send(addr, &session, &[ALPHA], &[hijack, json!({ "type": "ping", "id": "p" })]).0, 200);
     let mut own = TcpStream::connect(addr).unwrap();
@@ -452,7 +452,8 @@ fn one_caller_flooding_every_face_leaves_room_for_another() {
         held.push(client);
     }
     let mut third = connect_from(tcp, "127.0.0.1");
-    let refusal = third.next().expect("a refusal line");
+    third.send(&json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] }));
+    let refusal = third.reply("h");
     assert_eq!(refusal["detail"]["limit"], "max_sessions_per_caller", "{refusal}");
     let mut other = connect_from(tcp, "127.0.0.2");
     other.send(&json!({ "type": "handshake/req", "id": "h", "agent_caps": ["multi_agent"] }));

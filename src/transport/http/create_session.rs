@@ -8,7 +8,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 use serde_json::json;
 
-use super::request_info::{bearer, peer, peer_ip};
+use super::request_info::{bearer, peer};
 use super::responses::{body_timeout, closing, error, ok_for};
 use super::HttpSessions;
 use crate::session::{caller_key, is_caller_limit, INPUT_QUEUE};
@@ -49,13 +49,12 @@ pub(super) async fn create(
         false => sessions.service.open_with_input(queue),
     };
     let principal = bearer(&req).and_then(|token| sessions.service.auth().principal(Some(token)));
-    // The session counts against its caller (the token, else the peer's
-    // address), and a bearer's session is its holder's alone.
+    // A bearer's session is its holder's alone, and counts against them at
+    // once (else from its handshake, against its token or address).
     let opened = opened.and_then(|opened| {
-        let slot = opened.connection.slot();
-        let address = (!sessions.service.auth().is_enabled()).then(|| peer_ip(&req)).flatten();
-        slot.charge(caller_key(principal.as_deref(), address))?;
         if authorized {
+            let slot = opened.connection.slot();
+            slot.charge(caller_key(principal.as_deref(), None))?;
             slot.owner().opened_by_bearer(principal.clone());
         }
         Ok(opened)

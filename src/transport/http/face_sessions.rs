@@ -5,7 +5,7 @@
 //! client does) and shares with its waiting requests and streams.
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -20,9 +20,11 @@ use crate::session::INPUT_QUEUE;
 /// Events kept for a context's slowest listener; one that falls further
 /// behind reads the task's record again instead.
 const EVENT_BUFFER: usize = 1024;
-/// Follow-up messages kept per task, and tasks with any, per context.
+/// Follow-up messages kept per task, tasks with any, and their bytes (as
+/// JSON), per context: past them the oldest task's go first.
 const FOLLOWUPS_KEPT: usize = 64;
 const TASKS_WITH_FOLLOWUPS: usize = 1024;
+const FOLLOWUP_BYTES: usize = 8 << 20;
 
 /// A context's session served here, and its events.
 #[derive(Debug)]
@@ -35,7 +37,7 @@ pub(in crate::transport::http) struct Context {
     pub(in crate::transport::http) ended: CancellationToken,
     // The messages that followed each task's first (answers, mail), for
     // `history`: kept here only, not stored (see docs/a2a.md).
-    followups: Mutex<HashMap<SubagentId, Vec<Value>>>,
+    followups: Mutex<Followups>,
 }
 
 impl Context {
@@ -54,27 +56,78 @@ impl Context {
 
     /// The messages that followed task `root`'s first, oldest first.
     pub(in crate::transport::http) fn followups(&self, root: SubagentId) -> Vec<Value> {
-        lock(&self.followups).get(&root).cloned().unwrap_or_default()
+        lock(&self.followups)
+            .by_task
+            .get(&root)
+            .map(|kept| kept.iter().map(|(m, _)| m.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Keeps a message that followed task `root`'s first (the last
-    /// [`FOLLOWUPS_KEPT`] of each of at most [`TASKS_WITH_FOLLOWUPS`] tasks).
+    /// [`FOLLOWUPS_KEPT`] of each task; past [`TASKS_WITH_FOLLOWUPS`] tasks
+    /// or [`FOLLOWUP_BYTES`], the oldest task's are forgotten first).
     pub(in crate::transport::http) fn add_followup(&self, root: SubagentId, message: Value) {
-        let mut followups = lock(&self.followups);
-        if followups.len() >= TASKS_WITH_FOLLOWUPS && !followups.contains_key(&root) {
-            followups.clear();
-        }
-        let kept = followups.entry(root).or_default();
-        kept.push(message);
-        if kept.len() > FOLLOWUPS_KEPT {
-            kept.remove(0);
-        }
+        lock(&self.followups).add(root, message);
     }
 
     /// Commits what the last operations recorded (durable stores).
     pub(in crate::transport::http) async fn commit(&self) {
         if self.entry.log.is_recording() {
             self.entry.log.store().flush().await;
+        }
+    }
+}
+
+/// The follow-up messages a context keeps for `history`, bounded.
+#[derive(Debug, Default)]
+struct Followups {
+    // Each task's messages, oldest first, with their sizes.
+    by_task: HashMap<SubagentId, VecDeque<(Value, usize)>>,
+    // Tasks in the order they first had one.
+    order: VecDeque<SubagentId>,
+    // Bytes kept, over every task.
+    bytes: usize,
+}
+
+impl Followups {
+    fn add(&mut self, root: SubagentId, message: Value) {
+        let size = crate::protocol::encode::encoded_len(&message);
+        if !self.by_task.contains_key(&root) {
+            self.order.push_back(root);
+        }
+        let kept = self.by_task.entry(root).or_default();
+        kept.push_back((message, size));
+        self.bytes += size;
+        if kept.len() > FOLLOWUPS_KEPT {
+            if let Some((_, old)) = kept.pop_front() {
+                self.bytes -= old;
+            }
+        }
+        while self.by_task.len() > TASKS_WITH_FOLLOWUPS || self.bytes > FOLLOWUP_BYTES {
+            match self.order.front().copied() {
+                // Another task's go first, the oldest of them.
+                Some(oldest) if oldest != root || self.order.len() == 1 => {
+                    if oldest == root {
+                        // Alone past the bound: its own oldest go.
+                        let Some(kept) = self.by_task.get_mut(&root) else { break };
+                        if kept.len() <= 1 {
+                            break;
+                        }
+                        if let Some((_, old)) = kept.pop_front() {
+                            self.bytes -= old;
+                        }
+                        continue;
+                    }
+                    self.order.pop_front();
+                    let freed: usize = self.by_task.remove(&oldest).map_or(0, |kept| kept.iter().map(|(_, n)| n).sum());
+                    self.bytes -= freed;
+                }
+                Some(_) => {
+                    // The newest task is first in line: move it back.
+                    self.order.rotate_left(1);
+                }
+                None => break,
+            }
         }
     }
 }
@@ -264,4 +317,29 @@ pub(in crate::transport::http) fn timestamp(unix_seconds: f64) -> String {
 /// Now, in seconds since the Unix epoch.
 pub(in crate::transport::http) fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |at| at.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followups_are_bounded_by_count_and_bytes_oldest_task_first() {
+        let mut kept = Followups::default();
+        let big = json!({ "text": "x".repeat(3 << 20) });
+        kept.add(SubagentId(1), big.clone());
+        kept.add(SubagentId(2), big.clone());
+        kept.add(SubagentId(3), big.clone());
+        assert!(kept.bytes <= FOLLOWUP_BYTES, "{}", kept.bytes);
+        assert!(!kept.by_task.contains_key(&SubagentId(1)), "the oldest task's went first");
+        assert!(kept.by_task.contains_key(&SubagentId(3)), "the newest is kept");
+        for n in 0..(FOLLOWUPS_KEPT + 5) {
+            kept.add(SubagentId(3), json!({ "n": n }));
+        }
+        let three = &kept.by_task[&SubagentId(3)];
+        assert_eq!(three.len(), FOLLOWUPS_KEPT);
+        assert_eq!(three.back().unwrap().0["n"], FOLLOWUPS_KEPT + 4);
+        let total: usize = kept.by_task.values().flatten().map(|(_, n)| n).sum();
+        assert_eq!(total, kept.bytes, "the byte count stays exact");
+    }
 }

@@ -11,8 +11,8 @@
 //!   any other listener any name.
 //! - `Origin` (sent by browsers): one of `allowed_origins`, or an origin
 //!   whose host passes the `Host` rule above by name (not merely because
-//!   any name passes), or, with no list to go by, the request's own
-//!   `Host` (the page this host serves).
+//!   any name passes), or, on a listener that takes any name, the
+//!   request's own `Host` (the page this host serves).
 
 use actix_web::body::BoxBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -73,7 +73,8 @@ impl HostCheck {
             return true;
         }
         let Some((_, authority)) = origin.split_once("://") else { return false };
-        self.names(authority) || (self.hosts.is_empty() && authority.eq_ignore_ascii_case(host.trim()))
+        let any_host = self.hosts.is_empty() && !self.loopback_default;
+        self.names(authority) || (any_host && authority.eq_ignore_ascii_case(host.trim()))
     }
 
     // Why `req` is refused, if it is.

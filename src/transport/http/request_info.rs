@@ -105,11 +105,6 @@ pub(super) fn peer(req: &HttpRequest) -> String {
     req.peer_addr().map_or_else(|| "an unknown peer".to_owned(), |addr| addr.to_string())
 }
 
-/// The peer's address (the caller key of a request without a token).
-pub(in crate::transport::http) fn peer_ip(req: &HttpRequest) -> Option<std::net::IpAddr> {
-    req.peer_addr().map(|addr| addr.ip())
-}
-
 // The token of an `Authorization: Bearer <token>` header.
 pub(in crate::transport::http) fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
