@@ -63,11 +63,15 @@ pub enum EventKind {
     /// `request_id`, `subagent_id`, `path`, `question`, `choices`,
     /// `requested_at`, `expires_at`); the subagent is `WAITING`.
     InputRequested,
+    /// A loop guard fired on the task's model (content: `pattern`, `tool`,
+    /// `ended`): a repeated call was refused, or, with `ended`, the task is
+    /// ending `FAILED` as stuck. The status stays until that end.
+    Stuck,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::Spawned,
         Self::Delegated,
         Self::StatusChanged,
@@ -87,6 +91,7 @@ impl EventKind {
         Self::Throttled,
         Self::ApprovalRequested,
         Self::InputRequested,
+        Self::Stuck,
     ];
 
     /// Whether the event ends a task (or the subagent): its content then
@@ -111,6 +116,7 @@ impl EventKind {
                 | Self::ToolResult
                 | Self::ApprovalRequested
                 | Self::InputRequested
+                | Self::Stuck
         )
     }
 
@@ -136,6 +142,7 @@ impl EventKind {
             Self::Throttled => "throttled",
             Self::ApprovalRequested => "approval_requested",
             Self::InputRequested => "input_requested",
+            Self::Stuck => "stuck",
         }
     }
 }
@@ -183,6 +190,8 @@ pub enum EventDetail {
     /// its content fields, built once by the asking task (shared by the
     /// event and its announcements again).
     Asked(Arc<JsonObject>),
+    /// A note's content fields (`stuck`), as they go on the wire.
+    Noted(Arc<JsonObject>),
 }
 
 /// An MCP tool call as its events tell it (never its arguments or result:
@@ -355,7 +364,7 @@ impl WireEvent<'_> {
                     text.name(ended.outcome);
                 }
             }
-            EventDetail::Asked(fields) => {
+            EventDetail::Asked(fields) | EventDetail::Noted(fields) => {
                 for (key, value) in fields.iter() {
                     text.raw(b",");
                     text.string(key);
@@ -422,7 +431,7 @@ impl Serialize for WireContent<'_> {
                     map.serialize_entry("outcome", ended.outcome)?;
                 }
             }
-            EventDetail::Asked(fields) => {
+            EventDetail::Asked(fields) | EventDetail::Noted(fields) => {
                 for (key, value) in fields.iter() {
                     map.serialize_entry(key, value)?;
                 }

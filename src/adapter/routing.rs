@@ -73,6 +73,14 @@ fn build(
         ("provider", route.provider.is_some()),
         ("retry", route.retry.is_some()),
         ("structured_output", route.structured_output.is_some()),
+        ("max_tokens", route.max_tokens.is_some()),
+        ("temperature", route.temperature.is_some()),
+        ("top_p", route.top_p.is_some()),
+        ("seed", route.seed.is_some()),
+        ("stop", route.stop.is_some()),
+        ("parallel_tool_calls", route.parallel_tool_calls.is_some()),
+        ("extra_body", route.extra_body.is_some()),
+        ("request_timeout_ms", route.request_timeout_ms.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
         AdapterKind::Scripted => &[],
@@ -86,6 +94,14 @@ fn build(
             "provider",
             "retry",
             "structured_output",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "seed",
+            "stop",
+            "parallel_tool_calls",
+            "extra_body",
+            "request_timeout_ms",
         ],
         AdapterKind::Command => &["program", "args", "on_restart"],
     };
@@ -118,6 +134,20 @@ fn build(
                 config.retry = retry.into();
             }
             config.structured_output = route.structured_output.unwrap_or(false);
+            let sampling = openai::settings::SamplingSettings {
+                max_tokens: route.max_tokens,
+                temperature: route.temperature,
+                top_p: route.top_p,
+                seed: route.seed,
+                stop: route.stop.clone(),
+            };
+            config.settings = openai::settings::ModelSettings::new(
+                sampling,
+                route.parallel_tool_calls,
+                route.extra_body.clone().unwrap_or_default(),
+                route.request_timeout_ms,
+            )
+            .map_err(fail)?;
             if let Some(ms) = route.progress_ms {
                 config.progress_every = std::time::Duration::from_millis(ms);
             }

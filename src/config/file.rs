@@ -279,6 +279,33 @@ pub struct RouteConfig {
     /// (else it goes in the prompt).
     #[serde(default)]
     pub structured_output: Option<bool>,
+    /// `openai`: most tokens a reply may have (default 4096), always sent
+    /// so a runaway model is cut off by its server.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// `openai`: sampling temperature, 0 to 2.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// `openai`: nucleus sampling, above 0 and at most 1.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// `openai`: the sampling seed.
+    #[serde(default)]
+    pub seed: Option<i64>,
+    /// `openai`: sequences that end a reply (at most 4).
+    #[serde(default)]
+    pub stop: Option<Vec<String>>,
+    /// `openai`: whether a reply may call several tools at once.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// `openai`: a table merged into every request's body, for a server's
+    /// own fields (the adapter's own fields win).
+    #[serde(default)]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `openai`: one HTTP call's time limit in milliseconds (default
+    /// 120000); a call past it is retried like a transport error.
+    #[serde(default)]
+    pub request_timeout_ms: Option<u64>,
 }
 
 /// `on_restart` of a command route.

@@ -116,6 +116,15 @@ pub struct Limits {
     /// token. Unset: a quarter of `max_sessions` (all of them below 4), so
     /// one caller cannot take every slot from the rest.
     pub max_sessions_per_caller: Option<usize>,
+    /// Identical consecutive tool calls (same tool, same arguments) one task
+    /// may make; the next is refused with a note telling the model so, and
+    /// as many refused again end the task `FAILED` (`stuck: …`). The same
+    /// bound covers a tool failing the same way with any arguments, and two
+    /// calls alternating. 0: no such guard.
+    pub max_repeated_tool_calls: u32,
+    /// Before each model call after the first, tell the model in one short
+    /// system note how many steps and how much budget it has left.
+    pub remind_budget: bool,
 }
 
 impl Default for Limits {
@@ -154,6 +163,8 @@ impl Default for Limits {
             max_running_per_parent: 0,
             approval_timeout_ms: 600_000,
             max_sessions_per_caller: None,
+            max_repeated_tool_calls: 3,
+            remind_budget: false,
         }
     }
 }

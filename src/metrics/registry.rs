@@ -46,6 +46,14 @@ pub(super) const ERROR_CODES: [ErrorCode; 16] = [
     ErrorCode::UnknownApproval,
 ];
 
+/// The loop guards' patterns, each a `stuck_total` series from the start:
+/// a wait refused because it could never end, the same call repeated, the
+/// same tool failing the same way, two calls alternating.
+pub(crate) const STUCK_PATTERNS: [&str; 4] = ["wait_cycle", "repeated_call", "repeated_error", "alternation"];
+
+const STUCK_HELP: &str = "Loop guards that fired, by pattern: a wait refused as a cycle, or a task's model caught \
+repeating itself (the call refused, or the task ended stuck)";
+
 /// The process-wide metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -72,6 +80,7 @@ pub(crate) struct Metrics {
     pub(super) provider_wait: HistogramFamily<ProviderLabels>,
     pub(super) provider_gated: Family<ProviderLabels, Counter>,
     pub(super) provider_rate_limited: Family<ProviderLabels, Counter>,
+    pub(super) stuck: Family<Labels<1>, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -179,6 +188,12 @@ impl Metrics {
         let provider_rate_limited = Family::default();
         registry.register("provider_rate_limited", PROVIDER_RATE_LIMITED_HELP, provider_rate_limited.clone());
 
+        let stuck = Family::default();
+        for pattern in STUCK_PATTERNS {
+            stuck.get_or_create_owned(&[("pattern", pattern)]);
+        }
+        registry.register("stuck", STUCK_HELP, stuck.clone());
+
         Self {
             registry,
             sessions_open,
@@ -204,6 +219,7 @@ impl Metrics {
             provider_wait,
             provider_gated,
             provider_rate_limited,
+            stuck,
         }
     }
 

@@ -115,6 +115,11 @@ impl Metrics {
     }
 
     /// Credentials were refused on `transport`.
+    /// A loop guard fired (`pattern`: one of `STUCK_PATTERNS`).
+    pub(crate) fn stuck(&self, pattern: &'static str) {
+        self.stuck.get_or_create_owned(&[("pattern", pattern)]).inc();
+    }
+
     pub(crate) fn auth_failed(&self, transport: &'static str) {
         self.auth_failures.get_or_create(&[("transport", transport)]).inc();
     }

@@ -4,6 +4,7 @@
 //! others as not merged.
 
 use crate::error::HostError;
+use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::messages as msg;
 use crate::runtime::task::TaskContext;
@@ -17,8 +18,12 @@ impl Tree {
 }
 
 impl TaskContext {
-    /// Merges subagents' results (`WAITING` while they finish).
+    /// Merges subagents' results (`WAITING` while they finish); refused with
+    /// `invalid_state` when a source is this task's subagent, an ancestor,
+    /// or waits for it.
     pub async fn merge(&self, request: MergeRequest) -> Result<MergeResponse, HostError> {
+        let sources = request.subagent_ids.iter().filter_map(|text| SubagentId::parse(text)).collect();
+        let _wait = self.begin_wait(sources).await?;
         self.set_waiting(true);
         let reply = self.supervisor.send(msg::Merge(request)).await;
         self.set_waiting(false);

@@ -117,7 +117,8 @@ const fn allowed(on: EventKind, from: SubagentStatus) -> u8 {
         | EventKind::ToolCall
         | EventKind::ToolResult
         | EventKind::ApprovalRequested
-        | EventKind::InputRequested => match from {
+        | EventKind::InputRequested
+        | EventKind::Stuck => match from {
             Terminated => STAYS | bit(Terminated),
             _ => STAYS | ANY_LIVE | bit(Terminated),
         },

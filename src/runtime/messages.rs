@@ -10,6 +10,7 @@ use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
+use crate::runtime::supervisor::WaitToken;
 
 /// The mailbox capacity that never makes a sender wait: actix's largest
 /// (`usize::MAX >> 2`; a larger one overflows its sender count, which a debug
@@ -74,6 +75,23 @@ pub(crate) struct UsageChanged;
 #[derive(Message)]
 #[rtype(result = "Result<AwaitResponse, HostError>")]
 pub(crate) struct Await(pub SubagentId);
+
+/// A task is about to wait for subagents (an await, a merge): refused with
+/// `invalid_state` when the wait could never end (see the supervisor's
+/// `waits`), else recorded until [`EndWait`].
+#[derive(Message)]
+#[rtype(result = "Result<WaitToken, HostError>")]
+pub(crate) struct BeginWait {
+    /// The waiting task's subagent.
+    pub waiter: SubagentId,
+    /// What it waits for.
+    pub targets: Vec<SubagentId>,
+}
+
+/// A wait recorded by [`BeginWait`] ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct EndWait(pub WaitToken);
 
 /// Put a message in a subagent's mailbox.
 #[derive(Message)]

@@ -566,7 +566,8 @@ fn the_transition_function_is_the_lifecycle_table() {
             | EventKind::ToolCall
             | EventKind::ToolResult
             | EventKind::ApprovalRequested
-            | EventKind::InputRequested => {
+            | EventKind::InputRequested
+            | EventKind::Stuck => {
                 return (from != Terminated || to == Terminated).then_some(from);
             }
         };

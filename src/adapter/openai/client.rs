@@ -111,6 +111,8 @@ pub(crate) struct ChatClient {
     pub(super) retry: RetryPolicy,
     // The provider gate every attempt passes, and the session it waits for.
     pub(super) gate: Option<(Arc<Gate>, Arc<str>)>,
+    // One HTTP call's time limit (`request_timeout_ms`).
+    pub(super) request_timeout: Option<Duration>,
 }
 
 impl ChatClient {
@@ -134,7 +136,14 @@ impl ChatClient {
         let () = tls.map_or((), |never: std::convert::Infallible| match never {});
         let http = awc::Client::builder().disable_timeout().connector(connector).finish();
         let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-        Self { http, url, route: route.to_owned(), api_key, retry, gate: None }
+        Self { http, url, route: route.to_owned(), api_key, retry, gate: None, request_timeout: None }
+    }
+
+    /// Bounds each HTTP call to `limit`: one past it is retried like a
+    /// transport error.
+    pub(crate) fn timed(mut self, limit: Duration) -> Self {
+        self.request_timeout = Some(limit);
+        self
     }
 
     /// Sends every attempt through `gate`, waiting there as `session`.

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{unanswered_calls, Checkpoints, Saved};
 use super::client::{self, ChatClient, Usage};
-use super::prompt::{history, inbox_text, system_prompt};
+use super::prompt::{budget_reminder, history, inbox_text, system_prompt, ToolKinds};
 use super::request::EncodedMessages;
+use super::stuck::{StuckDetector, Verdict};
 use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::person_gate::{self, Passage};
@@ -19,6 +20,7 @@ use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
 use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::{TaskContext, TaskError};
 use crate::runtime::trace;
+use crate::runtime::usage::Resource;
 
 /// The tool-calling loop of one task.
 pub(super) async fn conversation(
@@ -35,7 +37,12 @@ pub(super) async fn conversation(
     };
     let route = config.route_model.as_deref().unwrap_or(&ctx.config.model);
     let client = ChatClient::new(&config.base_url, route, api_key, config.retry.clone(), tls)
-        .gated(config.gate.clone(), ctx.session_key());
+        .gated(config.gate.clone(), ctx.session_key())
+        .timed(config.settings.request_timeout);
+    let sampling = config.settings.for_subagent(&ctx.config)?;
+    // The last call's prompt: the next one's is at least as long, and both
+    // count toward a token budget (see the `max_tokens` cap below).
+    let mut last_prompt = 0u64;
     let schema = OutputSchema::of(&ctx.task)?;
     let mut repaired = false;
     let allowed = allowed_tools(&ctx.config, &config.policy);
@@ -48,6 +55,7 @@ pub(super) async fn conversation(
         messages.push(message);
     };
     let checkpoints = Checkpoints::default();
+    let mut stuck = StuckDetector::new(ctx.host.limits.max_repeated_tool_calls);
     let mut encoded = EncodedMessages::default();
     let save = |messages: &[Value], usage: Usage, person: &PersonLedger| checkpoints.save(ctx, messages, usage, person);
     let (mut messages, mut usage, mut person) = match ctx.resume_point() {
@@ -64,8 +72,12 @@ pub(super) async fn conversation(
             (saved.messages, saved.usage, saved.person)
         }
         None => {
-            let any_tool = !allowed.is_empty() || !toolbox.catalog().is_empty();
-            let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, any_tool) })];
+            let kinds = ToolKinds {
+                orchestration: allowed.iter().any(|name| *name != schemas::ASK_USER),
+                mcp: !Offer::now(ctx, config, &allowed, &toolbox).mcp().is_empty(),
+                ask_user: allowed.contains(&schemas::ASK_USER),
+            };
+            let mut messages = vec![json!({ "role": "system", "content": system_prompt(ctx, kinds) })];
             messages.extend(
                 schema.as_ref().and_then(|schema| structured::prompt_message(schema, config.structured_output)),
             );
@@ -105,6 +117,11 @@ pub(super) async fn conversation(
         if let Some(schema) = &schema {
             structured::shape_request(&mut body, schema, config.structured_output);
         }
+        // A budgeted task's reply may use at most what its budget has left:
+        // the server stops there, streamed or not.
+        let cap = ctx.usage.remaining(Resource::Tokens).map(|left| left.saturating_sub(last_prompt));
+        let with_tools = body.get("tools").is_some();
+        config.settings.shape(&mut body, &sampling, cap, with_tools);
         let span = trace::chat(ctx.span(), "openai", &model);
         if config.record_content && !span.is_disabled() {
             span.record("gen_ai.input.messages", serde_json::to_string(&messages).unwrap_or_default());
@@ -123,7 +140,8 @@ pub(super) async fn conversation(
                     ctx.throttled(gate.name(), wait.position, wait.estimated_wait);
                 }
             };
-            match encoded.body(&body, &messages) {
+            let reminder = (ctx.host.limits.remind_budget && step > 1).then(|| budget_reminder(ctx, step));
+            match encoded.body(&body, &messages, reminder.as_ref()) {
                 Ok(payload) => client.complete(&body, payload, |note| ctx.progress(note), on_throttle, on_text).await,
                 Err(err) => Err(err),
             }
@@ -149,6 +167,7 @@ pub(super) async fn conversation(
         metrics().tokens(config.route_model.as_deref().unwrap_or("unrouted"), used.input_tokens, used.output_tokens);
         ctx.record_usage(used)?;
         usage.add(completion.usage);
+        last_prompt = completion.usage.prompt_tokens;
         say(completion.assistant_message(), &mut messages);
         save(&messages, usage, &person);
         if let (true, Some(schema)) = (completion.tool_calls.is_empty(), &schema) {
@@ -171,9 +190,23 @@ pub(super) async fn conversation(
         }
         let names = offer.names();
         for call in &completion.tool_calls {
-            ctx.progress(format!("step {step}: tool {}", call.name));
-            let persist = async |ledger: &PersonLedger| keep(ctx, &checkpoints, &messages, usage, ledger).await;
-            let output = traced_call(ctx, config, &names, &toolbox, call, false, &mut person, persist).await;
+            let output = match stuck.judge(call) {
+                Verdict::Go => {
+                    ctx.progress(format!("step {step}: tool {}", call.name));
+                    let persist = async |ledger: &PersonLedger| keep(ctx, &checkpoints, &messages, usage, ledger).await;
+                    let output = traced_call(ctx, config, &names, &toolbox, call, false, &mut person, persist).await;
+                    stuck.made(call, &output);
+                    output
+                }
+                Verdict::Refuse { pattern, answer } => {
+                    ctx.stuck(pattern, &call.name, false);
+                    answer
+                }
+                Verdict::Stuck { pattern, error } => {
+                    ctx.stuck(pattern, &call.name, true);
+                    return Err(TaskError(error));
+                }
+            };
             say(tool_message(&call.id, output), &mut messages);
             person.forget(&call.id);
             save(&messages, usage, &person);

@@ -30,7 +30,11 @@
 //! - `tool_calls`: carrying out one orchestration tool call against the
 //!   runtime; MCP tool calls (`{server}__{tool}`) go through the adapters'
 //!   shared `toolbox`, crash-safe.
+//! - [`settings`]: a route's model settings (output cap, sampling, time
+//!   limit) and a subagent's `metadata.model_settings` over them.
 //! - `stream`: a streamed reply read as it arrives.
+//! - `stuck`: the loop guard that refuses a model's repeated calls and ends
+//!   a task that keeps making them (`[limits] max_repeated_tool_calls`).
 //! - `tls` (feature `tls`): the TLS client config of a route with `ca_file`.
 //!
 //! After every model reply and every tool answer the task checkpoints its
@@ -54,8 +58,10 @@ mod prompt;
 mod request;
 mod retry;
 pub mod schemas;
+pub mod settings;
 mod stream;
 mod structured;
+mod stuck;
 #[cfg(feature = "tls")]
 mod tls;
 mod tool_calls;

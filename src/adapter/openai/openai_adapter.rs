@@ -52,6 +52,9 @@ pub struct OpenAiConfig {
     /// Send a task's `metadata.output_schema` as `response_format` (else
     /// it goes in the prompt).
     pub structured_output: bool,
+    /// The route's model settings: output cap, sampling, `extra_body`, and
+    /// one call's time limit.
+    pub settings: super::settings::ModelSettings,
 }
 
 impl PartialEq for OpenAiConfig {
@@ -68,6 +71,7 @@ impl PartialEq for OpenAiConfig {
             && self.ca_file == other.ca_file
             && self.gate == other.gate
             && self.structured_output == other.structured_output
+            && self.settings == other.settings
             && Arc::ptr_eq(&self.tools, &other.tools)
     }
 }
@@ -90,6 +94,7 @@ impl OpenAiConfig {
             tools: Arc::new(ToolHost::default()),
             gate: None,
             structured_output: false,
+            settings: Default::default(),
         }
     }
 }

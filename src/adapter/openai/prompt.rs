@@ -7,9 +7,23 @@ use std::collections::HashSet;
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::task::TaskContext;
 
+/// The kinds of tools a task is offered, which the default prompt names.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ToolKinds {
+    /// Spawn, delegate, await, message, list.
+    pub orchestration: bool,
+    /// Tools of MCP servers.
+    pub mcp: bool,
+    /// `ask_user`.
+    pub ask_user: bool,
+}
+
 /// The system prompt: the configured one (or a default), the role, the
-/// success criteria.
-pub(super) fn system_prompt(ctx: &TaskContext, has_tools: bool) -> String {
+/// success criteria, the subagent's id and, when it has tools, what kinds
+/// it has. Nothing in it steers a model away from a tool it was given: a
+/// small model told to "answer without calling a tool" writes its calls as
+/// text instead (see docs/local-model.md).
+pub(super) fn system_prompt(ctx: &TaskContext, tools: ToolKinds) -> String {
     let mut text =
         ctx.config.system_prompt.clone().unwrap_or_else(|| {
             format!("You are `{}`, an agent that carries out the task it is given.", ctx.config.name)
@@ -24,10 +38,47 @@ pub(super) fn system_prompt(ctx: &TaskContext, has_tools: bool) -> String {
         }
     }
     text.push_str(&format!("\n\nYour subagent id is {}.", ctx.subagent_id));
-    if has_tools {
-        text.push_str(" Use the tools to work with other subagents; when you are done, answer without calling a tool.");
+    let mut kinds = Vec::new();
+    if tools.mcp {
+        kinds.push("tools that reach files and services (from MCP servers)");
+    }
+    if tools.orchestration {
+        kinds.push(
+            "tools that spawn subagents, delegate tasks to them and await their results (await only subagents \
+             you spawned, never yourself)",
+        );
+    }
+    if tools.ask_user {
+        kinds.push("ask_user, to ask a person a question");
+    }
+    if !kinds.is_empty() {
+        text.push_str(&format!(
+            "\n\nYou can call tools: {}. Call a tool whenever the task needs what it gives; its answer comes back \
+             to you. When the task is done, reply with your final answer as plain text.",
+            kinds.join("; ")
+        ));
     }
     text
+}
+
+/// The note `[limits] remind_budget` adds before a model call after the
+/// first: the steps left, and what the task's budget has left.
+pub(super) fn budget_reminder(ctx: &TaskContext, step: u32) -> Value {
+    use crate::runtime::usage::Resource;
+    let steps_left = ctx.config.max_steps.saturating_sub(step);
+    let mut text = format!("Step {step} of at most {}: {steps_left} more after this one.", ctx.config.max_steps);
+    let budget =
+        [(Resource::Tokens, "tokens"), (Resource::Steps, "steps in the tree"), (Resource::ToolCalls, "tool calls")];
+    let left: Vec<String> = budget
+        .iter()
+        .filter_map(|(resource, name)| ctx.usage.remaining(*resource).map(|left| format!("{left} {name}")))
+        .collect();
+    if !left.is_empty() {
+        text.push_str(&format!(" Budget left: {}.", left.join(", ")));
+    }
+    let seconds = ctx.deadline_now().saturating_duration_since(tokio::time::Instant::now()).as_secs();
+    text.push_str(&format!(" Time left: {seconds} s. Answer before these run out."));
+    json!({ "role": "system", "content": text })
 }
 
 /// A mailbox message as the model sees it.

@@ -20,8 +20,14 @@ pub(super) struct EncodedMessages {
 impl EncodedMessages {
     /// The body of a request: `fields` (an object: model, tools …) with
     /// `messages`, the conversation so far, which must begin with the
-    /// messages of the calls before (messages are only ever added).
-    pub(super) fn body(&mut self, fields: &Value, messages: &[Value]) -> Result<Vec<u8>, TaskError> {
+    /// messages of the calls before (messages are only ever added), and
+    /// `note` after them: said in this request only, never kept.
+    pub(super) fn body(
+        &mut self,
+        fields: &Value,
+        messages: &[Value],
+        note: Option<&Value>,
+    ) -> Result<Vec<u8>, TaskError> {
         let encode = |err: serde_json::Error| TaskError(format!("cannot encode the request: {err}"));
         if messages.len() < self.count {
             // A conversation that lost messages (none does) is encoded anew.
@@ -44,6 +50,12 @@ impl EncodedMessages {
         }
         body.extend_from_slice(b"\"messages\":[");
         body.extend_from_slice(&self.text);
+        if let Some(note) = note {
+            if self.count > 0 {
+                body.push(b',');
+            }
+            serde_json::to_writer(&mut body, note).map_err(encode)?;
+        }
         body.extend_from_slice(b"]}");
         Ok(body)
     }
@@ -60,14 +72,19 @@ mod tests {
         let fields = json!({ "model": "m", "tools": [{ "type": "function" }] });
         let mut messages = vec![json!({ "role": "system", "content": "s \"q\"" })];
         for n in 0..4 {
-            let body: Value = serde_json::from_slice(&encoded.body(&fields, &messages).expect("body")).expect("JSON");
+            let body: Value =
+                serde_json::from_slice(&encoded.body(&fields, &messages, None).expect("body")).expect("JSON");
             assert_eq!(body, json!({ "model": "m", "tools": [{ "type": "function" }], "messages": messages }));
+            let note = json!({ "role": "system", "content": "left: 3 steps" });
+            let body: Value =
+                serde_json::from_slice(&encoded.body(&fields, &messages, Some(&note)).expect("body")).expect("JSON");
+            assert_eq!(body["messages"].as_array().unwrap().last(), Some(&note), "the note comes last");
             messages.push(json!({ "role": "user", "content": n }));
             messages.push(json!({ "role": "assistant", "content": null }));
         }
         let body: Value =
-            serde_json::from_slice(&encoded.body(&json!({}), &messages[..1]).expect("body")).expect("JSON");
+            serde_json::from_slice(&encoded.body(&json!({}), &messages[..1], None).expect("body")).expect("JSON");
         assert_eq!(body, json!({ "messages": [messages[0]] }), "fewer messages: encoded anew");
-        assert!(encoded.body(&json!([]), &messages).is_err(), "fields must be an object");
+        assert!(encoded.body(&json!([]), &messages, None).is_err(), "fields must be an object");
     }
 }

@@ -117,7 +117,21 @@ impl ChatClient {
                 None => None,
             };
             tried += 1;
-            let (reason, retry_after, rate_limited) = match self.attempt(payload.clone(), on_text).await? {
+            let attempt = self.attempt(payload.clone(), on_text);
+            let attempted = match self.request_timeout {
+                Some(limit) => match tokio::time::timeout(limit, attempt).await {
+                    Ok(attempted) => attempted?,
+                    // Dropping the call closes its connection: the server
+                    // stops generating.
+                    Err(_) => Attempt::Retry {
+                        reason: format!("no reply within {} ms (request_timeout_ms)", limit.as_millis()),
+                        retry_after: None,
+                        rate_limited: false,
+                    },
+                },
+                None => attempt.await?,
+            };
+            let (reason, retry_after, rate_limited) = match attempted {
                 Attempt::Done(completion) => {
                     if let Some(permit) = permit {
                         let usage = completion.usage;

@@ -68,6 +68,22 @@ impl Handler<Await> for Supervisor {
     }
 }
 
+impl Handler<BeginWait> for Supervisor {
+    type Result = Result<super::WaitToken, HostError>;
+
+    fn handle(&mut self, msg: BeginWait, _ctx: &mut Self::Context) -> Self::Result {
+        self.begin_wait(msg)
+    }
+}
+
+impl Handler<EndWait> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: EndWait, _ctx: &mut Self::Context) {
+        self.waits.remove(msg.0)
+    }
+}
+
 impl Handler<AnswerFromRecord> for Supervisor {
     type Result = ();
 

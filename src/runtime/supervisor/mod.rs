@@ -20,6 +20,7 @@
 //! - `restore`: rebuilding a stored session's tree.
 //! - `inspection`: the operator's view (admin API) read from the records.
 //! - `sleep`: stopping the actors of subagents left with nothing to do.
+//! - `waits`: the wait-for graph that refuses a wait which could never end.
 
 mod forward;
 mod handlers;
@@ -33,6 +34,8 @@ mod restore;
 mod root;
 mod sleep;
 mod stop;
+mod waits;
 
 pub(crate) use inspection::{CountStatuses, InspectOne, InspectTree};
 pub(crate) use root::{AwaitReply, Supervisor};
+pub(crate) use waits::WaitToken;

@@ -25,7 +25,11 @@ impl Supervisor {
             return self.emit_now(msg.id, msg.kind, msg.error, msg.detail);
         }
         match msg.kind {
-            EventKind::Progress | EventKind::Throttled | EventKind::ToolCall | EventKind::ToolResult => {}
+            EventKind::Progress
+            | EventKind::Throttled
+            | EventKind::ToolCall
+            | EventKind::ToolResult
+            | EventKind::Stuck => {}
             // Its task waits for a person now (it reported `WAITING` just before).
             EventKind::ApprovalRequested | EventKind::InputRequested => {
                 let kind = if msg.kind == EventKind::ApprovalRequested { AskKind::Approval } else { AskKind::Question };

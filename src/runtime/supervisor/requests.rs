@@ -21,6 +21,34 @@ use crate::runtime::messages::*;
 use crate::runtime::subagent::SubagentActor;
 
 impl Supervisor {
+    /// Records a task's wait, or refuses it with `invalid_state` (and the
+    /// ids around the cycle in `detail.cycle`) when it could never end.
+    pub(super) fn begin_wait(&mut self, msg: BeginWait) -> Result<super::WaitToken, HostError> {
+        let BeginWait { waiter, targets } = msg;
+        let index = &self.index;
+        let parent_of = |id: SubagentId| index.get(&id).and_then(|entry| entry.parent);
+        if let Some(cycle) = self.waits.cycle(waiter, &targets, parent_of) {
+            crate::metrics::metrics().stuck("wait_cycle");
+            let spelled: Vec<String> = cycle.iter().map(SubagentId::to_string).collect();
+            let up_the_tree = cycle.windows(2).all(|pair| parent_of(pair[0]) == Some(pair[1]));
+            let why = match cycle.last() {
+                Some(last) if cycle.len() == 1 => format!("{last} cannot wait for itself"),
+                Some(last) if up_the_tree => {
+                    format!("{last} is an ancestor of {waiter}: its task waits for this one's work")
+                }
+                _ => format!("the wait would close a cycle of waits ({} → {waiter})", spelled.join(" → ")),
+            };
+            let message = format!(
+                "refused: {why}, so the wait would never end. Wait only for subagents you spawned (your \
+                 children), or finish your task with what you have."
+            );
+            return Err(
+                HostError::new(ErrorCode::InvalidState, message).with_detail(serde_json::json!({ "cycle": spelled }))
+            );
+        }
+        Ok(self.waits.add(waiter, targets))
+    }
+
     pub(super) fn delegate(&mut self, msg: Delegate) -> Forward<Result<DelegateResponse, HostError>, RunTask> {
         const REFUSED: DelegateResponse = DelegateResponse { accepted: false, status: SubagentStatus::Terminated };
         const QUEUED: DelegateResponse = DelegateResponse { accepted: true, status: SubagentStatus::Ready };

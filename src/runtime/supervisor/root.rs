@@ -72,6 +72,9 @@ pub(crate) struct Supervisor {
     pub(super) next_queued: u64,
     // Actors told to sleep, until they are gone (`sleep`).
     pub(super) dozing: sleep::Dozing,
+    // Which task waits for which subagents: a wait that would never end is
+    // refused (`waits`).
+    pub(super) waits: super::waits::WaitGraph,
 }
 
 impl Supervisor {
@@ -107,6 +110,7 @@ impl Supervisor {
             queue: VecDeque::new(),
             next_queued: 0,
             dozing: Default::default(),
+            waits: Default::default(),
             log,
         }
     }

@@ -387,6 +387,25 @@ impl TaskContext {
         });
     }
 
+    /// A loop guard fired on this task's model (event `stuck`): `pattern`
+    /// names it, `tool` the call; `ended`: the task ends as stuck.
+    pub(crate) fn stuck(&self, pattern: &'static str, tool: &str, ended: bool) {
+        let mut fields = JsonObject::new();
+        fields.insert("pattern".into(), pattern.into());
+        fields.insert("tool".into(), tool.into());
+        fields.insert("ended".into(), ended.into());
+        self.supervisor.do_send(Report {
+            id: self.subagent_id,
+            kind: EventKind::Stuck,
+            status: SubagentStatus::Running,
+            result: None,
+            error: None,
+            detail: EventDetail::Noted(Arc::new(fields)),
+            idle: None,
+            ticket: self.ticket,
+        });
+    }
+
     /// A name of the session the task runs in, what a provider gate's fair
     /// queue serves round-robin: its id, or for a tree opened in-process
     /// without one, its supervisor's address.
