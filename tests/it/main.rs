@@ -83,6 +83,7 @@ mod people;
 mod people_e2e;
 pub(crate) mod protocol;
 mod provider_gates;
+mod real_model;
 mod recovery;
 mod security;
 mod server;

