@@ -26,7 +26,7 @@ pub fn build_route_with_tools(
     record_content: bool,
     tools: &Arc<ToolHost>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, &HashMap::new(), tools)
+    build(route, policy, record_content, &HashMap::new(), tools, Default::default())
 }
 
 /// [`build_route`] with the host's tool policy (the config's `[policy]`
@@ -37,7 +37,7 @@ pub fn build_route_with_policy(
     policy: &openai::ToolPolicy,
     record_content: bool,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, &HashMap::new(), &Arc::new(ToolHost::default()))
+    build(route, policy, record_content, &HashMap::new(), &Arc::new(ToolHost::default()), Default::default())
 }
 
 /// [`build_route_with_policy`] with the host's provider gates (the
@@ -48,7 +48,7 @@ pub fn build_route_with_gates(
     record_content: bool,
     gates: &HashMap<String, Arc<Gate>>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, gates, &Arc::new(ToolHost::default()))
+    build(route, policy, record_content, gates, &Arc::new(ToolHost::default()), Default::default())
 }
 
 fn build(
@@ -57,6 +57,7 @@ fn build(
     record_content: bool,
     gates: &HashMap<String, Arc<Gate>>,
     tools: &Arc<ToolHost>,
+    offer: openai::OfferLimits,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", route.model);
     let adapter = route.adapter.as_str();
@@ -123,6 +124,7 @@ fn build(
             config.stream = route.stream.unwrap_or(false);
             config.ca_file = route.ca_file.clone();
             config.tools = tools.clone();
+            config.offer = offer;
             if let Some(name) = &route.provider {
                 let gate = gates.get(name).ok_or_else(|| fail(format!("unknown provider `{name}`")))?;
                 config.gate = Some(gate.clone());
@@ -180,6 +182,19 @@ pub fn tool_policy(file: &FileConfig) -> Result<openai::ToolPolicy, String> {
     }
 }
 
+/// `[tools] max_offered` and `max_description_chars`, checked.
+fn offer_limits(file: &FileConfig) -> Result<openai::OfferLimits, String> {
+    let defaults = openai::OfferLimits::default();
+    let limits = openai::OfferLimits {
+        max_offered: file.tools.max_offered.unwrap_or(defaults.max_offered),
+        max_description_chars: file.tools.max_description_chars.unwrap_or(defaults.max_description_chars),
+    };
+    if limits.max_offered == 0 || limits.max_description_chars == 0 {
+        return Err("invalid config: tools.max_offered and tools.max_description_chars must be at least 1".into());
+    }
+    Ok(limits)
+}
+
 /// The routing table of a config file: each route in order, the scripted
 /// adapter for every other model. The `[[providers]]` gates are made here,
 /// once: every route naming a provider shares its gate. Its openai routes
@@ -192,9 +207,10 @@ pub fn router(file: &FileConfig) -> Result<AdapterRouter, String> {
 pub fn router_with_tools(file: &FileConfig, tools: &Arc<ToolHost>) -> Result<AdapterRouter, String> {
     let policy = tool_policy(file)?;
     let gates = provider::gates(file);
+    let offer = offer_limits(file)?;
     let mut router = AdapterRouter::default();
     for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build(route, &policy, file.telemetry.record_content, &gates, tools)
+        let adapter = build(route, &policy, file.telemetry.record_content, &gates, tools, offer)
             .map_err(|err| format!("routes[{index}]: {err}"))?;
         router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
     }

@@ -271,6 +271,15 @@ pub struct ToolsConfig {
     /// `[[tools.approval]]`: the calls that wait for a person's approval.
     #[serde(default)]
     pub approval: Vec<super::ApprovalRule>,
+    /// Most tools one model request offers (default 40): past it a task is
+    /// offered its orchestration tools, `ask_user` and `find_tools`, which
+    /// finds the MCP tools it needs.
+    #[serde(default)]
+    pub max_offered: Option<usize>,
+    /// Longest tool description sent to a model, in characters (default
+    /// 1024); a longer one is cut.
+    #[serde(default)]
+    pub max_description_chars: Option<usize>,
 }
 
 #[cfg(test)]

@@ -176,3 +176,66 @@ async fn remind_budget_adds_one_note_from_the_second_call_only_when_configured()
         }
     }
 }
+
+#[actix_rt::test]
+async fn past_max_offered_the_mcp_tools_wait_behind_find_tools_and_descriptions_are_cut() {
+    use subagent_host::adapter::openai::OfferLimits;
+    use subagent_host::config::FileConfig;
+    use subagent_host::tools::ToolHost;
+
+    let dir = std::env::temp_dir().join(format!("subagentd-find-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "found words").unwrap();
+    let toml = format!(
+        "[[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"{}\"]\n",
+        crate::mcp_tools::npm_server("server-filesystem"),
+        dir.display()
+    );
+    let tools = Arc::new(ToolHost::new(FileConfig::parse(&toml).unwrap().mcp_servers));
+    tools.start();
+    let file = dir.join("notes.txt").display().to_string();
+    let server = FakeServer::start(move |body, _| match tool_outputs(body).len() {
+        0 => call_tools(None, &[("find_tools", json!({ "query": "read a text file" }))]),
+        1 => call_tools(None, &[("fs__read_text_file", json!({ "path": file }))]),
+        _ => answer(&messages(body).iter().rev().find(|m| m["role"] == "tool").unwrap()["content"].to_string()),
+    });
+    let mut config = OpenAiConfig::new(server.base_url.clone());
+    config.tools = tools.clone();
+    config.offer = OfferLimits { max_offered: 5, max_description_chars: 30 };
+    let router = AdapterRouter::default().route("fake-*", Arc::new(OpenAiAdapter::new(config).unwrap())).unwrap();
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let (session, _events) = open(&host);
+    // Wait for the server's tool list before the task looks at it.
+    let server_state = tools.shared_servers()[0].clone();
+    crate::common::eventually("the filesystem server is ready", GUARD, || {
+        std::future::ready((server_state.state() == subagent_host::tools::ServerState::Ready).then_some(()))
+    })
+    .await;
+    let mut agent = SubagentConfig::new("finder", "fake-model");
+    agent.tool_scope = ToolScope::Shared;
+    let request = SpawnRequest { agent, parent_agent_id: None, root_agent_id: None };
+    let id = session.spawn(request).await.unwrap().subagent_id;
+    assert!(session.delegate(id, TaskDefinition::new("t", "read notes")).await.unwrap().accepted);
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.unwrap().unwrap();
+    assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
+
+    let bodies: Vec<Value> = server.requests().into_iter().map(|seen| seen.body).collect();
+    let first = offered_tools(&bodies[0]);
+    assert!(first.contains(&"find_tools".to_owned()), "{first:?}");
+    assert!(!first.iter().any(|name| name.starts_with("fs__")), "held back: {first:?}");
+    let found = &tool_outputs(&bodies[1])[0]["tools"];
+    assert_eq!(found[0]["name"], "fs__read_text_file", "the best match first: {found}");
+    let second = offered_tools(&bodies[1]);
+    assert!(second.contains(&"fs__read_text_file".to_owned()), "offered once found: {second:?}");
+    assert!(second.iter().filter(|name| name.starts_with("fs__")).count() <= 8);
+    for tool in bodies[1]["tools"].as_array().unwrap() {
+        let name = tool["function"]["name"].as_str().unwrap();
+        if name.starts_with("fs__") {
+            let description = tool["function"]["description"].as_str().unwrap();
+            assert!(description.chars().count() <= 31, "{name}: cut at 30 characters: {description}");
+        }
+    }
+    let told: Vec<String> =
+        messages(&bodies[2]).iter().filter(|m| m["role"] == "tool").map(|m| m["content"].to_string()).collect();
+    assert!(told[1].contains("found words"), "the found tool was called: {told:?}");
+}

@@ -4,10 +4,8 @@
 //! openai adapter as a user's config would. Temperature 0 and a fixed seed;
 //! the assertions are on what the host did, never on the model's wording.
 //!
-//! Not here yet: a root that spawns, awaits and answers from its child. The
-//! 0.5B model writes a plan of two calls (spawn, then await) as one reply
-//! that llama-server's parser refuses (500, "does not match the expected
-//! peg-native format"), at temperature 0 every time; see issue 50's note.
+//! `REAL_MODEL_URL=http://127.0.0.1:PORT` runs the tier against a server
+//! already running there instead (started with the same template).
 //!
 //! Without the install the tier says so and is skipped, unless
 //! `REAL_MODEL=required` (as `.ci/run` sets): then it fails, naming why.
@@ -30,11 +28,16 @@ use tokio::sync::mpsc;
 /// A whole task on two CPU cores: generous, never hit by a passing test.
 const GUARD: Duration = Duration::from_secs(240);
 
+/// One real-model test at a time: two cores cannot run several servers'
+/// generations and still answer each test's timings.
+static ONE_AT_A_TIME: std::sync::LazyLock<Arc<tokio::sync::Mutex<()>>> = std::sync::LazyLock::new(Default::default);
+
 /// A running llama-server, killed on drop.
 pub(crate) struct RealModel {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub(crate) root: String,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Drop for RealModel {
@@ -69,9 +72,16 @@ fn installed() -> Result<(String, String), String> {
 }
 
 impl RealModel {
-    /// Starts the server, or `None` (skipped, said on stderr) when the tier
-    /// is not installed here and not required.
-    pub(crate) fn start() -> Option<Self> {
+    /// Starts the server once no other real-model test runs, or `None`
+    /// (skipped, said on stderr) when the tier is not installed here and
+    /// not required.
+    pub(crate) async fn start() -> Option<Self> {
+        let turn = ONE_AT_A_TIME.clone().lock_owned().await;
+        // A server of the developer's own (e.g. behind a logging proxy).
+        if let Ok(root) = std::env::var("REAL_MODEL_URL") {
+            let child = Command::new("sleep").arg("infinity").spawn().expect("a placeholder process");
+            return Some(Self { child, root, _turn: turn });
+        }
         let (server, model) = match installed() {
             Ok(found) => found,
             Err(why) if std::env::var("REAL_MODEL").as_deref() == Ok("required") => {
@@ -93,7 +103,7 @@ impl RealModel {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|err| panic!("cannot start {server}: {err}"));
-        let mut running = Self { child, root: format!("http://127.0.0.1:{port}") };
+        let mut running = Self { child, root: format!("http://127.0.0.1:{port}"), _turn: turn };
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(120) {
             if let Some(status) = running.child.try_wait().unwrap() {
@@ -113,7 +123,7 @@ impl RealModel {
             if keys.contains("retry") { "" } else { "retry = { max_attempts = 2, initial_ms = 100, max_ms = 200 }\n" };
         format!(
             "[[routes]]\nmodel = \"qwen*\"\nadapter = \"openai\"\nbase_url = \"{}/v1\"\n\
-             temperature = 0.0\nseed = 42\n{retry}{keys}\n",
+             temperature = 0.0\nseed = 42\nextra_body = {{ cache_prompt = false }}\n{retry}{keys}\n",
             self.root
         )
     }
@@ -212,7 +222,7 @@ fn reader() -> SubagentConfig {
 
 #[actix_rt::test]
 async fn a_subagent_reads_a_file_through_the_real_filesystem_server_with_the_default_prompt() {
-    let Some(model) = RealModel::start() else { return };
+    let Some(model) = RealModel::start().await else { return };
     let (dir, secret) = secret_folder("read");
     let host = host(&format!("{}{}", model.route(""), filesystem_server(&dir)));
     let (session, mut events) = open(&host);
@@ -230,7 +240,7 @@ async fn a_subagent_reads_a_file_through_the_real_filesystem_server_with_the_def
 
 #[actix_rt::test]
 async fn a_streamed_route_assembles_tool_calls_from_deltas_and_counts_the_servers_usage() {
-    let Some(model) = RealModel::start() else { return };
+    let Some(model) = RealModel::start().await else { return };
     let (dir, secret) = secret_folder("stream");
     let host = host(&format!("{}{}", model.route("stream = true\nprogress_ms = 10"), filesystem_server(&dir)));
     let (session, mut events) = open(&host);
@@ -246,6 +256,43 @@ async fn a_streamed_route_assembles_tool_calls_from_deltas_and_counts_the_server
     assert!(usage["completion_tokens"].as_u64().unwrap() > 0, "{usage}");
 }
 
+#[actix_rt::test]
+async fn a_root_spawns_a_child_awaits_it_and_answers_from_its_result() {
+    let Some(model) = RealModel::start().await else { return };
+    let (dir, secret) = secret_folder("tree");
+    // A child (`restricted` scope, the default of a model's spawn) may only
+    // read: a leaf, as a tree of small models wants.
+    let leaves = "[tools]\nrestricted = [\"fs__read_text_file\"]\n";
+    let host = host(&format!("{leaves}{}{}", model.route(""), filesystem_server(&dir)));
+    let (session, mut events) = open(&host);
+    let path = dir.join("secret.txt").display().to_string();
+    let mut root = SubagentConfig::new("lead", "qwen-coder");
+    root.capabilities = vec!["multi_agent".into()];
+    root.tool_scope = ToolScope::Isolated;
+    root.metadata.insert("tools".into(), json!(["spawn_subagent", "await_subagent", "fs__read_text_file"]));
+    root.max_steps = 8;
+    let instruction = format!(
+        "Use spawn_subagent to start a subagent named reader with the instruction: Read the file {path} and \
+         reply with its content."
+    );
+    let (root_id, done) = run(&session, root, &instruction).await;
+    assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
+    let list = session.list().await.expect("list");
+    let children: Vec<_> = list
+        .subagents
+        .iter()
+        .filter(|info| info.parent_agent_id.as_deref() == Some(root_id.to_string().as_str()))
+        .collect();
+    assert_eq!(children.len(), 1, "the root spawned one child: {list:?}");
+    assert_eq!(children[0].status, SubagentStatus::Completed, "the child ran to its end");
+    let child_read = drained(&mut events).into_iter().any(|e| {
+        e.subagent_id == children[0].subagent_id
+            && matches!(&e.detail, EventDetail::Tool(t) if t.tool == "read_text_file" && t.ended.is_some())
+    });
+    assert!(child_read, "the child read the file through the MCP server");
+    assert!(summary(&done).contains(&secret), "the root answers from the child's result: {done:?}");
+}
+
 /// A subagent offered no tool at all: its answer is plain text.
 fn counter() -> SubagentConfig {
     let mut agent = SubagentConfig::new("counter", "qwen-coder");
@@ -256,7 +303,7 @@ fn counter() -> SubagentConfig {
 
 #[actix_rt::test]
 async fn max_tokens_bounds_a_long_answer_and_request_timeout_stops_the_servers_generation() {
-    let Some(model) = RealModel::start() else { return };
+    let Some(model) = RealModel::start().await else { return };
     let host = host(&model.route("max_tokens = 24"));
     let (session, _events) = open(&host);
     let counting = "Count from 1 to 2000, one number per line.";
@@ -285,7 +332,7 @@ async fn max_tokens_bounds_a_long_answer_and_request_timeout_stops_the_servers_g
 
 #[actix_rt::test]
 async fn structured_output_through_response_format_is_valid_json_of_the_schema() {
-    let Some(model) = RealModel::start() else { return };
+    let Some(model) = RealModel::start().await else { return };
     let host = host(&model.route("structured_output = true\nmax_tokens = 200"));
     let (session, _events) = open(&host);
     let mut agent = SubagentConfig::new("answerer", "qwen-coder");
@@ -304,4 +351,65 @@ async fn structured_output_through_response_format_is_valid_json_of_the_schema()
     assert_eq!(done.status, SubagentStatus::Completed, "{done:?}");
     let result = result(&done);
     assert!(result["city"].is_string() && result["country"].is_string(), "{result:?}");
+}
+
+/// The prompt tokens of a request body as the real model's template and
+/// tokenizer count them (`/apply-template`, then `/tokenize`).
+fn prompt_tokens(model: &RealModel, body: &Value) -> usize {
+    let post = |path: &str, payload: &Value| -> Value {
+        let output = Command::new("curl")
+            .args(["-s", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", "@-"])
+            .arg(format!("{}{path}", model.root))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(payload.to_string().as_bytes())?;
+                child.wait_with_output()
+            })
+            .expect("curl");
+        serde_json::from_slice(&output.stdout).expect("JSON from the model server")
+    };
+    let prompt = post("/apply-template", &json!({ "messages": body["messages"], "tools": body["tools"] }));
+    let tokens = post("/tokenize", &json!({ "content": prompt["prompt"] }));
+    tokens["tokens"].as_array().expect("tokens").len()
+}
+
+#[actix_rt::test]
+async fn find_tools_saves_prompt_tokens_against_offering_every_tool_of_two_servers() {
+    use crate::fake_openai::{answer, FakeServer};
+    let Some(model) = RealModel::start().await else { return };
+    let (dir, _) = secret_folder("offer");
+    let servers = format!(
+        "{}[[mcp_servers]]\nname = \"every\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n",
+        filesystem_server(&dir),
+        npm_server("server-everything")
+    );
+    let mut first_requests = Vec::new();
+    for max_offered in [1000, 16] {
+        let fake = FakeServer::start(|_, _| answer("OK"));
+        let config = format!(
+            "[tools]\nmax_offered = {max_offered}\n[[routes]]\nmodel = \"qwen*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n{servers}",
+            fake.base_url
+        );
+        let host = host(&config);
+        let (session, _events) = open(&host);
+        // Both servers list their tools before the task looks.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let mut agent = SubagentConfig::new("worker", "qwen-coder");
+        agent.capabilities = vec!["multi_agent".into()];
+        agent.tool_scope = ToolScope::Shared;
+        let (_, done) = run(&session, agent, "Say OK.").await;
+        assert_eq!(done.status, SubagentStatus::Completed);
+        first_requests.push(fake.requests()[0].body.clone());
+    }
+    let offered: Vec<usize> = first_requests.iter().map(|body| body["tools"].as_array().unwrap().len()).collect();
+    let tokens: Vec<usize> = first_requests.iter().map(|body| prompt_tokens(&model, body)).collect();
+    eprintln!(
+        "filesystem + everything: {} tools offered = {} prompt tokens; narrowed to {} tools with find_tools = {} prompt tokens",
+        offered[0], tokens[0], offered[1], tokens[1]
+    );
+    assert!(offered[0] > 16 && offered[1] < offered[0], "{offered:?}");
+    assert!(tokens[1] * 2 < tokens[0], "find_tools saves at least half the prompt: {tokens:?}");
 }

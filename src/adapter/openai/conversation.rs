@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{unanswered_calls, Checkpoints, Saved};
 use super::client::{self, ChatClient, Usage};
+use super::offer::{Offer, FIND_TOOLS};
 use super::prompt::{budget_reminder, history, inbox_text, system_prompt, ToolKinds};
 use super::request::EncodedMessages;
 use super::stuck::{StuckDetector, Verdict};
-use super::{allowed_mcp_tools, allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
+use super::{allowed_tools, schemas, structured, tool_calls, OpenAiConfig};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::person_gate::{self, Passage};
 use crate::adapter::provider::Throttle;
@@ -56,6 +57,9 @@ pub(super) async fn conversation(
     };
     let checkpoints = Checkpoints::default();
     let mut stuck = StuckDetector::new(ctx.host.limits.max_repeated_tool_calls);
+    // The MCP tools `find_tools` found, offered from the next call on when
+    // the task has more tools than `[tools] max_offered`.
+    let mut found = std::collections::BTreeSet::new();
     let mut encoded = EncodedMessages::default();
     let save = |messages: &[Value], usage: Usage, person: &PersonLedger| checkpoints.save(ctx, messages, usage, person);
     let (mut messages, mut usage, mut person) = match ctx.resume_point() {
@@ -110,7 +114,7 @@ pub(super) async fn conversation(
         let mut body = json!({ "model": model });
         // What the model may call now: an MCP server's list may have changed.
         let offer = Offer::now(ctx, config, &allowed, &toolbox);
-        let definitions = offer.definitions(&orchestration_definitions);
+        let definitions = offer.definitions(&orchestration_definitions, &found);
         if !definitions.is_empty() {
             body["tools"] = Value::Array(definitions);
         }
@@ -191,6 +195,11 @@ pub(super) async fn conversation(
         let names = offer.names();
         for call in &completion.tool_calls {
             let output = match stuck.judge(call) {
+                Verdict::Go if call.name == FIND_TOOLS && offer.narrowed() => {
+                    let output = offer.find(&call.arguments, &mut found);
+                    stuck.made(call, &output);
+                    output
+                }
                 Verdict::Go => {
                     ctx.progress(format!("step {step}: tool {}", call.name));
                     let persist = async |ledger: &PersonLedger| keep(ctx, &checkpoints, &messages, usage, ledger).await;
@@ -247,36 +256,6 @@ impl<'a> StreamProgress<'a> {
             self.ctx.progress(std::mem::take(&mut self.pending));
             self.last = Some(Instant::now());
         }
-    }
-}
-
-/// The tools a subagent is offered at one step: its orchestration tools
-/// and the MCP tools its scope allows of those its servers list now.
-struct Offer<'a> {
-    orchestration: &'a [&'static str],
-    catalog: Vec<crate::tools::McpTool>,
-    ctx: &'a TaskContext,
-    config: &'a OpenAiConfig,
-}
-
-impl<'a> Offer<'a> {
-    fn now(ctx: &'a TaskContext, config: &'a OpenAiConfig, allowed: &'a [&'static str], toolbox: &Toolbox) -> Self {
-        Self { orchestration: allowed, catalog: toolbox.catalog(), ctx, config }
-    }
-
-    fn mcp(&self) -> Vec<&crate::tools::McpTool> {
-        allowed_mcp_tools(&self.ctx.config, &self.config.policy, &self.catalog)
-    }
-
-    /// Every name the subagent may call (what a child it spawns inherits).
-    fn names(&self) -> Vec<String> {
-        let mcp = self.mcp().into_iter().map(|tool| tool.qualified.clone());
-        self.orchestration.iter().map(|name| (*name).to_owned()).chain(mcp).collect()
-    }
-
-    /// The request's `tools`.
-    fn definitions(&self, orchestration: &[Value]) -> Vec<Value> {
-        orchestration.iter().cloned().chain(self.mcp().into_iter().map(|tool| tool.definition())).collect()
     }
 }
 

@@ -32,6 +32,8 @@
 //!   shared `toolbox`, crash-safe.
 //! - [`settings`]: a route's model settings (output cap, sampling, time
 //!   limit) and a subagent's `metadata.model_settings` over them.
+//! - `offer`: the tools offered at one step, held back behind `find_tools`
+//!   past `[tools] max_offered`, descriptions cut at `max_description_chars`.
 //! - `stream`: a streamed reply read as it arrives.
 //! - `stuck`: the loop guard that refuses a model's repeated calls and ends
 //!   a task that keeps making them (`[limits] max_repeated_tool_calls`).
@@ -52,6 +54,7 @@
 mod checkpoint;
 mod client;
 mod conversation;
+mod offer;
 mod openai_adapter;
 pub mod policy;
 mod prompt;
@@ -67,6 +70,7 @@ mod tls;
 mod tool_calls;
 
 pub use client::RetryPolicy;
+pub use offer::{OfferLimits, FIND_TOOLS};
 pub use openai_adapter::{OpenAiAdapter, OpenAiConfig};
 pub use policy::{allowed_mcp_tools, allowed_tools, ToolPolicy};
 pub use schemas::{tool_schema, TOOL_NAMES};

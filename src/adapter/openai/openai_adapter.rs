@@ -55,6 +55,9 @@ pub struct OpenAiConfig {
     /// The route's model settings: output cap, sampling, `extra_body`, and
     /// one call's time limit.
     pub settings: super::settings::ModelSettings,
+    /// How many tools a request may offer, and how long a description may
+    /// be (`[tools] max_offered`, `max_description_chars`).
+    pub offer: super::OfferLimits,
 }
 
 impl PartialEq for OpenAiConfig {
@@ -72,6 +75,7 @@ impl PartialEq for OpenAiConfig {
             && self.gate == other.gate
             && self.structured_output == other.structured_output
             && self.settings == other.settings
+            && self.offer == other.offer
             && Arc::ptr_eq(&self.tools, &other.tools)
     }
 }
@@ -95,6 +99,7 @@ impl OpenAiConfig {
             gate: None,
             structured_output: false,
             settings: Default::default(),
+            offer: Default::default(),
         }
     }
 }

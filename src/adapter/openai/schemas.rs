@@ -40,7 +40,7 @@ pub fn tool_schema(name: &str) -> Option<(&'static str, Value)> {
             json!({
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "description": "Name of the child."},
+                    "name": {"type": "string", "description": "Name of the child (default: this agent's name + \"-child\")."},
                     "instruction": {"type": "string", "description": "The task for the child."},
                     "model": {"type": "string", "description": "Model of the child (default: this agent's model)."},
                     "role": {"type": "string", "description": "Role of the child."},
@@ -49,7 +49,7 @@ pub fn tool_schema(name: &str) -> Option<(&'static str, Value)> {
                     "tool_scope": {"type": "string", "enum": ["shared", "restricted", "isolated"], "description": "Which of this agent's tools the child may call: shared all of them, restricted those the host policy allows, isolated those listed in tools (default restricted)."},
                     "tools": {"type": "array", "items": {"type": "string"}, "description": "For tool_scope isolated: the tool names the child may call."}
                 },
-                "required": ["name", "instruction"]
+                "required": ["instruction"]
             }),
         ),
         DELEGATE_TASK => (

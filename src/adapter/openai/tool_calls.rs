@@ -26,7 +26,10 @@ const MAX_MAILBOX_WAIT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Deserialize)]
 struct SpawnArgs {
-    name: String,
+    // Optional: a model that leaves it out gets a child named after itself
+    // rather than a refusal (small models often do).
+    #[serde(default)]
+    name: Option<String>,
     instruction: String,
     #[serde(default)]
     model: Option<String>,
@@ -107,8 +110,9 @@ fn decode(ctx: &TaskContext, allowed: &[String], call: &ToolCall) -> Result<Oper
     Ok(match call.name.as_str() {
         SPAWN_SUBAGENT => {
             let args: SpawnArgs = parse_args(call)?;
-            let mut child =
-                SubagentConfig::new(args.name.clone(), args.model.unwrap_or_else(|| ctx.config.model.clone()));
+            let name = args.name.filter(|name| !name.trim().is_empty());
+            let name = name.unwrap_or_else(|| format!("{}-child", ctx.config.name));
+            let mut child = SubagentConfig::new(name.clone(), args.model.unwrap_or_else(|| ctx.config.model.clone()));
             child.role = args.role;
             child.system_prompt = args.system_prompt;
             child.capabilities = ctx.config.capabilities.clone();
@@ -125,7 +129,7 @@ fn decode(ctx: &TaskContext, allowed: &[String], call: &ToolCall) -> Result<Oper
             // restart that carries out this call again gets the child it
             // already spawned.
             let request = SpawnRequest { agent: child, parent_agent_id: None, root_agent_id: None };
-            Operation::Spawn { request, task: Some(TaskDefinition::new(args.name, args.instruction)) }
+            Operation::Spawn { request, task: Some(TaskDefinition::new(name, args.instruction)) }
         }
         DELEGATE_TASK => {
             let args: DelegateArgs = parse_args(call)?;
@@ -158,7 +162,15 @@ fn decode(ctx: &TaskContext, allowed: &[String], call: &ToolCall) -> Result<Oper
 /// The model's answer for an operation's outcome.
 fn encode(outcome: Outcome) -> Value {
     match outcome {
-        Outcome::Spawned(spawned) => json!({ "subagent_id": spawned.subagent_id, "status": spawned.status }),
+        // With the call that gets its result spelled out as a call, last: a
+        // small model copies it where it would not think of it, and reads
+        // the fields in this order only (a JSON map would sort `next` first;
+        // see docs/local-model.md). Ids and statuses need no escaping.
+        Outcome::Spawned(spawned) => Value::String(format!(
+            r#"{{"subagent_id": "{id}", "status": "{status}", "next": {{"name": "{AWAIT_SUBAGENT}", "arguments": {{"subagent_id": "{id}"}}}}}}"#,
+            id = spawned.subagent_id,
+            status = spawned.status.as_str(),
+        )),
         Outcome::Delegated(reply) => json!({ "accepted": reply.accepted, "status": reply.status }),
         Outcome::Awaited(reply) => json!({
             "subagent_id": reply.subagent_id,
