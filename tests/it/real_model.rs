@@ -413,3 +413,119 @@ async fn find_tools_saves_prompt_tokens_against_offering_every_tool_of_two_serve
     assert!(offered[0] > 16 && offered[1] < offered[0], "{offered:?}");
     assert!(tokens[1] * 2 < tokens[0], "find_tools saves at least half the prompt: {tokens:?}");
 }
+
+/// A reader as a face's configured agent: `[a2a.agent]`, `[mcp.server.agent]`.
+fn face_agent(table: &str) -> String {
+    format!(
+        "[{table}]\nname = \"reader\"\nmodel = \"qwen-coder\"\ntool_scope = \"isolated\"\nmax_steps = 6\n\
+         [{table}.metadata]\ntools = [\"fs__read_text_file\", \"fs__list_directory\"]\n"
+    )
+}
+
+#[actix_rt::test]
+async fn the_a2a_and_mcp_faces_each_run_a_task_on_the_real_model() {
+    use crate::e2e_support::{http_with_headers, Server};
+    use std::io::{BufRead, BufReader, Write};
+    let Some(model) = RealModel::start().await else { return };
+    let (dir, secret) = secret_folder("faces");
+    let path = dir.join("secret.txt").display().to_string();
+    let config = format!(
+        "{}{}{}{}",
+        model.route(""),
+        filesystem_server(&dir),
+        face_agent("a2a.agent"),
+        face_agent("mcp.server.agent")
+    );
+    let ask = format!("Read the file {path} and reply with its content.");
+
+    // A2A: a blocking SendMessage over HTTP to the real binary.
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some(&config));
+    let addr = server.http.clone().expect("an http address");
+    let send = json!({ "jsonrpc": "2.0", "id": "1", "method": "SendMessage", "params": { "message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": ask }] } } });
+    let headers = [("A2A-Version", "1.0"), ("Content-Type", "application/json")];
+    let (status, _, reply) = http_with_headers(&addr, "POST", "/a2a", &headers, &send.to_string());
+    assert_eq!(status, 200, "{reply}");
+    let task = &reply["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{reply}");
+    assert!(task["artifacts"].to_string().contains(&secret), "the A2A task's artifact holds the secret: {reply}");
+    drop(server);
+
+    // MCP: `subagentd mcp` over stdio, `run_subagent`.
+    let file = std::env::temp_dir().join(format!("subagentd-real-mcp-{}.toml", std::process::id()));
+    std::fs::write(&file, &config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
+        .arg("mcp")
+        .arg("--config")
+        .arg(&file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "real", "version": "1" } } });
+    writeln!(stdin, "{init}").unwrap();
+    assert!(next()["result"]["protocolVersion"].is_string());
+    writeln!(stdin, "{}", json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).unwrap();
+    let run = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "run_subagent", "arguments": { "instruction": ask } } });
+    writeln!(stdin, "{run}").unwrap();
+    let done = loop {
+        let message = next();
+        if message["id"] == 2 {
+            break message;
+        }
+    };
+    let outcome = &done["result"]["structuredContent"];
+    assert_eq!(outcome["status"], "COMPLETED", "{done}");
+    assert!(outcome["result"].to_string().contains(&secret), "the MCP result holds the secret: {done}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&file);
+}
+
+#[actix_rt::test]
+async fn the_provider_gate_keeps_calls_to_the_servers_slots_and_queues_the_rest() {
+    let Some(model) = RealModel::start().await else { return };
+    // The server has two slots (-np 2): the gate lets two calls through.
+    let config = format!(
+        "[[providers]]\nname = \"local\"\nmax_concurrent = 2\n{}",
+        model.route("provider = \"local\"\nmax_tokens = 48")
+    );
+    let host = host(&config);
+    let (session, mut events) = open(&host);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let mut agent = counter();
+        agent.name = format!("counter-{n}");
+        let id = spawn(&session, agent).await;
+        assert!(session.delegate(id, TaskDefinition::new("t", "Count from 1 to 100.")).await.unwrap().accepted);
+        ids.push(id);
+    }
+    let mut most_busy = 0;
+    let watching = async {
+        loop {
+            most_busy = most_busy.max(model.busy_slots());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let all_done = async {
+        let mut outcomes = Vec::new();
+        for id in &ids {
+            outcomes.push(session.await_result(*id).await.expect("await"));
+        }
+        outcomes
+    };
+    let outcomes = tokio::select! {
+        outcomes = tokio::time::timeout(GUARD, all_done) => outcomes.expect("all end"),
+        _ = watching => unreachable!(),
+    };
+    assert!(outcomes.iter().all(|done| done.status == SubagentStatus::Completed), "{outcomes:?}");
+    assert!(most_busy <= 2, "never more calls than slots: {most_busy}");
+    let throttled = drained(&mut events).into_iter().filter(|e| e.kind == EventKind::Throttled).count();
+    assert!(throttled >= 1, "the third call waited at the gate (a throttled event), not in the server");
+}

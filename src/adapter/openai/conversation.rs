@@ -85,7 +85,8 @@ pub(super) async fn conversation(
             messages.extend(
                 schema.as_ref().and_then(|schema| structured::prompt_message(schema, config.structured_output)),
             );
-            messages.extend(history(&ctx.memory.values()));
+            let offered = Offer::now(ctx, config, &allowed, &toolbox).names();
+            messages.extend(history(&ctx.memory.values(), &offered));
             say(json!({ "role": "user", "content": ctx.task.instruction }), &mut messages);
             (messages, Usage::default(), PersonLedger::default())
         }

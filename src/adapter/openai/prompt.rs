@@ -106,8 +106,10 @@ fn text_of(content: Option<&Value>) -> String {
 /// Memory entries as chat messages a server accepts: plain user/assistant
 /// text, and assistant tool calls only together with the answer to every one
 /// of them (a `shared` memory may hold a parent's call still in progress, and
-/// a full memory drops its oldest entries). Anything else is left out.
-pub(super) fn history(entries: &[Value]) -> Vec<Value> {
+/// a full memory drops its oldest entries), and only of tools this agent is
+/// offered (`offered`): a parent's call of a tool the child lacks invites
+/// the child to make it, which a server refuses. Anything else is left out.
+pub(super) fn history(entries: &[Value], offered: &[String]) -> Vec<Value> {
     let mut out = Vec::new();
     let mut used = vec![false; entries.len()];
     for index in 0..entries.len() {
@@ -122,6 +124,10 @@ pub(super) fn history(entries: &[Value]) -> Vec<Value> {
                 if let Some(calls) = calls {
                     let ids: Vec<&str> =
                         calls.iter().filter_map(|call| call.get("id").and_then(Value::as_str)).collect();
+                    let own = calls.iter().all(|call| {
+                        let name = call.pointer("/function/name").and_then(Value::as_str).unwrap_or_default();
+                        offered.iter().any(|tool| tool == name)
+                    });
                     let mut answers = Vec::new();
                     let mut answered = HashSet::new();
                     for (later, candidate) in entries.iter().enumerate().skip(index + 1) {
@@ -133,7 +139,12 @@ pub(super) fn history(entries: &[Value]) -> Vec<Value> {
                             }
                         }
                     }
-                    if ids.len() == calls.len() && answered.len() == ids.len() {
+                    if !own {
+                        // Neither the call nor its answers are shown.
+                        for later in answers {
+                            used[later] = true;
+                        }
+                    } else if ids.len() == calls.len() && answered.len() == ids.len() {
                         out.push(json!({ "role": "assistant", "content": entry.get("content").cloned().unwrap_or(Value::Null), "tool_calls": calls }));
                         for later in answers {
                             used[later] = true;
@@ -170,6 +181,8 @@ mod tests {
         let entries = vec![
             json!({"role": "user", "content": "do it"}),
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "list_subagents", "arguments": "{}"}}]}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "n", "type": "function", "function": {"name": "spawn_subagent", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "n", "content": "not offered here: call and answer left out"}),
             json!({"role": "user", "content": "interleaved child"}),
             json!({"role": "tool", "tool_call_id": "a", "content": "{}"}),
             json!({"role": "assistant", "content": "half", "tool_calls": [{"id": "b"}]}),
@@ -178,7 +191,7 @@ mod tests {
             json!("not an object"),
             json!({"role": "weird", "content": "x"}),
         ];
-        let out = history(&entries);
+        let out = history(&entries, &["list_subagents".to_owned()]);
         let roles: Vec<&str> = out.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "user", "assistant", "assistant"]);
         assert_eq!(out[4]["content"], "half");
