@@ -529,3 +529,27 @@ async fn the_provider_gate_keeps_calls_to_the_servers_slots_and_queues_the_rest(
     let throttled = drained(&mut events).into_iter().filter(|e| e.kind == EventKind::Throttled).count();
     assert!(throttled >= 1, "the third call waited at the gate (a throttled event), not in the server");
 }
+
+#[actix_rt::test]
+async fn a_cancel_during_a_long_generation_stops_the_servers_generation_within_a_second() {
+    let Some(model) = RealModel::start().await else { return };
+    let host = host(&model.route("stream = true\nmax_tokens = 4000"));
+    let (session, _events) = open(&host);
+    let id = spawn(&session, counter()).await;
+    let task = TaskDefinition::new("t", "Count from 1 to 2000, one number per line.");
+    assert!(session.delegate(id, task).await.expect("delegate").accepted);
+    let generating = Instant::now();
+    while model.busy_slots() != 1 {
+        assert!(generating.elapsed() < Duration::from_secs(30), "the server never started generating");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    session.cancel(id).await.expect("cancel");
+    let cancelled = Instant::now();
+    while model.busy_slots() != 0 {
+        assert!(cancelled.elapsed() < Duration::from_secs(1), "the server still generates 1 s after the cancel");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Cancelled, "{done:?}");
+}
