@@ -97,4 +97,4 @@ pub use runtime::memory::{Mailbox, Memory};
 pub use runtime::merge_strategies::{MergeInput, MergeStrategy, StrategyRegistry};
 pub use runtime::people::{AnswerOutcome, ApprovalPolicy, AskKind, CallSubject, Desk, Given, PersonRequest};
 pub use runtime::task::{AdapterRouter, AgentAdapter, TaskCancel, TaskContext, TaskError, TaskFuture};
-pub use runtime::{Host, HostConfig, Tree, TreeStats};
+pub use runtime::{Host, HostConfig, RetiredTask, Tree, TreeStats, FACE_TASK};

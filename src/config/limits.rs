@@ -125,6 +125,14 @@ pub struct Limits {
     /// Before each model call after the first, tell the model in one short
     /// system note how many steps and how much budget it has left.
     pub remind_budget: bool,
+    /// Finished face tasks (A2A tasks, MCP `run_subagent` calls) leave
+    /// their session's tree once they end, and are answered from their
+    /// record: the newest this many per session are kept in memory (all
+    /// that the memory store keeps).
+    pub retired_kept: usize,
+    /// Retired face task records a durable store keeps per session; past
+    /// it the oldest go (their ids then answer as not found).
+    pub retired_stored: usize,
 }
 
 impl Default for Limits {
@@ -165,6 +173,8 @@ impl Default for Limits {
             max_sessions_per_caller: None,
             max_repeated_tool_calls: 3,
             remind_budget: false,
+            retired_kept: 1_000,
+            retired_stored: 100_000,
         }
     }
 }

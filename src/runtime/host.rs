@@ -148,6 +148,7 @@ impl Host {
         let (tools, session) = (self.shared.tools.clone(), log.id().clone());
         let shared = self.shared.clone();
         let supervisor_stats = stats.clone();
+        let tree_log = log.clone();
         let make = move |ctx: &mut Context<Supervisor>| {
             // Unbounded from the first message (see `SubagentActor`'s start).
             ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
@@ -159,6 +160,6 @@ impl Host {
             let slot = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len();
             Supervisor::start_in_arbiter(&self.workers[slot], make)
         };
-        Tree::new(addr, stats, tools, session, self.shared.desk.clone())
+        Tree::new(addr, stats, tools, session, self.shared.desk.clone(), tree_log)
     }
 }

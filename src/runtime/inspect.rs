@@ -5,14 +5,14 @@
 //! task and its last result). Read from the supervisor's records; nothing
 //! here is on a client request's path.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::ids::SubagentId;
 use crate::protocol::wire::{BudgetRemaining, RawObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};
 
 /// One subagent as a row of the operator's tree.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubagentView {
     /// Its id.
     pub subagent_id: SubagentId,
@@ -56,7 +56,7 @@ pub struct SubagentView {
 }
 
 /// One subagent in detail.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubagentDetail {
     /// Its row.
     #[serde(flatten)]

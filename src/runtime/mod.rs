@@ -41,4 +41,5 @@ pub(crate) mod usage;
 
 pub(crate) use host::HostContext;
 pub use host::{Host, HostConfig, TreeStats};
+pub use supervisor::{RetiredTask, FACE_TASK};
 pub use tree::Tree;

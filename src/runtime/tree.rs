@@ -16,7 +16,7 @@ use super::supervisor::{self, Supervisor};
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::runtime::people::Desk;
-use crate::store::StoredSubagent;
+use crate::store::{SessionLog, StoredSubagent};
 use crate::tools::{McpServer, SessionAlive, ToolHost};
 
 struct TreeInner {
@@ -27,6 +27,8 @@ struct TreeInner {
     session: Arc<str>,
     // The host's desk of requests waiting for a person.
     desk: Arc<Desk>,
+    // Where the session's state changes are recorded.
+    log: Arc<SessionLog>,
 }
 
 impl Drop for TreeInner {
@@ -57,8 +59,14 @@ impl Tree {
         tools: Arc<ToolHost>,
         session: Arc<str>,
         desk: Arc<Desk>,
+        log: Arc<SessionLog>,
     ) -> Self {
-        Self { inner: Arc::new(TreeInner { addr, stats, tools, session, desk }) }
+        Self { inner: Arc::new(TreeInner { addr, stats, tools, session, desk, log }) }
+    }
+
+    /// Where the session's state changes are recorded (its store).
+    pub(crate) fn log(&self) -> &Arc<SessionLog> {
+        &self.inner.log
     }
 
     /// The host's desk of requests waiting for a person (this session's
@@ -134,6 +142,17 @@ impl Tree {
     /// resumes the tasks that were running; answers how many resumed.
     pub async fn restore(&self, subagents: Vec<StoredSubagent>) -> Result<usize, HostError> {
         self.inner.addr.send(msg::Restore(subagents)).await?
+    }
+
+    /// Turns retiring on for this session, which a face serves: each face
+    /// task (a root whose metadata carries [`FACE_TASK`]) leaves the tree
+    /// once its task has ended, answered from then on from its record.
+    /// `stored`: the newest records the store kept, oldest first. Tasks
+    /// that ended before are retired now.
+    ///
+    /// [`FACE_TASK`]: crate::runtime::FACE_TASK
+    pub async fn retire_finished(&self, stored: Vec<super::RetiredTask>) {
+        let _ = self.inner.addr.send(supervisor::RetireFinished(stored)).await;
     }
 
     /// Live task and actor counts of this session.

@@ -14,7 +14,9 @@ use crate::error::HostError;
 use crate::protocol::mcp::{self, RegisterConfig, ServerInfo, ServerRegisterRequest};
 use crate::protocol::request::Request;
 use crate::runtime::Tree;
+use crate::store::{Change, FaceQuery};
 use crate::tools::{ListedServer, ServerState};
+use serde_json::json;
 
 /// The longest a registration waits for its server's handshake.
 const REGISTER_WAIT: Duration = Duration::from_secs(15);
@@ -42,6 +44,8 @@ pub(super) async fn serve(tree: &Tree, replies: &Replies<'_>, request: Request) 
             let ok = host.unregister(session, &req.server_id);
             if ok {
                 log::info!("session {session}: mcp server `{}` unregistered", req.server_id);
+                let name = req.server_id.clone();
+                tree.log().record(|session| Change::SessionServer { session, name, spec: None });
             }
             replies
                 .measured(mcp::UNREGISTER_RESP, Ok(mcp::ServerUnregisterResponse { ok, server_id: req.server_id }))
@@ -55,6 +59,7 @@ pub(super) async fn serve(tree: &Tree, replies: &Replies<'_>, request: Request) 
 // A server that fails its first connection is not kept.
 async fn register(tree: &Tree, req: ServerRegisterRequest) -> mcp::ServerRegisterResponse {
     let refused = |error: String| mcp::ServerRegisterResponse { ok: false, server: ServerInfo::default(), error };
+    let given = serde_json::Value::Object(req.config.clone());
     let registration: RegisterConfig = match serde_json::from_value(serde_json::Value::Object(req.config)) {
         Ok(registration) => registration,
         Err(err) => return refused(format!("config: {err}")),
@@ -83,6 +88,10 @@ async fn register(tree: &Tree, req: ServerRegisterRequest) -> mcp::ServerRegiste
     match state {
         ServerState::Ready => {
             log::info!("session {session}: mcp server `{}` registered as {id}", server.name);
+            // Stored with the session (secrets and all, as it holds them; never
+            // logged): registered again after a restart, on any node.
+            let spec = json!({ "server_id": *id, "name": server.name, "config": given }).to_string();
+            tree.log().record(|session| Change::SessionServer { session, name: id.to_string(), spec: Some(spec) });
             mcp::ServerRegisterResponse { ok: true, server, error: String::new() }
         }
         other => {
@@ -96,6 +105,42 @@ async fn register(tree: &Tree, req: ServerRegisterRequest) -> mcp::ServerRegiste
                 server: ServerInfo { status: "error".into(), error: error.clone(), ..server },
                 error,
             }
+        }
+    }
+}
+
+/// Registers again the MCP servers a restored session had registered (as
+/// stored), before its tasks resume: each starts connecting now, as at its
+/// first registration. One the host's policy now refuses is left out, and
+/// logged.
+pub(crate) async fn restore_servers(tree: &Tree) {
+    let store = tree.log().store();
+    if !store.is_durable() {
+        return;
+    }
+    let (host, session) = tree.tool_host();
+    let rows = match store.query(FaceQuery::Servers { session: session.to_string() }).await {
+        Ok(rows) => rows,
+        Err(err) => {
+            log::warn!("session {session}: its registered mcp servers could not be read: {err}");
+            return;
+        }
+    };
+    for row in rows {
+        let Ok(spec) = serde_json::from_str::<serde_json::Value>(&row) else { continue };
+        let id = spec["server_id"].as_str().unwrap_or_default().to_owned();
+        let name = spec["name"].as_str().unwrap_or_default().to_owned();
+        let registration: Result<RegisterConfig, _> = serde_json::from_value(spec["config"].clone());
+        let config = match registration.map_err(|err| err.to_string()).and_then(|r| server_config(name, &r)) {
+            Ok(config) => config,
+            Err(error) => {
+                log::warn!("session {session}: stored mcp server {id} does not read: {error}");
+                continue;
+            }
+        };
+        match host.register(session, || tree.alive(), Some(&id), config) {
+            Ok(_) => log::info!("session {session}: mcp server {id} registered again after a restore"),
+            Err(error) => log::warn!("session {session}: stored mcp server {id} is refused now: {error}"),
         }
     }
 }

@@ -145,6 +145,8 @@ impl Connection {
         let tree = service
             .host()
             .open_logged_tree(Arc::new(OutboxSink::new(self.outbox.clone(), service.admin().tap(wanted))), log.clone());
+        // Its own MCP servers first: its tasks resume calling them.
+        super::face_mcp::restore_servers(&tree).await;
         let resumed = match tree.restore(stored.subagents).await {
             Ok(resumed) => resumed,
             Err(err) => {

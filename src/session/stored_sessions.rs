@@ -181,6 +181,8 @@ impl Service {
         outbox.attach_log(log.clone());
         let tree =
             self.host.open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(id))), log.clone());
+        // Its own MCP servers first: its tasks resume calling them.
+        super::face_mcp::restore_servers(&tree).await;
         let resumed = tree.restore(stored.subagents).await?;
         let (input, input_rx) =
             input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);

@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::{Change, Fence, StoredSession};
+use super::{Change, FaceQuery, Fence, StoredSession};
 
 /// A boxed future of a store operation.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -82,4 +82,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Up to `limit` stored sessions that had a task running when last
     /// stored (they resume without waiting for their clients).
     fn resumable_sessions(&self, limit: i64) -> StoreFuture<'_, Vec<String>>;
+
+    /// Reads what the faces keep beside a session's tree. A store that
+    /// keeps nothing has nothing.
+    fn query<'a>(&'a self, query: &'a FaceQuery) -> StoreFuture<'a, Vec<String>> {
+        let _ = query;
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }

@@ -160,6 +160,19 @@ pub enum Change {
     /// The journal's lines up to `up_to` reached a client that cannot ask
     /// for them again (a TCP client they were replayed to): they go.
     JournalDelivered { session: Arc<str>, up_to: u64 },
+    /// A finished face task left its session's tree: the record it is
+    /// answered from from now on (JSON), kept until the session ends or
+    /// [`Change::RetiredTrim`] drops it. Its subtree's rows go by
+    /// [`Change::SubagentForgotten`].
+    Retired { session: Arc<str>, id: SubagentId, ended_ms: i64, record: String },
+    /// Only the newest `keep` retired records of the session stay (and the
+    /// histories of tasks still kept).
+    RetiredTrim { session: Arc<str>, keep: u64 },
+    /// The messages that followed a face task's first (a JSON list, whole).
+    TaskHistory { session: Arc<str>, id: SubagentId, messages: String },
+    /// An MCP server the session registered (its spec as JSON), or (`None`)
+    /// removed.
+    SessionServer { session: Arc<str>, name: String, spec: Option<String> },
 }
 
 impl Change {
@@ -179,9 +192,33 @@ impl Change {
             | Self::Line { session, .. }
             | Self::Inbound { session, .. }
             | Self::InboundDone { session, .. }
-            | Self::JournalDelivered { session, .. } => session,
+            | Self::JournalDelivered { session, .. }
+            | Self::Retired { session, .. }
+            | Self::RetiredTrim { session, .. }
+            | Self::TaskHistory { session, .. }
+            | Self::SessionServer { session, .. } => session,
         }
     }
+}
+
+/// A read of what the faces keep beside a session's tree; each answers
+/// rows of text (JSON records, or session ids).
+/// (Fields are named as in [`Change`]: `session` the session id, `id` the
+/// subagent.)
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub enum FaceQuery {
+    /// The retired record of task `id` of `session` (none or one).
+    Retired { session: String, id: SubagentId },
+    /// The newest `limit` retired records of `session`, newest first.
+    RetiredNewest { session: String, limit: u32 },
+    /// The messages that followed task `id`'s first (none or one JSON list).
+    History { session: String, id: SubagentId },
+    /// The sessions `transport` (a face) opened for `principal` (`None`:
+    /// without a token), most recently used first, at most `limit`.
+    Sessions { transport: String, principal: Option<String>, limit: u32 },
+    /// The specs (JSON) of the MCP servers `session` registered.
+    Servers { session: String },
 }
 
 /// A task that was running, or queued for a running slot, when the session

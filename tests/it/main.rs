@@ -47,6 +47,7 @@ mod actor_inspect;
 mod actor_lifecycle;
 mod actor_limits;
 mod actor_merge;
+mod actor_retire;
 mod actor_sleep;
 mod actor_tree;
 mod actor_waits;

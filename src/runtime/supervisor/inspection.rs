@@ -70,6 +70,17 @@ impl Supervisor {
         }
     }
 
+    /// One subagent in detail, from its record, with `task` as its task.
+    pub(super) fn detail(&self, id: SubagentId, entry: &Entry, task: Option<Arc<TaskDefinition>>) -> SubagentDetail {
+        SubagentDetail {
+            view: self.view(id, entry, Now::read()),
+            config: entry.config.clone(),
+            task,
+            result: entry.result.clone(),
+            child_ids: entry.children.to_vec(),
+        }
+    }
+
     /// Every record in tree order: each root (a top-level subagent, or one
     /// whose parent's record was forgotten) in spawn order, followed by its
     /// subtree depth first, children oldest first.
@@ -122,7 +133,8 @@ impl Handler<InspectOne> for Supervisor {
         let id = msg.0;
         let entry = match self.entry(id) {
             Ok(entry) => entry,
-            Err(err) => return Box::pin(async move { Err(err) }),
+            // A finished face task that left the tree: as it ended.
+            Err(err) => return Box::pin(self.retired_detail(id, err)),
         };
         // Only a record marked queued has a task in the queue.
         let queued_task: Option<Arc<TaskDefinition>> = entry
@@ -137,13 +149,7 @@ impl Handler<InspectOne> for Supervisor {
         };
         // An actor asleep left its last task with the record.
         let task = queued_task.or_else(|| entry.last_task.clone());
-        let detail = SubagentDetail {
-            view: self.view(id, entry, Now::read()),
-            config: entry.config.clone(),
-            task,
-            result: entry.result.clone(),
-            child_ids: entry.children.to_vec(),
-        };
+        let detail = self.detail(id, entry, task);
         Box::pin(async move {
             let mut detail = detail;
             if let Some(addr) = addr {

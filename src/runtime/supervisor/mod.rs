@@ -21,6 +21,7 @@
 //! - `inspection`: the operator's view (admin API) read from the records.
 //! - `sleep`: stopping the actors of subagents left with nothing to do.
 //! - `waits`: the wait-for graph that refuses a wait which could never end.
+//! - `retire`: finished face tasks leave the tree, answered from their record.
 
 mod forward;
 mod handlers;
@@ -31,11 +32,14 @@ mod record;
 mod reports;
 mod requests;
 mod restore;
+mod retire;
 mod root;
 mod sleep;
 mod stop;
 mod waits;
 
 pub(crate) use inspection::{CountStatuses, InspectOne, InspectTree};
+pub(crate) use retire::RetireFinished;
+pub use retire::{RetiredTask, FACE_TASK};
 pub(crate) use root::{AwaitReply, Supervisor};
 pub(crate) use waits::WaitToken;

@@ -15,6 +15,9 @@ use crate::runtime::people::AskKind;
 impl Supervisor {
     pub(super) fn on_report(&mut self, msg: Report, ctx: &mut Context<Self>) {
         let idle = msg.idle;
+        if self.retired.retiring.contains(&msg.id) {
+            return self.on_retiring_report(msg.id, msg.kind);
+        }
         let Some(entry) = self.index.get_mut(&msg.id) else { return };
         // Sent before its actor saw the newest task recorded here (a message
         // delivered just before a delegate, a queued task cancelled just
@@ -61,6 +64,7 @@ impl Supervisor {
             entry.task_starts();
         }
         // A task stopped by a budget takes its running descendants with it.
+        let ends_task = msg.kind.ends_task();
         let overspent = if msg.kind == EventKind::BudgetExceeded { entry.children.to_vec() } else { Vec::new() };
         let terminated = msg.kind == EventKind::Terminated && matches!(entry.slot, Slot::Live { .. });
         // An actor that stopped without being asked to (a handler panicked)
@@ -87,6 +91,9 @@ impl Supervisor {
         }
         if let Some(idle) = idle {
             self.put_to_sleep(msg.id, idle);
+        }
+        if ends_task {
+            self.retire_if_ended(msg.id, ctx);
         }
     }
 

@@ -132,7 +132,16 @@ impl Supervisor {
             }
         }
         match self.entry(id) {
-            Err(err) => Forward::Answer(Err(err)),
+            Err(err) => {
+                if let Some(task) = self.retired.get(id) {
+                    return Forward::Answer(Ok(task.awaited()));
+                }
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.answer_retired(id, err, move |answer| {
+                    let _ = tx.send(answer);
+                });
+                Forward::Later(rx)
+            }
             Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
                 Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: self.weak_self.clone() })
             }
@@ -142,8 +151,17 @@ impl Supervisor {
     }
 
     pub(super) fn answer_from_record(&mut self, msg: AnswerFromRecord) {
-        let answer = self.entry(msg.id).map(|entry| entry.record(msg.id));
-        let _ = msg.tx.send(answer);
+        match self.entry(msg.id) {
+            Ok(entry) => {
+                let _ = msg.tx.send(Ok(entry.record(msg.id)));
+            }
+            Err(err) => {
+                let tx = msg.tx;
+                self.answer_retired(msg.id, err, move |answer| {
+                    let _ = tx.send(answer);
+                });
+            }
+        }
     }
 
     pub(super) fn send_message(&mut self, msg: SendMessage) -> Response<Result<MessageResponse, HostError>> {
@@ -175,6 +193,9 @@ impl Supervisor {
             return MessageResult(ListResponse { subagents: listed.clone() });
         }
         let mut subagents: Vec<SubagentInfo> = self.index.iter().map(|(id, entry)| entry.info(*id)).collect();
+        // Retired face tasks kept here are listed as they ended.
+        let index = &self.index;
+        subagents.extend(self.retired.infos().filter(|info| !index.contains_key(&info.subagent_id)));
         // A stable order (by id) so that clients can diff two listings.
         subagents.sort_unstable_by_key(|info| info.subagent_id);
         let subagents: Arc<[SubagentInfo]> = subagents.into();

@@ -75,6 +75,8 @@ pub(crate) struct Supervisor {
     // Which task waits for which subagents: a wait that would never end is
     // refused (`waits`).
     pub(super) waits: super::waits::WaitGraph,
+    // Finished face tasks that left the tree (`retire`).
+    pub(super) retired: super::retire::Retired,
 }
 
 impl Supervisor {
@@ -111,6 +113,7 @@ impl Supervisor {
             next_queued: 0,
             dozing: Default::default(),
             waits: Default::default(),
+            retired: Default::default(),
             log,
         }
     }
@@ -294,7 +297,7 @@ impl Supervisor {
     /// Hands `reply` to the subagent's actor, or answers it from the record.
     pub(super) fn route_await(&self, id: SubagentId, reply: AwaitReply) {
         match self.entry(id) {
-            Err(err) => reply.send(Err(err)),
+            Err(err) => self.answer_retired(id, err, move |answer| reply.send(answer)),
             // A closed mailbox drops the message and `reply` falls back to the record.
             Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => addr.do_send(AwaitTask(reply)),
             // Never delegated, or gone: the record is the answer.

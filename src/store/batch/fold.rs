@@ -123,6 +123,14 @@ pub(in crate::store) struct Folded<'a> {
     pub(super) touched: Vec<Arc<str>>,
     // Per session: journal lines up to this number were delivered for good.
     pub(super) delivered: HashMap<Arc<str>, u64>,
+    // Retired face tasks: (key, ended_ms, record).
+    pub(super) retired: HashMap<Key, (i64, &'a String)>,
+    // Per session: how many retired records to keep.
+    pub(super) retired_trims: HashMap<Arc<str>, u64>,
+    // Face tasks' follow-up messages, whole.
+    pub(super) histories: HashMap<Key, &'a String>,
+    // Registered MCP servers: (session, name) to their spec, or removed.
+    pub(super) servers: HashMap<(Arc<str>, &'a str), Option<&'a String>>,
 }
 
 impl<'a> Folded<'a> {
@@ -181,6 +189,10 @@ impl<'a> Folded<'a> {
         self.served.retain(|(s, _)| s != session);
         self.touched.retain(|s| s != session);
         self.delivered.remove(session);
+        self.retired.retain(|key, _| mine(key));
+        self.retired_trims.remove(session);
+        self.histories.retain(|key, _| mine(key));
+        self.servers.retain(|(s, _), _| s != session);
         self.ended.push(session.clone());
     }
 
@@ -318,6 +330,18 @@ impl<'a> Folded<'a> {
             Change::JournalDelivered { session, up_to } => {
                 let delivered = self.delivered.entry(session.clone()).or_default();
                 *delivered = (*delivered).max(*up_to);
+            }
+            Change::Retired { session, id, ended_ms, record } => {
+                self.retired.insert((session.clone(), *id), (*ended_ms, record));
+            }
+            Change::RetiredTrim { session, keep } => {
+                self.retired_trims.insert(session.clone(), *keep);
+            }
+            Change::TaskHistory { session, id, messages } => {
+                self.histories.insert((session.clone(), *id), messages);
+            }
+            Change::SessionServer { session, name, spec } => {
+                self.servers.insert((session.clone(), name.as_str()), spec.as_ref());
             }
         }
     }

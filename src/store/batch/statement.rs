@@ -309,7 +309,17 @@ pub(super) fn first(dialect: Dialect) -> &'static str {
 /// Every row of a session goes.
 pub(in crate::store) fn end_session<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
-    for table in ["subagents", "tasks", "checkpoint_parts", "mailboxes", "journal", "inbound"] {
+    for table in [
+        "subagents",
+        "tasks",
+        "checkpoint_parts",
+        "mailboxes",
+        "journal",
+        "inbound",
+        "retired_tasks",
+        "task_history",
+        "session_servers",
+    ] {
         ops.push(Op {
             sql: format!("DELETE FROM {table} WHERE session_id = {p}"),
             args: vec![Arg::Text(session.into())],

@@ -85,6 +85,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0012_room_for_updates.sqlite.sql"),
         include_str!("../../../migrations/0012_room_for_updates.postgres.sql"),
     ),
+    (
+        13,
+        "face_records",
+        include_str!("../../../migrations/0013_face_records.sql"),
+        include_str!("../../../migrations/0013_face_records.sql"),
+    ),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

@@ -14,12 +14,14 @@
 //! - `sqlite_process`: SQLite's process-wide settings.
 //! - `signalled`: the lock and condition variable those two threads wait on.
 //! - `load_session`: loading one stored session whole.
+//! - `face_queries`: reading what the faces keep beside a session's tree.
 //! - `cells`: reading stored columns back.
 //! - `temp_sqlite`: a test's own SQLite file.
 
 mod cells;
 mod connect;
 mod execute;
+mod face_queries;
 mod load_session;
 mod migrations;
 mod signalled;

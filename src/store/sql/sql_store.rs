@@ -191,6 +191,10 @@ impl Store for SqlStore {
     fn resumable_sessions(&self, limit: i64) -> StoreFuture<'_, Vec<String>> {
         Box::pin(SqlStore::resumable_sessions(self, limit))
     }
+
+    fn query<'a>(&'a self, query: &'a crate::store::FaceQuery) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(SqlStore::face_query(self, query))
+    }
 }
 
 #[cfg(test)]

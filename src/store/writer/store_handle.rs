@@ -9,12 +9,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit::CommitStats;
 use crate::store::cluster::{Acquire, Acquired, Cluster, SessionOwner};
-use crate::store::{Change, StoreError, StoredSession};
+use crate::store::{Change, FaceQuery, StoreError, StoredSession};
 
 /// What the writer thread is asked to do.
 pub(super) enum Command {
     Change(Change),
     Load(Arc<str>, oneshot::Sender<Result<Option<StoredSession>, StoreError>>),
+    Query(FaceQuery, oneshot::Sender<Result<Vec<String>, StoreError>>),
     Flush(oneshot::Sender<()>),
     Ping(oneshot::Sender<Result<(), StoreError>>),
     // Several hosts: take a session for this node.
@@ -111,6 +112,15 @@ impl StoreHandle {
         let Some(tx) = &self.inner.tx else { return Ok(None) };
         let (reply, answer) = oneshot::channel();
         tx.send(Command::Load(session_id.into(), reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
+        answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
+    }
+
+    /// Reads what the faces keep beside a session's tree, once everything
+    /// recorded before is committed (nothing, for the memory store).
+    pub async fn query(&self, query: FaceQuery) -> Result<Vec<String>, StoreError> {
+        let Some(tx) = &self.inner.tx else { return Ok(Vec::new()) };
+        let (reply, answer) = oneshot::channel();
+        tx.send(Command::Query(query, reply)).map_err(|_| StoreError("the store writer stopped".into()))?;
         answer.await.map_err(|_| StoreError("the store writer stopped".into()))?
     }
 

@@ -118,6 +118,11 @@ async fn run(
                     commit(&*store, &mut batch, &settings, &stats, cluster).await;
                     let _ = reply.send(store.load_session(&id).await);
                 }
+                Command::Query(query, reply) => {
+                    // A read sees every change recorded before it.
+                    commit(&*store, &mut batch, &settings, &stats, cluster).await;
+                    let _ = reply.send(store.query(&query).await);
+                }
                 Command::Ping(reply) => {
                     let _ = reply.send(store.ping().await);
                 }

@@ -15,7 +15,9 @@ use super::HttpSessions;
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
+use crate::runtime::RetiredTask;
 use crate::session::INPUT_QUEUE;
+use crate::store::FaceQuery;
 
 /// Events kept for a context's slowest listener; one that falls further
 /// behind reads the task's record again instead.
@@ -54,20 +56,49 @@ impl Context {
         &self.entry.tree
     }
 
-    /// The messages that followed task `root`'s first, oldest first.
-    pub(in crate::transport::http) fn followups(&self, root: SubagentId) -> Vec<Value> {
-        lock(&self.followups)
-            .by_task
-            .get(&root)
-            .map(|kept| kept.iter().map(|(m, _)| m.clone()).collect())
-            .unwrap_or_default()
+    /// The messages that followed task `root`'s first, oldest first: kept
+    /// here, or (a context restored here) read from the store once.
+    pub(in crate::transport::http) async fn followups(&self, root: SubagentId) -> Vec<Value> {
+        if let Some(kept) = lock(&self.followups).get(root) {
+            return kept;
+        }
+        let store = self.entry.log.store();
+        if !store.is_durable() {
+            return Vec::new();
+        }
+        let query = FaceQuery::History { session: self.tree().session_id().to_owned(), id: root };
+        let stored: Vec<Value> = match store.query(query).await {
+            Ok(rows) => rows.first().and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default(),
+            Err(err) => {
+                log::warn!("face session {}: history of {root} could not be read: {err}", self.tree().session_id());
+                return Vec::new();
+            }
+        };
+        lock(&self.followups).known(root, stored.clone());
+        stored
+    }
+
+    /// Notes that task `root` is new here: it has no follow-ups yet (none is
+    /// looked for in the store).
+    pub(in crate::transport::http) fn new_task(&self, root: SubagentId) {
+        lock(&self.followups).known(root, Vec::new());
     }
 
     /// Keeps a message that followed task `root`'s first (the last
     /// [`FOLLOWUPS_KEPT`] of each task; past [`TASKS_WITH_FOLLOWUPS`] tasks
-    /// or [`FOLLOWUP_BYTES`], the oldest task's are forgotten first).
-    pub(in crate::transport::http) fn add_followup(&self, root: SubagentId, message: Value) {
-        lock(&self.followups).add(root, message);
+    /// or [`FOLLOWUP_BYTES`], the oldest task's are forgotten here first),
+    /// and stores the task's list (durable stores): what a client told a
+    /// task is part of its `history` on any node, after any restart.
+    pub(in crate::transport::http) async fn add_followup(&self, root: SubagentId, message: Value) {
+        // (Read first: a task restored here keeps what it was told before.)
+        self.followups(root).await;
+        let list = {
+            let mut followups = lock(&self.followups);
+            followups.add(root, message);
+            followups.get(root).unwrap_or_default()
+        };
+        let messages = Value::Array(list).to_string();
+        self.entry.log.record(|session| crate::store::Change::TaskHistory { session, id: root, messages });
     }
 
     /// Commits what the last operations recorded (durable stores).
@@ -90,6 +121,33 @@ struct Followups {
 }
 
 impl Followups {
+    // Task `root`'s messages, when known here.
+    fn get(&self, root: SubagentId) -> Option<Vec<Value>> {
+        self.by_task.get(&root).map(|kept| kept.iter().map(|(m, _)| m.clone()).collect())
+    }
+
+    // Task `root`'s messages are `messages` (read from the store, or none).
+    fn known(&mut self, root: SubagentId, messages: Vec<Value>) {
+        if self.by_task.contains_key(&root) {
+            return;
+        }
+        let mut messages = messages.into_iter();
+        match messages.next() {
+            // Known to have none: an empty entry, which the bound counts.
+            None => {
+                self.order.push_back(root);
+                self.by_task.insert(root, VecDeque::new());
+                self.trim(root);
+            }
+            Some(first) => {
+                self.add(root, first);
+                for message in messages {
+                    self.add(root, message);
+                }
+            }
+        }
+    }
+
     fn add(&mut self, root: SubagentId, message: Value) {
         let size = crate::protocol::encode::encoded_len(&message);
         if !self.by_task.contains_key(&root) {
@@ -103,6 +161,11 @@ impl Followups {
                 self.bytes -= old;
             }
         }
+        self.trim(root);
+    }
+
+    // Forgets the oldest tasks' (another's than `root` first) past the bounds.
+    fn trim(&mut self, root: SubagentId) {
         while self.by_task.len() > TASKS_WITH_FOLLOWUPS || self.bytes > FOLLOWUP_BYTES {
             match self.order.front().copied() {
                 // Another task's go first, the oldest of them.
@@ -203,12 +266,36 @@ impl Contexts {
             },
         };
         entry.keep_stored.store(true, std::sync::atomic::Ordering::Release);
+        // Its finished tasks leave the tree: the newest the store kept are
+        // answered from memory again.
+        entry
+            .tree
+            .retire_finished(Self::stored_retired(&entry, id, sessions.service.limits().retired_kept).await)
+            .await;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let context = Arc::new(Context { entry, events, ended: CancellationToken::new(), followups: Mutex::default() });
         lock(&self.live).retain(|_, context| !context.ended.is_cancelled());
         lock(&self.live).insert(id.to_owned(), context.clone());
         actix_rt::spawn(read_events(context.clone()));
         Ok(Some(context))
+    }
+
+    // The newest `limit` retired tasks the store kept of session `id`,
+    // oldest first (none off a durable store).
+    async fn stored_retired(entry: &HttpEntry, id: &str, limit: usize) -> Vec<RetiredTask> {
+        let store = entry.log.store();
+        if !store.is_durable() || limit == 0 {
+            return Vec::new();
+        }
+        let query =
+            FaceQuery::RetiredNewest { session: id.to_owned(), limit: u32::try_from(limit).unwrap_or(u32::MAX) };
+        match store.query(query).await {
+            Ok(rows) => rows.iter().rev().filter_map(|text| RetiredTask::parse(text)).collect(),
+            Err(err) => {
+                log::warn!("face session {id}: its retired tasks could not be read: {err}");
+                Vec::new()
+            }
+        }
     }
 
     fn current(&self, sessions: &HttpSessions, id: &str) -> Option<Arc<Context>> {

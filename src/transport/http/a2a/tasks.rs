@@ -118,7 +118,7 @@ impl A2aFace {
             first["taskId"] = json!(found.task_id);
             history.push(first);
         }
-        history.extend(found.context.followups(found.subagent));
+        history.extend(found.context.followups(found.subagent).await);
         Ok(TaskSnapshot {
             task_id: found.task_id.clone(),
             context_id: found.context_id.clone(),
@@ -179,12 +179,15 @@ impl A2aFace {
         // when read) with the subagent's config: stored, restored with it.
         let a2a = json!({ "contextId": context_id, "message": message.for_history("", &context_id) });
         agent.metadata.insert("a2a".to_owned(), a2a);
+        // One task: it leaves the tree once it has ended.
+        agent.metadata.insert(crate::runtime::FACE_TASK.to_owned(), json!("a2a"));
         let request = SpawnRequest { agent, parent_agent_id: None, root_agent_id: None };
         let spawned = match (Operation::Spawn { request, task: None }).run(client()).await? {
             Outcome::Spawned(spawned) => spawned,
             other => return Err(RpcError::internal(format!("spawn answered {other:?}"))),
         };
         let subagent = spawned.subagent_id;
+        context.new_task(subagent);
         let found = Found {
             context: context.clone(),
             subagent,
@@ -230,8 +233,9 @@ impl A2aFace {
         };
         operation.check_input(&InputBounds::of(self.sessions.service.limits()), None)?;
         operation.run(client).await?;
+        // Stored with what it did, before it is answered.
+        found.context.add_followup(found.subagent, message.for_history(&found.task_id, &found.context_id)).await;
         found.context.commit().await;
-        found.context.add_followup(found.subagent, message.for_history(&found.task_id, &found.context_id));
         if self.config.tck_mode && !message.message_id.starts_with(super::tck::INPUT_REQUIRED) {
             // The kit's agent completes a task such a message follows up.
             for _ in 0..super::tck::ASKS {

@@ -126,6 +126,9 @@ pub(super) fn agent_of(default: &SubagentConfig, call: &ToolCall) -> SubagentCon
     if let Some(metadata) = call.arguments.get("agent_metadata").and_then(Value::as_object) {
         agent.metadata.extend(metadata.clone());
     }
+    // Which subagents are one call's, and leave the tree once it has ended,
+    // is the host's to say.
+    agent.metadata.remove(crate::runtime::FACE_TASK);
     agent
 }
 
@@ -239,11 +242,11 @@ impl McpFace {
         outlet: &Arc<Outlet>,
         cancel: &CancellationToken,
     ) -> Result<Option<Value>, RpcError> {
-        let request = SpawnRequest {
-            agent: agent_of(&self.config.agent, &call),
-            parent_agent_id: call.text("parent_id"),
-            root_agent_id: None,
-        };
+        let mut agent = agent_of(&self.config.agent, &call);
+        // One call's: it leaves the tree once its task has ended (a subagent
+        // `spawn_subagent` made stays until terminated).
+        agent.metadata.insert(crate::runtime::FACE_TASK.to_owned(), json!("mcp"));
+        let request = SpawnRequest { agent, parent_agent_id: call.text("parent_id"), root_agent_id: None };
         // The task is checked first: a subagent is made only for one it takes.
         if let Err(err) = self.bounds().task(&task_of(&call), None) {
             return Ok(Some(host_error(&err)));
