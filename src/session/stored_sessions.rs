@@ -225,8 +225,8 @@ impl Service {
     pub fn restore_deadline(&self) -> Duration {
         self.store.lease().unwrap_or_default() + RESTORE_LOAD_BOUND
     }
-    /// Stores an HTTP session as `POST /session` creates it, before its
-    /// handshake, so that every node can serve its first request; and
+    /// Stores an HTTP session as `POST /session` (or a face, naming itself
+    /// as `transport`) creates it, before its handshake, so that every node can serve its first request; and
     /// claims it as served here. With a durable store this waits for the
     /// commit, up to [`NEW_SESSION_DEADLINE`]: a store that cannot keep it
     /// now refuses it (`runtime_error`, retryable), and it is closed.
@@ -234,6 +234,7 @@ impl Service {
         &self,
         opened: &OpenedConnection,
         principal: Option<String>,
+        transport: &str,
     ) -> Result<(), HostError> {
         if !self.store.is_durable() {
             return Ok(());
@@ -246,7 +247,8 @@ impl Service {
             agent_id: String::new(),
             capabilities: Vec::new(),
             principal,
-            transport: "http".to_owned(),
+            // (Kept as first stored: a later handshake does not change it.)
+            transport: transport.to_owned(),
             handshaken: false,
         });
         if tokio::time::timeout(NEW_SESSION_DEADLINE, self.store.flush()).await.is_ok() {

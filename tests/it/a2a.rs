@@ -308,7 +308,13 @@ fn cancel_stops_a_running_three_level_tree_and_says_canceled() {
     assert_eq!(state(&cancelled), "TASK_STATE_CANCELED", "{cancelled}");
     let (busy, row) = busy_in(addr, &session).unwrap();
     assert_eq!(busy, 0, "nothing of the tree runs once CancelTask answered: {row}");
-    assert_eq!(row["subagents"]["CANCELLED"], 3, "{row}");
+    // All three cancelled, or already retired (a finished task leaves the tree).
+    assert!(row["subagents"]["CANCELLED"] == 3 || row["total"] == 0, "{row}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while busy_in(addr, &session).is_none_or(|(_, row)| row["total"] != 0) {
+        assert!(Instant::now() < deadline, "the cancelled task never left the tree: {:?}", busy_in(addr, &session));
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(state(&wait_task(addr, &id, |_| true)), "TASK_STATE_CANCELED");
     assert_eq!(rpc(addr, "CancelTask", json!({ "id": id })).unwrap_err()["code"], -32002);
 }

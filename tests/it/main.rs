@@ -68,6 +68,8 @@ mod e2e_stdio;
 mod e2e_tcp;
 mod e2e_traces;
 mod e2e_ui;
+mod face_durable;
+mod face_volume;
 mod golden;
 mod layers;
 mod loop_guards;

@@ -61,7 +61,7 @@ pub(super) async fn create(
     });
     // Stored at once: any node can serve its first `/send`.
     let stored = match opened {
-        Ok(opened) => sessions.service.store_new_session(&opened, principal).await.map(|()| opened),
+        Ok(opened) => sessions.service.store_new_session(&opened, principal, "http").await.map(|()| opened),
         Err(err) => Err(err),
     };
     match stored {

@@ -298,6 +298,12 @@ impl Contexts {
         }
     }
 
+    /// Context session `id` when it is served here now (none is restored
+    /// or opened).
+    pub(in crate::transport::http) fn served_here(&self, sessions: &HttpSessions, id: &str) -> Option<Arc<Context>> {
+        self.current(sessions, id)
+    }
+
     fn current(&self, sessions: &HttpSessions, id: &str) -> Option<Arc<Context>> {
         let context = lock(&self.live).get(id).cloned()?;
         context.is_current(sessions, id).then(|| {
@@ -317,7 +323,7 @@ impl Contexts {
         let address = peer.filter(|_| !service.auth().is_enabled());
         slot.charge(crate::session::caller_key(principal, address))?;
         slot.owner().opened_by_bearer(principal.map(str::to_owned));
-        service.store_new_session(&opened, principal.map(str::to_owned)).await?;
+        service.store_new_session(&opened, principal.map(str::to_owned), face).await?;
         let mut opened = opened;
         opened.connection = opened.connection.with_transport(face);
         let id = sessions.insert(opened);

@@ -9,17 +9,10 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use super::model::{agent_message, is_terminal, read_message};
-use super::rpc::{bool_field, failure, history_length, int_field, read_call, string_field, success, Call, RpcError};
-use super::tasks::session_of;
-use super::tasks::{status_filter, task_id, Asker, Found};
+use super::rpc::{bool_field, failure, history_length, read_call, string_field, success, Call, RpcError};
+use super::tasks::{Asker, Found};
 use super::{stream, tck, A2aFace};
 use crate::transport::http::request_info::bearer;
-
-/// Tasks one `ListTasks` looks at, at most.
-const LIST_SCAN: usize = 10_000;
-/// `ListTasks` pages: the default and the largest.
-const PAGE_DEFAULT: i64 = 50;
-const PAGE_MAX: i64 = 100;
 
 /// What a method answers: a JSON-RPC result, or a stream of them.
 enum Answer {
@@ -126,7 +119,7 @@ async fn serve(face: &Arc<A2aFace>, call: Call, asker: &Asker) -> Result<Answer,
             let events = found.context.events.subscribe();
             Ok(Answer::Stream(found, events, false, false))
         }
-        "ListTasks" => list(face, params, asker).await.map(Answer::Result),
+        "ListTasks" => super::listing::list(face, params, asker).await.map(Answer::Result),
         "CreateTaskPushNotificationConfig"
         | "GetTaskPushNotificationConfig"
         | "ListTaskPushNotificationConfigs"
@@ -188,85 +181,4 @@ async fn send(
         face.settle(&found, limit).await?
     };
     Ok(Answer::Result(json!({ "task": snapshot.to_json(history, true) })))
-}
-
-// `ListTasks`: the caller's tasks (of one context, or of every context
-// served here), newest change first, a page at a time.
-async fn list(face: &Arc<A2aFace>, params: &Map<String, Value>, asker: &Asker) -> Result<Value, RpcError> {
-    let page_size = int_field(params, "pageSize", "page_size")?.unwrap_or(PAGE_DEFAULT);
-    if !(1..=PAGE_MAX).contains(&page_size) {
-        return Err(RpcError::invalid_params(format!("`pageSize` must be between 1 and {PAGE_MAX}")));
-    }
-    let offset = match string_field(params, "pageToken", "page_token")?.filter(|token| !token.is_empty()) {
-        None => 0,
-        Some(token) => token
-            .strip_prefix("after:")
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| RpcError::invalid_params("`pageToken` is not one this server gave"))?,
-    };
-    let status = status_filter(params)?;
-    let history = history_length(params)?;
-    let artifacts = bool_field(params, "includeArtifacts", "include_artifacts")?.unwrap_or(false);
-    let after = match string_field(params, "statusTimestampAfter", "status_timestamp_after")? {
-        None => None,
-        Some(text) => Some(parse_timestamp(&text)?),
-    };
-    let contexts = match string_field(params, "contextId", "context_id")? {
-        Some(context_id) => {
-            let session = session_of(asker.principal.as_deref(), &context_id);
-            face.contexts
-                .open(&face.sessions, &session, None)
-                .await
-                .map_err(|err| RpcError::internal(err.message))?
-                .map(|context| vec![(session, context)])
-                .unwrap_or_default()
-        }
-        None => face.contexts.served(),
-    };
-    let mut snapshots = Vec::new();
-    'contexts: for (session, context) in contexts {
-        let Ok(listed) = context.tree().list().await else { continue };
-        for row in listed.subagents.iter().filter(|row| row.depth == 0) {
-            let Some(context_id) = row.config.metadata.get("a2a").and_then(|a2a| a2a["contextId"].as_str()) else {
-                continue;
-            };
-            if session_of(asker.principal.as_deref(), context_id) != session {
-                continue;
-            }
-            let found = Found {
-                context: context.clone(),
-                subagent: row.subagent_id,
-                context_id: context_id.to_owned(),
-                task_id: task_id(&session, row.subagent_id),
-            };
-            if let Ok(snapshot) = face.snapshot(&found).await {
-                snapshots.push(snapshot);
-            }
-            if snapshots.len() >= LIST_SCAN {
-                break 'contexts;
-            }
-        }
-    }
-    snapshots.retain(|snapshot| {
-        status.is_none_or(|state| snapshot.state == state) && after.is_none_or(|after| snapshot.changed_at >= after)
-    });
-    snapshots.sort_by(|a, b| b.changed_at.total_cmp(&a.changed_at).then_with(|| a.task_id.cmp(&b.task_id)));
-    let total = snapshots.len();
-    let page_size = usize::try_from(page_size).unwrap_or(1);
-    let tasks: Vec<Value> =
-        snapshots.iter().skip(offset).take(page_size).map(|snapshot| snapshot.to_json(history, artifacts)).collect();
-    let next = offset + tasks.len();
-    Ok(json!({
-        "tasks": tasks,
-        "nextPageToken": if next < total { format!("after:{next}") } else { String::new() },
-        "pageSize": page_size,
-        "totalSize": total,
-    }))
-}
-
-// An RFC 3339 timestamp, as Unix seconds.
-fn parse_timestamp(text: &str) -> Result<f64, RpcError> {
-    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map(|at| at.unix_timestamp_nanos() as f64 / 1e9)
-        .map_err(|_| RpcError::invalid_params("`statusTimestampAfter` must be an RFC 3339 timestamp"))
 }

@@ -5,7 +5,7 @@
 //!   `/.well-known/agent.json`): the agent card (`card`).
 //! - `POST /a2a`: JSON-RPC 2.0 with the v1.0 methods `SendMessage`,
 //!   `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask` and
-//!   `SubscribeToTask` (`methods`; streams in `stream`).
+//!   `SubscribeToTask` (`methods`; streams in `stream`, lists in `listing`).
 //!
 //! A context is a session (`../face_sessions.rs`), a task a root subagent made from
 //! `[a2a] agent` (`tasks`), written as A2A's objects (`model`) over
@@ -14,6 +14,7 @@
 //! count against the session's limits.
 
 mod card;
+mod listing;
 mod methods;
 mod model;
 mod rpc;

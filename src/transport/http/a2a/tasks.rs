@@ -16,6 +16,7 @@ use super::A2aFace;
 use crate::ids::SubagentId;
 use crate::ops::{Caller, InputBounds, Operation, Outcome};
 use crate::protocol::wire::{SpawnRequest, SubagentMessagePayload, TaskDefinition};
+use crate::runtime::inspect::SubagentDetail;
 use crate::runtime::people::{AskKind, Given, PersonRequest};
 
 /// How often a waiting request reads its task's record again, events or
@@ -92,43 +93,9 @@ impl A2aFace {
     pub(super) async fn snapshot(&self, found: &Found) -> Result<TaskSnapshot, RpcError> {
         let tree = found.context.tree();
         let detail = tree.inspect_one(found.subagent).await.map_err(|_| RpcError::task_not_found(&found.task_id))?;
-        let view = &detail.view;
-        let mut state = state_of(view.status, view.waiting_for);
-        // A person asked anywhere in the task's tree: the task waits for
-        // its client. (The root itself may be waiting on that child.)
-        let pending = if is_terminal(state) { None } else { pending_for(found) };
-        if pending.is_some() {
-            state = "TASK_STATE_INPUT_REQUIRED";
-        } else if state == "TASK_STATE_INPUT_REQUIRED" {
-            // Answered a moment ago: the task is taking the answer in.
-            state = "TASK_STATE_WORKING";
-        }
-        let result: Option<Value> = (state == "TASK_STATE_COMPLETED")
-            .then(|| detail.result.as_ref().and_then(|raw| serde_json::from_str(raw.text()).ok()))
-            .flatten();
-        let status_text = match state {
-            "TASK_STATE_INPUT_REQUIRED" => pending.map(|request| ask_text(&request)),
-            "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" => view.error.as_deref().map(str::to_owned),
-            "TASK_STATE_COMPLETED" => result.as_ref().and_then(result_text).map(str::to_owned),
-            _ => None,
-        };
-        let mut history = Vec::new();
-        if let Some(first) = detail.config.metadata.get("a2a").map(|a2a| &a2a["message"]).filter(|m| m.is_object()) {
-            let mut first = first.clone();
-            first["taskId"] = json!(found.task_id);
-            history.push(first);
-        }
-        history.extend(found.context.followups(found.subagent).await);
-        Ok(TaskSnapshot {
-            task_id: found.task_id.clone(),
-            context_id: found.context_id.clone(),
-            state,
-            changed_at: view.task_ended_at.or(view.task_started_at).unwrap_or_else(now),
-            status_text,
-            result,
-            history,
-            subagent_id: found.subagent.to_string(),
-        })
+        let mut snapshot = snapshot_of(&detail, &found.task_id, &found.context_id, || pending_for(found));
+        snapshot.history.extend(found.context.followups(found.subagent).await);
+        Ok(snapshot)
     }
 
     /// A new task in the message's context (made when it is new): its root
@@ -288,6 +255,53 @@ impl A2aFace {
         (Operation::Cancel { target: found.subagent }).run(Caller::Client { tree, frame: None }).await?;
         found.context.commit().await;
         self.snapshot(found).await
+    }
+}
+
+/// A task as its root's record shows it (its history: the first message
+/// only); `pending` says what its person is asked, if anything (asked only
+/// while the task goes on).
+pub(super) fn snapshot_of(
+    detail: &SubagentDetail,
+    task_id: &str,
+    context_id: &str,
+    pending: impl FnOnce() -> Option<Arc<PersonRequest>>,
+) -> TaskSnapshot {
+    let view = &detail.view;
+    let mut state = state_of(view.status, view.waiting_for);
+    // A person asked anywhere in the task's tree: the task waits for
+    // its client. (The root itself may be waiting on that child.)
+    let pending = if is_terminal(state) { None } else { pending() };
+    if pending.is_some() {
+        state = "TASK_STATE_INPUT_REQUIRED";
+    } else if state == "TASK_STATE_INPUT_REQUIRED" {
+        // Answered a moment ago: the task is taking the answer in.
+        state = "TASK_STATE_WORKING";
+    }
+    let result: Option<Value> = (state == "TASK_STATE_COMPLETED")
+        .then(|| detail.result.as_ref().and_then(|raw| serde_json::from_str(raw.text()).ok()))
+        .flatten();
+    let status_text = match state {
+        "TASK_STATE_INPUT_REQUIRED" => pending.map(|request| ask_text(&request)),
+        "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" => view.error.as_deref().map(str::to_owned),
+        "TASK_STATE_COMPLETED" => result.as_ref().and_then(result_text).map(str::to_owned),
+        _ => None,
+    };
+    let mut history = Vec::new();
+    if let Some(first) = detail.config.metadata.get("a2a").map(|a2a| &a2a["message"]).filter(|m| m.is_object()) {
+        let mut first = first.clone();
+        first["taskId"] = json!(task_id);
+        history.push(first);
+    }
+    TaskSnapshot {
+        task_id: task_id.to_owned(),
+        context_id: context_id.to_owned(),
+        state,
+        changed_at: view.task_ended_at.or(view.task_started_at).unwrap_or_else(now),
+        status_text,
+        result,
+        history,
+        subagent_id: view.subagent_id.to_string(),
     }
 }
 
