@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 /// The lease: long enough that a node handing off (or dead) is visibly
 /// faster than one whose lease must lapse.
-const LEASE_MS: u64 = 4000;
+pub(crate) const LEASE_MS: u64 = 4000;
 
 const CONFIG: &str = "[cluster]\nlease_ms = 4000\n[limits]\nmax_subagents_per_session = 256\n";
 
@@ -57,23 +57,23 @@ pub(crate) fn free_port() -> u16 {
 // ---------------------------------------------------------------------------
 // The nodes and HAProxy.
 
-struct Slot {
+pub(crate) struct Slot {
     id: String,
     http: u16,
     tcp: u16,
     server: Option<Server>,
 }
 
-struct Cluster {
+pub(crate) struct Cluster {
     slots: Vec<Slot>,
-    haproxy: Haproxy,
+    pub(crate) haproxy: Haproxy,
     // Dropped last: the nodes and HAProxy go first.
     db: TestDatabase,
 }
 
 impl Cluster {
     /// `running` nodes started, of `declared` in HAProxy's config.
-    fn start(running: usize, declared: usize) -> Self {
+    pub(crate) fn start(running: usize, declared: usize) -> Self {
         let db = TestDatabase::create();
         let slots: Vec<Slot> = (1..=declared)
             .map(|n| Slot { id: format!("n{n}"), http: free_port(), tcp: free_port(), server: None })
@@ -86,7 +86,7 @@ impl Cluster {
         cluster
     }
 
-    fn start_node(&mut self, index: usize) {
+    pub(crate) fn start_node(&mut self, index: usize) {
         let slot = &mut self.slots[index];
         let (http, tcp) = (format!("127.0.0.1:{}", slot.http), format!("127.0.0.1:{}", slot.tcp));
         let args = ["--http", &http, "--tcp", &tcp, "--store", &self.db.url, "--node-id", &slot.id];
@@ -95,7 +95,7 @@ impl Cluster {
         self.haproxy.wait_status(&name, "UP");
     }
 
-    fn index_of(&self, node: &str) -> usize {
+    pub(crate) fn index_of(&self, node: &str) -> usize {
         self.slots.iter().position(|slot| slot.id == node).unwrap_or_else(|| panic!("no node {node}"))
     }
 
@@ -103,7 +103,7 @@ impl Cluster {
         self.slots[self.index_of(node)].server.as_ref().expect("the node runs")
     }
 
-    fn kill9(&mut self, node: &str) {
+    pub(crate) fn kill9(&mut self, node: &str) {
         let index = self.index_of(node);
         self.slots[index].server.as_mut().expect("the node runs").kill9();
         self.slots[index].server = None;
@@ -115,7 +115,7 @@ impl Cluster {
         http(&format!("127.0.0.1:{}", slot.http), "GET", "/health", &[], "").1
     }
 
-    fn running(&self) -> Vec<String> {
+    pub(crate) fn running(&self) -> Vec<String> {
         self.slots.iter().filter(|slot| slot.server.is_some()).map(|slot| slot.id.clone()).collect()
     }
 }

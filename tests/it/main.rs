@@ -57,6 +57,7 @@ mod budgets;
 mod caps;
 mod chaos;
 mod cluster;
+mod cluster_faces;
 mod cluster_store;
 mod docs;
 mod durable;

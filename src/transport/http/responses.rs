@@ -46,6 +46,16 @@ pub(super) fn ok_for(sessions: &HttpSessions, id: &str) -> actix_web::HttpRespon
     response
 }
 
+/// Names the node that answered on every response of a face's routes (on
+/// a cluster node; nothing otherwise).
+pub(super) fn node_header(sessions: &HttpSessions) -> actix_web::middleware::DefaultHeaders {
+    let headers = actix_web::middleware::DefaultHeaders::new();
+    match sessions.service.store().node_id() {
+        Some(node) => headers.add((NODE_HEADER, node)),
+        None => headers,
+    }
+}
+
 pub(super) fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(json!({ "ok": false, "error": message }))
 }

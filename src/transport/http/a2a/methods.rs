@@ -52,14 +52,31 @@ pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aF
     let asker =
         Asker { principal: auth.principal(token.as_deref()), token, peer: req.peer_addr().map(|addr| addr.ip()) };
     let id = call.id.clone();
-    match serve(&face, call, &asker).await {
-        Ok(Answer::Result(result)) => reply(&success(&id, result)),
-        Ok(Answer::Once(result)) => stream::once(&success(&id, result)),
-        Ok(Answer::Stream(found, events, until_input, fresh)) => {
-            stream::respond(face, found, events, id, until_input, fresh)
+    let (mut response, session) = match serve(&face, call, &asker).await {
+        Ok(Answer::Result(result)) => {
+            let session = session_of_result(&result);
+            (reply(&success(&id, result)), session)
         }
-        Err(err) => reply(&failure(&id, &err)),
+        Ok(Answer::Once(result)) => (stream::once(&success(&id, result)), None),
+        Ok(Answer::Stream(found, events, until_input, fresh)) => {
+            let session = found.context.tree().session_id().to_owned();
+            (stream::respond(face, found, events, id, until_input, fresh), Some(session))
+        }
+        Err(err) => (reply(&failure(&id, &err)), None),
+    };
+    // The task's session, as `/send` names it: a router learns where the
+    // context is served (`deploy/haproxy.cfg` keys a task id's requests on it).
+    if let Some(value) = session.and_then(|session| header::HeaderValue::from_str(&session).ok()) {
+        response.headers_mut().insert(header::HeaderName::from_static("x-session-id"), value);
     }
+    response
+}
+
+// The session a result's task belongs to: the head of its id.
+fn session_of_result(result: &Value) -> Option<String> {
+    let id = result["task"]["id"].as_str().or_else(|| result["id"].as_str())?;
+    let (session, _) = id.split_once('-')?;
+    (session.len() == 32).then(|| session.to_owned())
 }
 
 // Every JSON-RPC answer is HTTP 200 (errors included), as the binding says.

@@ -61,7 +61,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, face: &Arc<A2aFace>) {
     }
     for path in ["/a2a", "/a2a/"] {
         cfg.service(
-            web::resource(path).app_data(web::PayloadConfig::new(body_limit)).route(web::post().to(methods::rpc)),
+            web::resource(path)
+                .wrap(super::responses::node_header(&face.sessions))
+                .app_data(web::PayloadConfig::new(body_limit))
+                .route(web::post().to(methods::rpc)),
         );
     }
 }

@@ -54,6 +54,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, face: &Arc<McpFace>) {
     let body_limit = face.sessions.service.limits().max_line_bytes;
     cfg.service(
         web::resource("/mcp")
+            .wrap(super::super::responses::node_header(&face.sessions))
             .app_data(web::Data::from(face.clone()))
             .app_data(web::PayloadConfig::new(body_limit))
             .route(web::post().to(post))
