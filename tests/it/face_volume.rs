@@ -89,7 +89,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// RSS read every 1000 tasks grows by less than 8 MiB from the 2,000th
 /// task to the last: past the kept records (1000 at most), a finished task
-/// holds nothing (a task that stayed in the tree held ~10 KiB more).
+/// holds nothing.
 fn assert_flat(rss: &[u64]) {
     let (Some(early), Some(last)) = (rss.get(1), rss.last()) else { panic!("too few readings: {rss:?}") };
     assert!(last.saturating_sub(*early) < 8 << 10, "RSS grew from {early} to {last} KiB: {rss:?}");
