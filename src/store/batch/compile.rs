@@ -388,8 +388,37 @@ mod tests {
         ];
         let ops = compiled(&batch, 1024, Dialect::Sqlite);
         assert!(ops.iter().all(|op| op.sql.starts_with("DELETE")), "{ops:#?}");
-        assert_eq!(ops.len(), 7, "six tables of the session's rows, and its own row: {ops:#?}");
+        assert_eq!(ops.len(), 10, "nine tables of the session's rows, and its own row: {ops:#?}");
         assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM checkpoint_parts")), "{ops:#?}");
+        assert!(ops.iter().any(|op| op.sql.starts_with("DELETE FROM retired_tasks")), "{ops:#?}");
+    }
+
+    #[test]
+    fn face_records_are_upserted_trimmed_and_dropped_with_their_session() {
+        let (session, other): (Arc<str>, Arc<str>) = ("s".into(), "t".into());
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![
+            Change::Retired { session: session.clone(), id, ended_ms: 5, record: "{}".into() },
+            Change::TaskHistory { session: session.clone(), id, messages: "[]".into() },
+            Change::SessionServer { session: session.clone(), name: "mine".into(), spec: Some("{}".into()) },
+            Change::RetiredTrim { session: session.clone(), keep: 10 },
+            Change::Retired { session: other.clone(), id, ended_ms: 6, record: "{}".into() },
+            Change::SessionServer { session: other.clone(), name: "gone".into(), spec: None },
+            Change::SessionEnded { session: other.clone(), gate: None },
+        ];
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let ops = compiled(&batch, 1024, dialect);
+            let with = |start: &str| ops.iter().filter(|op| op.sql.starts_with(start)).count();
+            assert_eq!(with("INSERT INTO retired_tasks"), 1, "{ops:#?}");
+            assert_eq!(with("INSERT INTO task_history"), 1, "{ops:#?}");
+            assert_eq!(with("INSERT INTO session_servers"), 1, "{ops:#?}");
+            // The ended session's own: only its rows' deletes.
+            assert_eq!(with("DELETE FROM session_servers WHERE session_id = "), 1, "{ops:#?}");
+            assert_eq!(with("DELETE FROM retired_tasks WHERE session_id = "), 2, "its end and the trim: {ops:#?}");
+            let trim = ops.iter().find(|op| op.sql.contains("OFFSET")).expect("a trim");
+            assert_eq!(trim.args.len(), 3, "{trim:#?}");
+            assert!(ops.iter().all(|op| !op.args.iter().any(|arg| format!("{arg:?}").contains("gone"))), "{ops:#?}");
+        }
     }
 
     #[test]
