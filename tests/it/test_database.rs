@@ -1,17 +1,23 @@
 //! A PostgreSQL database of its own for one test: created over
-//! `DATABASE_URL`, dropped (`WITH (FORCE)`) afterwards, also when the test
-//! fails. Without `DATABASE_URL`, or with the server down, the test fails
-//! saying how to start one: it never skips.
+//! `DATABASE_URL` (by default the machine's own server,
+//! [`DEFAULT_DATABASE_URL`]), dropped (`WITH (FORCE)`) afterwards, also when
+//! the test fails. With the server down, the test fails saying how to
+//! start one: it never skips.
 
 use futures_util::future::BoxFuture;
 use std::time::Duration;
 use subagent_host::store::StoreUrl;
 
+/// The server the tests use when `DATABASE_URL` is not set: a local
+/// PostgreSQL with trust auth on its standard port, as Debian's package
+/// and `.ci/run` leave it.
+pub(crate) const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
 fn pg_help(problem: &str) -> String {
     format!(
         "{problem}\n\
-         The PostgreSQL tests need a server they may CREATE DATABASE on, named by DATABASE_URL. \
-         Start one, e.g.\n  \
+         The PostgreSQL tests need a server they may CREATE DATABASE on, named by DATABASE_URL \
+         (default {DEFAULT_DATABASE_URL}). Start one, e.g.\n  \
          docker run -d --rm -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16\n\
          (or a local cluster: pg_ctlcluster 15 main start), then run\n  \
          DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo test --release"
@@ -101,8 +107,10 @@ impl TestDatabase {
     /// Creates `subagentd_test_<random>` over `DATABASE_URL`; fails the test,
     /// saying how to start a server, when it is unset or unreachable.
     pub(crate) fn create() -> Self {
-        let admin_url = std::env::var("DATABASE_URL").ok().filter(|url| !url.trim().is_empty());
-        let Some(admin_url) = admin_url else { panic!("{}", pg_help("DATABASE_URL is not set.")) };
+        let admin_url = std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
         let name = format!("subagentd_test_{:016x}", fastrand::u64(..));
         if let Err(err) = pg_execute(&admin_url, &format!("CREATE DATABASE {name}")) {
             let shown = redact(&admin_url);
