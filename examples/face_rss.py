@@ -1,6 +1,6 @@
 """RSS of `subagentd mcp` over many `run_subagent` calls in one session.
 
-Finished calls leave the tree (issue 52): past `[limits] retired_kept`
+Finished calls leave the tree: past `[limits] retired_kept`
 records, a session's memory stops growing. Prints the RSS (KiB) every
 2,500 calls for each `retired_kept` given.
 

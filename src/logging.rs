@@ -4,13 +4,19 @@
 //! subprocess transport does) would block a plain stderr write once the pipe
 //! is full. Records are instead handed to a dedicated thread through a
 //! bounded queue and dropped when it is full. The default level is `warn`,
-//! which logs nothing per request; `RUST_LOG` overrides it.
+//! which logs nothing per request, with one exception: each MCP server's
+//! connection (starting, ready with its tools, failed and why) is `info`,
+//! so an operator sees whether the tools are there. `RUST_LOG` overrides
+//! it.
 //!
 //! Records are text (env_logger's format) or, for log shippers, one JSON
 //! object per line: `{"ts", "level", "target", "message"}`.
 
 use std::io::Write;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+
+/// The filter without `RUST_LOG`: warnings, and the MCP servers' state.
+const DEFAULT_FILTER: &str = "warn,subagent_host::tools::connection=info";
 
 /// Log records queued for stderr before new ones are dropped.
 const QUEUE: usize = 1_024;
@@ -42,7 +48,7 @@ pub fn init(format: LogFormat) {
         return;
     }
     let writer = NonBlockingStderr { tx, pending: Vec::new() };
-    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"));
+    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_FILTER));
     builder.target(env_logger::Target::Pipe(Box::new(writer)));
     if format == LogFormat::Json {
         builder.format(|out, record| {

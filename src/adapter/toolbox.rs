@@ -20,7 +20,7 @@ use super::person_gate::{self, Passage};
 use crate::event::{ToolDetail, ToolEnded};
 use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::TaskContext;
-use crate::tools::{self, McpServer, McpTool, ToolHost};
+use crate::tools::{self, McpServer, McpTool, ServerState, ToolHost};
 
 /// How long a task's start waits for servers that are still connecting.
 const FIRST_READY_WAIT: Duration = Duration::from_secs(10);
@@ -37,6 +37,15 @@ impl Toolbox {
     /// session registered.)
     pub(crate) async fn for_task(host: &Arc<ToolHost>, ctx: &TaskContext) -> Self {
         let servers = host.servers_for(ctx.session_id(), || ctx.session_alive());
+        // No silent wait: the client sees what the task waits for.
+        let starting: Vec<&str> = servers
+            .iter()
+            .filter(|server| server.state() == ServerState::Connecting)
+            .map(|server| &**server.name())
+            .collect();
+        if !starting.is_empty() {
+            ctx.progress(format!("waiting for MCP server {} to start", starting.join(", ")));
+        }
         let waits = servers.iter().map(|server| server.ready_tools(FIRST_READY_WAIT));
         for (server, ready) in servers.iter().zip(futures_util::future::join_all(waits).await) {
             if let Err(why) = ready {
