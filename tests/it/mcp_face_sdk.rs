@@ -74,7 +74,8 @@ fn over_stdio_the_client_runs_a_tree_watches_it_and_answers_a_question() {
 
 #[test]
 fn over_stdio_a_cancelled_call_cancels_its_tree_and_tasks_run_and_cancel() {
-    assert_eq!(check(&["cancel", "stdio", binary()])["cancelled"], 3);
+    let cancelled = check(&["cancel", "stdio", binary()]);
+    assert_eq!(cancelled["retired"], "CANCELLED", "the cancelled call's root, retired: {cancelled}");
     let cancelled = check(&["task-cancel", "stdio", binary()]);
     assert!(cancelled["task_id"].as_str().is_some_and(|id| id.contains("-sub_")), "{cancelled}");
 }
@@ -100,7 +101,7 @@ fn over_http_the_client_runs_a_tree_cancels_one_and_answers_a_question() {
     let (_server, url) = http_server();
     let tree = check(&["tree", "http", &url]);
     assert!(tree["progress"].as_u64().unwrap() >= 6, "{tree}");
-    assert_eq!(check(&["cancel", "http", &url])["cancelled"], 3);
+    assert_eq!(check(&["cancel", "http", &url])["retired"], "CANCELLED");
     let elicited = check(&["elicit", "http", &url]);
     assert_eq!(elicited["asked"].as_array().map(Vec::len), Some(1), "{elicited}");
     check(&["task-cancel", "http", &url]);
