@@ -625,8 +625,8 @@ struct BenchDatabase {
 impl BenchDatabase {
     fn create() -> Self {
         // The machine's own server unless `DATABASE_URL` names another.
-        let admin = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let admin =
+            std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
         let name = format!("subagentd_bench_{}", std::process::id());
         run_sql(&admin, &format!("CREATE DATABASE {name}"));
         let base = admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base);

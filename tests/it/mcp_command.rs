@@ -140,3 +140,40 @@ async fn a_shared_program_writes_and_a_host_without_servers_gives_no_socket() {
     assert_eq!(done.result.expect("result").to_object()["summary"], "no tools");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn a_task_waiting_for_its_mcp_server_to_start_says_so() {
+    let dir = scratch();
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, "slow start").unwrap();
+    // A server that takes a second to start: the task's first step waits.
+    let config = format!(
+        "[[mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 1; exec node {} {}\"]\n",
+        npm_server("server-filesystem"),
+        dir.display()
+    );
+    let tools = Arc::new(ToolHost::new(FileConfig::parse(&config).expect("config").mcp_servers));
+    tools.start();
+    let router = AdapterRouter::default().route("cmd-*", adapter(&tools)).expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let (sink, mut events) = mpsc::unbounded_channel();
+    let session = host.open_tree(Arc::new(sink));
+    let mut agent = SubagentConfig::new("reader", "cmd-read");
+    agent.tool_scope = ToolScope::Restricted;
+    let id = session
+        .spawn(SpawnRequest { agent, parent_agent_id: None, root_agent_id: None })
+        .await
+        .expect("spawn")
+        .subagent_id;
+    assert!(session.delegate(id, TaskDefinition::new("read", file.display().to_string())).await.unwrap().accepted);
+    let done = tokio::time::timeout(Duration::from_secs(60), session.await_result(id)).await.expect("ends").unwrap();
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    let mut said = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let EventDetail::Progress(text) = &event.detail {
+            said.push(text.clone());
+        }
+    }
+    assert!(said.iter().any(|text| text == "waiting for MCP server fs to start"), "no word of the wait: {said:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -419,6 +419,24 @@ fn the_admin_api_behind_the_live_view_shows_each_servers_state() {
     server.shutdown().expect("clean shutdown");
 }
 
+#[test]
+fn each_servers_readiness_and_failure_are_logged_at_the_default_level() {
+    let config = format!(
+        "{}\n[[mcp_servers]]\nname = \"broken\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\n",
+        everything("every")
+    );
+    // No RUST_LOG: the binary's default filter.
+    let server = crate::e2e_support::Server::start(&["--http", "127.0.0.1:0"], Some(&config));
+    let (ready, failed) = (std::cell::Cell::new(false), std::cell::Cell::new(false));
+    server.wait_stderr("every's readiness and broken's failure, with why", |line| {
+        ready.set(ready.get() || line.contains("mcp server every: ready"));
+        failed.set(
+            failed.get() || (line.contains("mcp server broken: failed") && line.contains("/nonexistent/mcp-server")),
+        );
+        ready.get() && failed.get()
+    });
+}
+
 #[actix_rt::test]
 async fn max_tool_calls_is_a_budget_and_a_spent_one_ends_the_task() {
     let tools = tool_host(servers(&everything("every")));
