@@ -22,8 +22,7 @@ fn post(front: &str, path: &str, headers: &[(&str, &str)], body: &Value) -> (u16
             .lines()
             .filter_map(|line| line.strip_prefix("data: "))
             .filter_map(|data| serde_json::from_str::<Value>(data).ok())
-            .filter(|message| message.get("result").is_some() || message.get("error").is_some())
-            .last()
+            .rfind(|message| message.get("result").is_some() || message.get("error").is_some())
             .unwrap_or(Value::Null),
         other => other,
     };

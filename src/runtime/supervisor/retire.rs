@@ -121,20 +121,18 @@ impl Retired {
 
 /// A record this session retired that is no longer kept in memory, read
 /// from the store (`unknown_subagent` when it has none).
-pub(super) fn from_store(
+pub(super) async fn from_store(
     store: StoreHandle,
     session: Arc<str>,
     id: SubagentId,
-) -> impl Future<Output = Result<RetiredTask, HostError>> {
-    async move {
-        let unknown = || HostError::unknown_subagent(&id.to_string());
-        if !store.is_durable() {
-            return Err(unknown());
-        }
-        let query = FaceQuery::Retired { session: session.to_string(), id };
-        let rows = store.query(query).await.map_err(|err| HostError::runtime(format!("the store: {err}")))?;
-        rows.first().and_then(|text| RetiredTask::parse(text)).ok_or_else(unknown)
+) -> Result<RetiredTask, HostError> {
+    let unknown = || HostError::unknown_subagent(&id.to_string());
+    if !store.is_durable() {
+        return Err(unknown());
     }
+    let query = FaceQuery::Retired { session: session.to_string(), id };
+    let rows = store.query(query).await.map_err(|err| HostError::runtime(format!("the store: {err}")))?;
+    rows.first().and_then(|text| RetiredTask::parse(text)).ok_or_else(unknown)
 }
 
 impl Supervisor {
@@ -194,7 +192,7 @@ impl Supervisor {
         }
         self.keep_retired(Arc::new(task));
         self.retired.count += 1;
-        if self.retired.count % TRIM_EVERY == 0 {
+        if self.retired.count.is_multiple_of(TRIM_EVERY) {
             let keep = self.host.limits.retired_stored as u64;
             self.log.record(|session| Change::RetiredTrim { session, keep });
         }
