@@ -90,6 +90,22 @@ async function main() {
     return columns.filter((column) => column.getBoundingClientRect().right > pane.right + 0.5).map((c) => c.textContent);
   });
   if (clipped.length) throw new Error(`tree columns cut off at 1280 px: ${clipped}`);
+  // Nor of the sessions table: each header shows whole, and the table (its
+  // last column too) ends inside its pane and the window.
+  const cut = await page.evaluate(() => {
+    const paneElement = document.getElementById("sessions-pane");
+    const style = getComputedStyle(paneElement);
+    const inner = paneElement.getBoundingClientRect().right - parseFloat(style.paddingRight) - parseFloat(style.borderRightWidth);
+    const edge = Math.min(inner, window.innerWidth) + 0.5;
+    const heads = [...document.querySelectorAll("#sessions th")];
+    const found = heads
+      .filter((th) => th.scrollWidth > th.clientWidth || th.getBoundingClientRect().right > edge)
+      .map((th) => `${th.textContent} (${th.scrollWidth} px in ${th.clientWidth}, right edge ${th.getBoundingClientRect().right})`);
+    const table = document.getElementById("sessions").getBoundingClientRect();
+    if (table.right > edge) found.push(`the table ends at ${table.right} px, past ${edge - 0.5}`);
+    return found;
+  });
+  if (cut.length) throw new Error(`sessions columns cut off at 1280 px: ${cut.join("; ")}`);
   say("READY");
 
   const lines = readline.createInterface({ input: process.stdin });

@@ -9,24 +9,33 @@
 //!   "After reading this you can …", and that no page but
 //!   docs/perf-history.md cites internal history.
 //! - The blocks named here run as written: the README's quickstart (the
-//!   real binary on a free port, the block's curl commands through bash,
-//!   Ctrl-C at the end), its TCP and stdio examples, and observability.md's
-//!   scrape, whose metric families must be the page's table.
+//!   real binary on a free port; the client block's curl commands through
+//!   bash, the live view's API showing the session while its task runs and
+//!   after, until the end block, run in the same shell, closes it; Ctrl-C at
+//!   the end), its TCP and stdio examples, mcp-server.md's call by hand,
+//!   and observability.md's scrape, whose metric families must be the
+//!   page's table. The README's "Real models" config loads with the host's
+//!   own loader.
 //! - docs/configuration.md's full example loads with the host's own loader,
 //!   equals the defaults, and starts the real binary; every key the config
 //!   structs accept appears on that page.
 //!
 //! Each block runs in a directory of its own under the temp dir, so a run
-//! writes nothing tracked.
+//! writes nothing tracked; there `./target/release/subagentd`, as the README
+//! calls it from the clone's root, is the tested binary.
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use subagent_host::config::FileConfig;
 
-use crate::e2e_support::{drain_stderr, signal, wait, Server, PATIENCE};
+use crate::common::eventually_blocking;
+use crate::e2e_support::{drain_stderr, http, signal, wait, Server, PATIENCE};
 
 mod markdown;
 
@@ -34,14 +43,19 @@ use markdown::{blocks, named_block, read};
 
 // ---- the blocks, run as written ---------------------------------------------
 
-/// A directory of its own under the temp dir, removed on drop.
+/// A directory of its own under the temp dir, removed on drop, with the
+/// tested binary at `./target/release/subagentd`, where the README's
+/// blocks, run from the clone's root, find the one `cargo build --release`
+/// made.
 struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(what: &str) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
         let dir = std::env::temp_dir().join(format!("subagentd-docs-{what}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
+        std::fs::create_dir_all(dir.join("target/release")).expect("scratch dir");
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_subagentd"), dir.join("target/release/subagentd"))
+            .expect("the binary, linked where the README calls it");
         Self(dir)
     }
 }
@@ -94,11 +108,49 @@ fn needs(program: &str) {
     assert!(found.status.success(), "the documentation's examples need `{program}` on the PATH: install it");
 }
 
+/// The lines a child writes on stdout, as they come.
+fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads `lines` up to and including the first that contains `wanted`,
+/// keeping each in `said`.
+fn read_until(lines: &mpsc::Receiver<String>, wanted: &str, said: &mut String) {
+    loop {
+        let line = lines
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|_| panic!("the quickstart never said {wanted:?}; it said: {said}"));
+        said.push_str(&line);
+        said.push('\n');
+        if line.contains(wanted) {
+            return;
+        }
+    }
+}
+
+/// The quickstart's session as the live view's API lists it (its client
+/// handshakes as `me`): its subagents counted by status, or None.
+fn quickstart_session(addr: &str) -> Option<Value> {
+    let (status, body) = http(addr, "GET", "/admin/sessions", &[], "");
+    assert_eq!(status, 200, "{body}");
+    body["sessions"].as_array()?.iter().find(|s| s["agent_id"] == "me").map(|s| s["subagents"].clone())
+}
+
 #[test]
-fn the_readme_quickstart_runs_as_written_and_ctrl_c_stops_the_server() {
+fn the_readme_quickstart_runs_as_written_shows_in_the_live_view_and_ctrl_c_stops_the_server() {
     needs("curl");
     let server_block = named_block("README.md", "quickstart-server");
     let client_block = named_block("README.md", "quickstart-client");
+    let end_block = named_block("README.md", "quickstart-end");
     assert!(server_block.contains("127.0.0.1:8080") && client_block.contains("127.0.0.1:8080"));
     let dir = Scratch::new("quickstart");
     // The server block, on a port of its own (`exec`: the pid is the server's).
@@ -112,9 +164,31 @@ fn the_readme_quickstart_runs_as_written_and_ctrl_c_stops_the_server() {
             break addr.to_owned();
         }
     };
-    let output = run_to_end(bash(&dir.0, &client_block.replace("127.0.0.1:8080", &addr)));
-    let said = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the quickstart failed: {said}\n{}", String::from_utf8_lossy(&output.stderr));
+    // The client block, then the end block in the same shell (its session
+    // and `send` are the client block's), once the test has looked at the
+    // live view as the reader would: the test's newline on stdin stands for
+    // the reader's pause.
+    let script = format!("{}\nread -r _\n{}", client_block.replace("127.0.0.1:8080", &addr), end_block);
+    let mut shell = KillOnDrop(
+        bash(&dir.0, &script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("bash"),
+    );
+    let lines = stdout_lines(&mut shell.0);
+    let mut said = String::new();
+    // While the task runs, the block points the reader at /ui, which shows
+    // the session with its subagent running.
+    read_until(&lines, &format!("http://{addr}/ui"), &mut said);
+    eventually_blocking("the live view lists the session, its subagent RUNNING", PATIENCE, || {
+        quickstart_session(&addr).filter(|counts| counts["RUNNING"] == 1).ok_or("not RUNNING")
+    });
+    // Its result is in; the session stays open, the subagent COMPLETED.
+    read_until(&lines, "stays open", &mut said);
+    let counts = quickstart_session(&addr).expect("the session stays open after the client block");
+    assert_eq!(counts["COMPLETED"], 1, "{counts}");
     for wanted in [
         "\"type\":\"handshake/resp\"",
         "\"type\":\"SUBAGENT_SPAWN_RESP\"",
@@ -125,6 +199,26 @@ fn the_readme_quickstart_runs_as_written_and_ctrl_c_stops_the_server() {
     ] {
         assert!(said.contains(wanted), "the quickstart's stream has no {wanted}: {said}");
     }
+    // The reader runs the end block: the session ends, and the shell with it.
+    let mut stdin = shell.0.stdin.take().expect("stdin piped");
+    writeln!(stdin).expect("the pause ends");
+    drop(stdin);
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = shell.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the end block did not end the session within {PATIENCE:?}: {said}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut errors = String::new();
+    if let Some(mut stderr) = shell.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut errors);
+    }
+    assert!(status.success(), "the quickstart failed: {said}\n{errors}");
+    eventually_blocking("the ended session leaves the live view", PATIENCE, || {
+        quickstart_session(&addr).map_or(Ok(()), |counts| Err(counts.to_string()))
+    });
     // The metrics page of observability.md, scraped from the same host: the
     // families it lists are the ones the host exports.
     let scrape = run_to_end(bash(
@@ -186,8 +280,8 @@ fn the_readme_stdio_example_answers_and_exits_at_end_of_input() {
 }
 
 #[test]
-fn the_readme_mcp_example_runs_a_subagent_to_its_result() {
-    let block = named_block("README.md", "run-mcp");
+fn the_mcp_server_page_call_by_hand_runs_a_subagent_to_its_result() {
+    let block = named_block("docs/mcp-server.md", "run-mcp");
     let dir = Scratch::new("mcp");
     let output = run_to_end(bash(&dir.0, &block));
     let said = String::from_utf8_lossy(&output.stdout);
@@ -197,6 +291,14 @@ fn the_readme_mcp_example_runs_a_subagent_to_its_result() {
     assert_eq!(answers.len(), 2, "{said}");
     assert_eq!(answers[0]["result"]["serverInfo"]["name"], "subagentd", "{said}");
     assert_eq!(answers[1]["result"]["structuredContent"]["status"], "COMPLETED", "{said}");
+}
+
+#[test]
+fn the_readme_real_models_config_loads_with_one_route_and_one_mcp_server() {
+    let text = named_block("README.md", "real-models-config");
+    assert!(text.lines().count() <= 5, "five lines at most: {text}");
+    let parsed = FileConfig::parse(&text).unwrap_or_else(|err| panic!("the README's config does not load: {err}"));
+    assert_eq!((parsed.routes.len(), parsed.mcp_servers.len()), (1, 1), "{text}");
 }
 
 // ---- the configuration page ------------------------------------------------

@@ -73,7 +73,7 @@ function drawSessions() {
       return `<tr data-session="${escapeHtml(s.session_id)}" class="${classes}">
         <td class="mono" title="${escapeHtml(s.session_id)}">${escapeHtml(s.session_id.slice(0, 8))}…</td>
         <td>${escapeHtml(s.transport)}</td>
-        <td title="${escapeHtml(s.peer)}">${escapeHtml(s.agent_id)}</td>
+        <td class="agent" title="${escapeHtml(`${s.agent_id} (${s.peer})`)}">${escapeHtml(s.agent_id)}</td>
         <td class="age">${formatAge(s.age_seconds)}</td>
         <td>${chips || '<span class="muted">none</span>'}</td></tr>`;
     })
