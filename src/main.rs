@@ -266,8 +266,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         // Before any address is printed: a signal sent by whoever read it
         // must never meet the default (fatal) action.
         let stop_signal = signals().map_err(|err| format!("cannot install signal handlers: {err}"))?;
-        // First, where its state lives (a newcomer's `./subagentd-data`).
-        eprintln!("subagentd: state in {}", url.describe());
+        // First, where its state lives (a newcomer's `./subagentd-data`);
+        // a host on stdio, a child of its client, prints nothing unasked.
+        if tcp.is_some() || http.is_some() {
+            eprintln!("subagentd: state in {}", url.describe());
+        }
         announce("tcp", &tcp);
         announce("http", &http);
         announce("metrics", &metrics);
