@@ -16,14 +16,27 @@
 //! - `main.rs` (the `subagentd` binary, feature `cli`): argument parsing,
 //!   binding, signals. [`logging`]: its non-blocking stderr logger.
 //! - [`server`]: `server::run(settings, listeners, shutdown)`, the service as
-//!   a library call. Uses everything below.
-//! - `transport`: stdio, TCP and HTTP + SSE (actix-web): bytes and
-//!   connections in, frames to a session, lines back out. → session, admin,
-//!   store.
+//!   a library call, and the HTTP routing table that mounts every face's
+//!   routes. Uses everything below.
+//! - `faces` (`a2a`, `mcp_server`, `operator`, and the `hosted` sessions
+//!   and `jsonrpc` envelope the first two share): the A2A front door, the
+//!   host as an MCP server (HTTP and `subagentd mcp` over stdio), the
+//!   operator's API, live view and people desk; each a codec over [`ops`].
+//!   → transport, session, faces::a2e, ops, admin, runtime, store, tools
+//!   and below.
+//! - `transport`: bytes and connections only: stdio, TCP, and A2E over
+//!   HTTP + SSE (actix-web) with the HTTP plumbing the faces share (tokens,
+//!   the Host/Origin check, SSE bodies). → session, admin, store.
 //! - [`session`]: one protocol connection ([`session::Connection`]):
-//!   handshake and auth, the session pools, byte bounds on requests, the two
-//!   A2E namespaces as faces over the operations table, the bounded input
-//!   and outbox. → ops, admin, runtime, store.
+//!   handshake and auth, the session pools, the registry of sessions served
+//!   over HTTP (A2E's and the hosted faces'), byte bounds on requests,
+//!   resuming stored sessions, the bounded input. → faces::a2e, outbox, ops,
+//!   admin, runtime, store.
+//! - `faces::a2e`: the A2E face: both subagent namespaces (`SUBAGENT_*`,
+//!   `multi_agent/*`), `tool/*` and the `mcp/*` namespace decoded into
+//!   operations, and their reply lines. → outbox, ops, runtime, tools,
+//!   store. `outbox`: a session's bounded outbox and the slow-client rule.
+//!   → admin, store, event, metrics.
 //! - [`adapter`]: implementations of [`AgentAdapter`] (scripted, openai,
 //!   command; the model's tool calls are a face over [`ops`]), the
 //!   routing table built from the config, the provider gates every model
@@ -69,11 +82,13 @@ pub mod config;
 mod entries;
 mod error;
 pub mod event;
+mod faces;
 mod ids;
 #[cfg(feature = "cli")]
 pub mod logging;
 mod metrics;
 pub mod ops;
+mod outbox;
 pub mod protocol;
 mod runtime;
 pub mod server;

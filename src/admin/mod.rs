@@ -1,5 +1,5 @@
 //! The operator's side of the host, behind `/ui` and `/admin/*` (see
-//! `transport::http::admin_routes`): [`Admin`] keeps the protocol sessions open
+//! `crate::faces::operator`): [`Admin`] keeps the protocol sessions open
 //! now, each with its tree, and the [`hub`] through which their events
 //! reach the operator's streams.
 //!

@@ -1,6 +1,7 @@
 //! The host's operations, named once. Every face decodes into an
 //! [`Operation`] and encodes its [`Outcome`]: the `SUBAGENT_*` namespace and
-//! `multi_agent/*` (`session/face_*.rs`), the model's tool calls
+//! `multi_agent/*` (`faces/a2e/*_namespace.rs`), the A2A and MCP faces and
+//! the operator's API (`faces/`), the model's tool calls
 //! (`adapter/openai/tool_calls.rs`), and the [`Tree`](crate::Tree) and
 //! [`TaskContext`](crate::TaskContext) methods that embedders and adapters
 //! call. A new face is a codec over this table, never a new set of arms.

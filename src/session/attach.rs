@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::input::InputSender;
-use super::outbox_ends::OutboxReceiver;
+use crate::outbox::OutboxReceiver;
 use crate::store::SessionLog;
 
 /// What serves sessions without a connection of their own (the HTTP

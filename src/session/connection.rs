@@ -9,8 +9,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::handshake::Grant;
-use super::{relay, reply, InputReceiver, Outbox, PoolSlot, Service};
+use super::{relay, InputReceiver, Outbox, PoolSlot, Service};
 use crate::admin::Listed;
+use crate::faces::a2e::ListSize;
 use crate::ids::SubagentId;
 use crate::metrics::metrics;
 use crate::protocol::encode;
@@ -98,7 +99,7 @@ pub struct Connection {
     // Who the client is, for logs (a socket address, `stdio`).
     pub(super) peer: String,
     // The size of the last list answered, measured once per change.
-    pub(super) lists: Arc<reply::ListSize>,
+    pub(super) lists: Arc<ListSize>,
     // Where this session's state changes and lines are recorded.
     pub(super) log: Arc<SessionLog>,
     // `stdio`, `tcp` or `http` (stored with the session).

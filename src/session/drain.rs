@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::connection::{finish, Connection};
-use super::reply::error_line;
 use super::Outbox;
 use crate::error::{ErrorCode, HostError};
+use crate::faces::a2e::error_line;
 use crate::ids::SubagentId;
 use crate::protocol::codec::Frame;
 use crate::protocol::request::decode_line;

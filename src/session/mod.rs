@@ -1,5 +1,6 @@
 //! One protocol session per connection (or HTTP session): handshake and
-//! auth, dispatch of decoded requests, and the bounded outbox.
+//! auth, the session pools, the registry of HTTP-served sessions, and
+//! resuming stored ones.
 //!
 //! A [`Connection`] reads `Frame`s from its input channel and answers
 //! every request with exactly one final reply on its outbox. Requests run
@@ -20,50 +21,45 @@
 //! - `service`: the process-wide [`Service`] that opens sessions and
 //!   counts them in their pools; `stored_sessions`: claiming, restoring and
 //!   keeping stored sessions; `parking`: sessions served without a client.
-//! - `dispatch`: a subagent request through its face (`face_subagent`,
-//!   `face_multi_agent`) and the operations table; `reply`: its reply line
-//!   and the outbox room it takes.
+//! - `crate::faces::a2e` serves each subagent request (both namespaces,
+//!   `tool/*`, `mcp/*`) through the operations table, with its reply line.
+//! - `registry`: the sessions served over HTTP (A2E's `/session`, and the
+//!   sessions the A2A and MCP faces host), their lifecycle; `adopt`:
+//!   serving stored sessions that no client came back for.
 //! - `auth`: token checking; `owner`: whose a session is, and the
 //!   caller it counts against (`max_sessions_per_caller`).
-//! - `outbox`: the bounded outbox and the slow-client rule.
+//! - `crate::outbox`: the bounded outbox and the slow-client rule.
 //! - `handshake`: the handshake's answer; `resume`, `relay`: resuming a
 //!   stored session.
 //! - `drain`: the end of a `shutdown` (or stdio EOF): tasks may finish while
 //!   later requests are refused with `invalid_state`.
 
+mod adopt;
 mod attach;
 mod auth;
 mod connection;
-mod dispatch;
 mod drain;
-mod face_mcp;
-mod face_multi_agent;
-mod face_subagent;
-mod face_tools;
 mod frames;
 mod handshake;
 mod input;
-mod outbox;
-mod outbox_ends;
-#[cfg(test)]
-mod outbox_tests;
 mod owner;
 mod parking;
+mod registry;
 mod relay;
-mod reply;
 mod resume;
 mod service;
 mod stored_sessions;
 
+pub(crate) use crate::faces::a2e::error_line;
+pub use crate::outbox::{Outbox, OutboxReceiver, OutboxSink, Reservation};
+pub(crate) use adopt::adopt_orphans;
 pub use attach::{Attach, Attachment};
 pub use auth::Auth;
 pub use connection::{Connection, ConnectionEnd};
 pub use drain::SHUTTING_DOWN;
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
-pub use outbox::{Outbox, Reservation};
-pub use outbox_ends::{OutboxReceiver, OutboxSink};
 pub use owner::{caller_key, Owner, Refusal};
-pub(crate) use reply::error_line;
+pub(crate) use registry::{lock, HttpEntry, HttpSessions, ReaderHold};
 pub use service::{is_caller_limit, OpenedConnection, Parked, PoolSlot, Service, INPUT_QUEUE};
 pub use stored_sessions::{face_of, is_in_use, NEW_SESSION_DEADLINE};

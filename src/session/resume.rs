@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::connection::{Connection, Ending, State};
 use super::handshake::{self, Grant};
-use super::outbox_ends::OutboxSink;
-use super::reply::error_line;
+use crate::faces::a2e::error_line;
+use crate::outbox::OutboxSink;
 use crate::protocol::request::HandshakeRequest;
 use crate::store::{Acquire, Change, SessionLog, SessionRow};
 
@@ -146,7 +146,7 @@ impl Connection {
             .host()
             .open_logged_tree(Arc::new(OutboxSink::new(self.outbox.clone(), service.admin().tap(wanted))), log.clone());
         // Its own MCP servers first: its tasks resume calling them.
-        super::face_mcp::restore_servers(&tree).await;
+        crate::faces::a2e::restore_servers(&tree).await;
         let resumed = match tree.restore(stored.subagents).await {
             Ok(resumed) => resumed,
             Err(err) => {

@@ -18,12 +18,12 @@ use tokio_util::sync::CancellationToken;
 use super::attach::Attach;
 use super::auth::Auth;
 use super::input::{self, InputSender};
-use super::outbox::Outbox;
-use super::outbox_ends::{OutboxReceiver, OutboxSink};
 use super::Connection;
 use crate::admin::Admin;
 use crate::config::Limits;
 use crate::error::HostError;
+use crate::outbox::Outbox;
+use crate::outbox::{OutboxReceiver, OutboxSink};
 use crate::runtime::Host;
 use crate::store::{SessionLog, SessionOwner, StoreHandle};
 

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::Grant;
 use super::input;
-use super::outbox::Outbox;
-use super::outbox_ends::OutboxSink;
 use super::service::{OpenedConnection, PoolSlot, Served, Service};
 use super::Connection;
 use crate::error::HostError;
+use crate::outbox::Outbox;
+use crate::outbox::OutboxSink;
 use crate::protocol::codec::Frame;
 use crate::store::{Acquire, Acquired, SessionLog, SessionOwner, SessionRow};
 
@@ -182,7 +182,7 @@ impl Service {
         let tree =
             self.host.open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(id))), log.clone());
         // Its own MCP servers first: its tasks resume calling them.
-        super::face_mcp::restore_servers(&tree).await;
+        crate::faces::a2e::restore_servers(&tree).await;
         let resumed = tree.restore(stored.subagents).await?;
         let (input, input_rx) =
             input::channel(input_queue.max(stored.inbound.len() + 1), self.limits().input_max_bytes);

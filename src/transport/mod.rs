@@ -1,9 +1,10 @@
-//! Front ends of the service; each connection or HTTP session is one
-//! protocol session with its own subagent tree.
+//! Front ends of the service, bytes and connections only; each connection
+//! or HTTP session is one protocol session with its own subagent tree.
 //!
 //! - [`stdio`]: one session on stdin/stdout.
 //! - [`tcp`]: NDJSON over TCP, one session per connection.
-//! - [`http`]: HTTP + SSE (actix-web).
+//! - [`http`]: A2E over HTTP + SSE (actix-web), and the HTTP plumbing the
+//!   faces' routes share.
 //! - [`lines`]: reading frames from and writing lines to byte streams.
 
 pub(crate) mod http;

@@ -10,10 +10,10 @@ use serde_json::json;
 
 use super::request_info::{bearer, peer};
 use super::responses::{body_timeout, closing, error, ok_for};
-use super::HttpSessions;
+use crate::session::HttpSessions;
 use crate::session::{caller_key, is_caller_limit, INPUT_QUEUE};
 
-pub(super) async fn create(
+pub(crate) async fn create(
     req: HttpRequest,
     mut body: web::Payload,
     sessions: web::Data<HttpSessions>,

@@ -6,12 +6,12 @@ use actix_web::{web, HttpResponse};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 
-use super::HttpSessions;
+use crate::session::HttpSessions;
 
 /// `GET /ready`: 200 while the node can serve (its store answers and, on
 /// a cluster node, its leases are renewed), else 503; 503 too once it shuts
 /// down, so a router sends nothing more its way.
-pub(super) async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
+pub(crate) async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
     let store = sessions.service.store();
     if sessions.service.shutdown_token().is_cancelled() {
         return HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
@@ -31,7 +31,7 @@ pub(super) async fn ready(sessions: web::Data<HttpSessions>) -> HttpResponse {
 /// How long `/ready` waits for the store before it answers 503.
 const READY_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
-pub(super) async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
+pub(crate) async fn health(sessions: web::Data<HttpSessions>) -> HttpResponse {
     let store = sessions.service.store();
     let stats = store.stats();
     HttpResponse::Ok().json(json!({

@@ -28,9 +28,7 @@
 //!   `GET /ready` → 200 while the node can serve, 503 while its store is out
 //!   of reach (or does not answer within 500 ms) or it shuts down; it
 //!   answers within that deadline whatever the store does.
-//! - `GET /metrics` → the Prometheus metrics ([`metrics_endpoint`]).
-//! - `GET /ui` and `/admin/*` → the operator's live view and its API
-//!   ([`admin_routes`]).
+//! - `GET /metrics` → the Prometheus metrics (`metrics_endpoint`).
 //! - `POST /session`, `/send` and `/stream` name the session in an
 //!   `X-Session-Id` response header (a router learns where it is served),
 //!   and on a cluster node the node in `X-Subagentd-Node`. A request naming
@@ -51,7 +49,7 @@
 //! attached; until then it still counts toward `max_sessions`. Requests sent
 //! while it drains after `shutdown` are answered on the stream with
 //! `invalid_state`; once it has ended, `/send` answers 404. See
-//! `sessions.rs` for the lifecycle.
+//! `crate::session`'s `registry` for the lifecycle.
 //!
 //! Bounds on connections: a request body (`/send`, `/session`) must arrive
 //! in full within `limits.http_body_timeout_ms`, else the request is
@@ -60,39 +58,33 @@
 //! server holds at most `limits.max_connections` connections (split evenly
 //! over its workers) and stops accepting at that bound.
 //!
+//! The faces served beside these routes (`/a2a`, `/mcp`, `/ui` and
+//! `/admin/*`) live in `crate::faces`; the routing table that mounts them
+//! all is `crate::server`'s `http`. This module keeps the bytes: the A2E
+//! session routes and the plumbing every route shares.
+//!
 //! Files:
 //!
-//! - `http_server`: [`server`], the routing table.
 //! - `create_session`, `send_lines`, `sse_stream`: `POST /session`,
 //!   `POST /send`, `GET /stream`.
-//! - `health`: `GET /health` and `GET /ready`.
+//! - `health`: `GET /health` and `GET /ready`; `metrics_endpoint`:
+//!   `GET /metrics`.
 //! - `request_info`: the session a request names (if its caller may use
 //!   it), its peer and token.
 //! - `host_check`: the `Host` and `Origin` checks before every route.
 //! - `responses`: the answers every route shares.
-//! - `sessions`: the registry of HTTP sessions and their lifecycle.
-//! - `adopt`: serving stored sessions that no client came back for.
-//! - [`admin_routes`], `ui`: the operator's API and page.
-//! - [`metrics_endpoint`]: `GET /metrics`, and its own listener.
 
-pub(crate) mod a2a;
-mod admin_people;
-pub(crate) mod admin_routes;
-mod adopt;
 mod create_session;
-mod face_sessions;
 mod health;
-mod host_check;
-mod http_server;
-pub(crate) mod mcp;
-pub(crate) mod metrics_endpoint;
-mod request_info;
-mod responses;
+pub(crate) mod host_check;
+mod metrics_endpoint;
+pub(crate) mod request_info;
+pub(crate) mod responses;
 mod send_lines;
-mod sessions;
 mod sse_stream;
-mod ui;
 
-pub(crate) use adopt::adopt_orphans;
-pub(crate) use http_server::server;
-pub(crate) use sessions::HttpSessions;
+pub(crate) use create_session::create;
+pub(crate) use health::{health, ready};
+pub(crate) use metrics_endpoint::scrape;
+pub(crate) use send_lines::send;
+pub(crate) use sse_stream::stream;

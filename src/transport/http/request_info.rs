@@ -8,8 +8,8 @@ use serde_json::json;
 use std::sync::Arc;
 
 use super::responses::{error, SESSION_HEADER};
-use super::sessions::HttpEntry;
-use super::HttpSessions;
+use crate::session::HttpEntry;
+use crate::session::HttpSessions;
 use crate::session::Refusal;
 
 pub(super) async fn lookup(
@@ -101,12 +101,12 @@ fn is_session_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-pub(super) fn peer(req: &HttpRequest) -> String {
+pub(crate) fn peer(req: &HttpRequest) -> String {
     req.peer_addr().map_or_else(|| "an unknown peer".to_owned(), |addr| addr.to_string())
 }
 
 // The token of an `Authorization: Bearer <token>` header.
-pub(in crate::transport::http) fn bearer(req: &HttpRequest) -> Option<&str> {
+pub(crate) fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())

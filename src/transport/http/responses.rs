@@ -12,12 +12,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::request_info::peer;
-use super::HttpSessions;
+use crate::session::HttpSessions;
 
 /// An SSE response carrying what a writer task sends on `chunks` (each
 /// chunk whole events), ending when the writer drops its side; not cached,
 /// and not buffered by a proxy.
-pub(in crate::transport::http) fn sse_from(chunks: tokio::sync::mpsc::Receiver<Bytes>) -> HttpResponse {
+pub(crate) fn sse_from(chunks: tokio::sync::mpsc::Receiver<Bytes>) -> HttpResponse {
     let body = futures_util::stream::unfold(chunks, |mut chunks| async move {
         chunks.recv().await.map(|chunk| (Ok::<_, std::convert::Infallible>(chunk), chunks))
     });
@@ -48,7 +48,7 @@ pub(super) fn ok_for(sessions: &HttpSessions, id: &str) -> actix_web::HttpRespon
 
 /// Names the node that answered on every response of a face's routes (on
 /// a cluster node; nothing otherwise).
-pub(super) fn node_header(sessions: &HttpSessions) -> actix_web::middleware::DefaultHeaders {
+pub(crate) fn node_header(sessions: &HttpSessions) -> actix_web::middleware::DefaultHeaders {
     let headers = actix_web::middleware::DefaultHeaders::new();
     match sessions.service.store().node_id() {
         Some(node) => headers.add((NODE_HEADER, node)),

@@ -11,9 +11,9 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::request_info::lookup;
 use super::responses::{body_timeout, closing, error, ok_for};
-use super::sessions::HttpEntry;
-use super::HttpSessions;
 use crate::protocol::codec::{Frame, LineDecoder};
+use crate::session::HttpEntry;
+use crate::session::HttpSessions;
 
 // Hands one frame to the session without waiting: a full input queue (the
 // session is at its in-flight bound) is 429, an ended session 404.
@@ -52,7 +52,7 @@ fn moved() -> HttpResponse {
     )
 }
 
-pub(super) async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
+pub(crate) async fn send(req: HttpRequest, mut body: web::Payload, sessions: web::Data<HttpSessions>) -> HttpResponse {
     let mut ended = false;
     let response = take_lines(&req, &mut body, &mut ended, &sessions).await;
     if ended {

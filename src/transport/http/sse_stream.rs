@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::request_info::lookup;
 use super::responses::ok_for;
-use super::sessions::{lock, HttpEntry, ReaderHold};
-use super::HttpSessions;
 use crate::error::{ErrorCode, HostError};
 use crate::session::error_line;
+use crate::session::HttpSessions;
 use crate::session::OutboxReceiver;
+use crate::session::{lock, HttpEntry, ReaderHold};
 use crate::transport::lines::WRITE_BATCH;
 
 // One attached stream: counts itself in `streams` while it lives.
@@ -122,7 +122,7 @@ fn push_event(chunk: &mut Vec<u8>, seq: u64, line: &str) {
     chunk.extend_from_slice(b"\n\n");
 }
 
-pub(super) async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResponse {
+pub(crate) async fn stream(req: HttpRequest, sessions: web::Data<HttpSessions>) -> HttpResponse {
     let (id, session) = match lookup(&req, &sessions).await {
         Ok(found) => found,
         Err(response) => return *response,

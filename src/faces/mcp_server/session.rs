@@ -1,0 +1,477 @@
+//! One MCP session: the host session its tools act on, what its client
+//! said at `initialize`, and what flows back unasked. A pump reads the host
+//! session's events and turns them into progress notifications for the
+//! tool calls that follow a subtree, `notifications/resources/updated` for
+//! subscribed subagents, and elicitation requests for people's answers
+//! (approvals, questions) when the client can elicit.
+
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::incoming::{self as jsonrpc, id_key};
+use super::outlet::Outlet;
+use crate::faces::hosted::Context;
+use crate::ids::SubagentId;
+use crate::ops::{Caller, Operation};
+use crate::runtime::people::{AskKind, Given, PersonRequest};
+use crate::session::lock;
+
+/// The protocol versions served, newest first.
+pub(super) const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// MCP tasks a session lists (`tasks/list`).
+const TASKS_LISTED: usize = 1024;
+
+/// Finished request streams kept for a client that reconnects to one.
+const FINISHED_STREAMS_KEPT: usize = 64;
+
+/// What the client said at `initialize`.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ClientInfo {
+    /// The protocol version agreed.
+    pub(super) version: String,
+    /// Its capabilities.
+    pub(super) capabilities: Value,
+}
+
+impl ClientInfo {
+    /// Whether it takes `elicitation/create` (form mode).
+    pub(super) fn elicits(&self) -> bool {
+        let elicitation = &self.capabilities["elicitation"];
+        elicitation.is_object() && (elicitation.get("form").is_some() || elicitation.get("url").is_none())
+    }
+}
+
+/// A tool call that follows a subtree: its progress goes to `outlet`.
+#[derive(Debug)]
+pub(super) struct Watch {
+    outlet: Arc<Outlet>,
+    token: Option<Value>,
+    members: Mutex<HashSet<SubagentId>>,
+    sent: AtomicU64,
+}
+
+/// Keeps a [`Watch`] registered while it lives.
+#[derive(Debug)]
+pub(super) struct Watching {
+    session: Arc<McpSession>,
+    watch: Arc<Watch>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        lock(&self.session.watches).retain(|watch| !Arc::ptr_eq(watch, &self.watch));
+    }
+}
+
+/// Who asks: their principal (with `[auth]` tokens) and token.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Asker {
+    /// The token holder's name.
+    pub(super) principal: Option<String>,
+    /// The bearer token (for a new session's handshake).
+    pub(super) token: Option<String>,
+    /// The peer's address (its caller key without tokens).
+    pub(super) peer: Option<std::net::IpAddr>,
+}
+
+/// One MCP session.
+#[derive(Debug)]
+pub(super) struct McpSession {
+    /// The host session's id: the `Mcp-Session-Id`.
+    pub(super) id: String,
+    /// The host session.
+    pub(super) context: Arc<Context>,
+    /// The token holder it belongs to.
+    pub(super) principal: Option<String>,
+    /// What the client said at `initialize`.
+    pub(super) client: Mutex<ClientInfo>,
+    /// Messages that belong to no request (`GET /mcp`; over stdio, all).
+    pub(super) general: Arc<Outlet>,
+    /// How far the general outlet was read.
+    pub(super) general_read: AtomicU64,
+    // Request streams (HTTP), by number, for a client that reconnects.
+    streams: Mutex<HashMap<u64, Arc<Outlet>>>,
+    next_stream: AtomicU64,
+    // Calls that follow a subtree.
+    watches: Mutex<Vec<Arc<Watch>>>,
+    // Subscribed subagents (`resources/subscribe`).
+    subscriptions: Mutex<HashSet<SubagentId>>,
+    // Our requests waiting for the client's answer, by id.
+    asks: Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>,
+    next_ask: AtomicU64,
+    // People's requests already put to the client.
+    elicited: Mutex<HashSet<Arc<str>>>,
+    // The MCP tasks it made, oldest first (`tasks/list`).
+    tasks: Mutex<std::collections::VecDeque<String>>,
+    // Requests being served, by id: `notifications/cancelled` fires these.
+    inflight: Mutex<HashMap<String, CancellationToken>>,
+    // The reader of the general outlet now (`GET /mcp`).
+    general_reader: Mutex<CancellationToken>,
+    /// Fires when the session ends here.
+    pub(super) closed: CancellationToken,
+}
+
+impl McpSession {
+    /// A session over `context`; its pump starts at once.
+    pub(super) fn start(
+        id: String,
+        context: Arc<Context>,
+        principal: Option<String>,
+        client: ClientInfo,
+        general: Arc<Outlet>,
+    ) -> Arc<Self> {
+        let session = Arc::new(Self {
+            id,
+            context,
+            principal,
+            client: Mutex::new(client),
+            general,
+            general_read: AtomicU64::new(0),
+            streams: Mutex::default(),
+            next_stream: AtomicU64::new(1),
+            watches: Mutex::default(),
+            subscriptions: Mutex::default(),
+            asks: Mutex::default(),
+            next_ask: AtomicU64::new(1),
+            elicited: Mutex::default(),
+            tasks: Mutex::default(),
+            inflight: Mutex::default(),
+            general_reader: Mutex::default(),
+            closed: CancellationToken::new(),
+        });
+        let events = session.context.events.subscribe();
+        actix_rt::spawn(session.clone().pump(events));
+        session
+    }
+
+    /// The session's tree.
+    pub(super) fn tree(&self) -> &crate::runtime::Tree {
+        self.context.tree()
+    }
+
+    /// A client's caller, for the operations table.
+    pub(super) fn caller(&self) -> Caller<'_> {
+        Caller::Client { tree: self.tree(), frame: None }
+    }
+
+    /// What the client said at `initialize`.
+    pub(super) fn client(&self) -> ClientInfo {
+        lock(&self.client).clone()
+    }
+
+    /// A new request stream (HTTP), kept for a reconnect.
+    pub(super) fn new_stream(&self) -> Arc<Outlet> {
+        let outlet = Outlet::new(self.next_stream.fetch_add(1, Ordering::Relaxed));
+        let mut streams = lock(&self.streams);
+        if streams.len() >= FINISHED_STREAMS_KEPT {
+            let mut finished: Vec<u64> =
+                streams.iter().filter(|(_, outlet)| outlet.is_finished()).map(|(number, _)| *number).collect();
+            finished.sort_unstable();
+            for number in finished.iter().take(streams.len() + 1 - FINISHED_STREAMS_KEPT) {
+                streams.remove(number);
+            }
+        }
+        streams.insert(outlet.stream, outlet.clone());
+        outlet
+    }
+
+    /// Request stream `number`, or the general one (0).
+    pub(super) fn stream(&self, number: u64) -> Option<Arc<Outlet>> {
+        if number == 0 {
+            return Some(self.general.clone());
+        }
+        lock(&self.streams).get(&number).cloned()
+    }
+
+    /// Makes the caller the general outlet's one reader: the token fires
+    /// when a newer one comes.
+    pub(super) fn take_general_reader(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        std::mem::replace(&mut *lock(&self.general_reader), token.clone()).cancel();
+        token
+    }
+
+    /// Keeps an MCP task's id for `tasks/list` (the last [`TASKS_LISTED`]).
+    pub(super) fn add_task(&self, id: String) {
+        let mut tasks = lock(&self.tasks);
+        tasks.push_back(id);
+        if tasks.len() > TASKS_LISTED {
+            tasks.pop_front();
+        }
+    }
+
+    /// The MCP tasks it made, oldest first.
+    pub(super) fn tasks(&self) -> Vec<String> {
+        lock(&self.tasks).iter().cloned().collect()
+    }
+
+    /// Takes over `old`'s tasks (the same session, served again).
+    pub(super) fn inherit_tasks(&self, old: &McpSession) {
+        *lock(&self.tasks) = lock(&old.tasks).clone();
+    }
+
+    /// Registers request `id` as served now; the token fires when the
+    /// client cancels it.
+    pub(super) fn begin(&self, id: &Value) -> CancellationToken {
+        let token = self.closed.child_token();
+        lock(&self.inflight).insert(id_key(id), token.clone());
+        token
+    }
+
+    /// Request `id` was answered.
+    pub(super) fn end(&self, id: &Value) {
+        lock(&self.inflight).remove(&id_key(id));
+    }
+
+    /// Requests served now.
+    pub(super) fn inflight(&self) -> usize {
+        lock(&self.inflight).len()
+    }
+
+    /// `notifications/cancelled`: the request stops (a call that started
+    /// work cancels its subtree).
+    pub(super) fn cancel_request(&self, id: &Value) {
+        if let Some(token) = lock(&self.inflight).get(&id_key(id)) {
+            token.cancel();
+        }
+    }
+
+    /// The client's answer to request `id` of ours.
+    pub(super) fn take_answer(&self, id: &Value, outcome: Result<Value, Value>) {
+        let key = id.as_str().map(str::to_owned).unwrap_or_else(|| id.to_string());
+        if let Some(waiting) = lock(&self.asks).remove(&key) {
+            let _ = waiting.send(outcome);
+        }
+    }
+
+    /// Follows `root`'s subtree for a call: with a progress token, each of
+    /// its events is a `notifications/progress` on `outlet`.
+    pub(super) fn watch(self: &Arc<Self>, root: SubagentId, token: Option<Value>, outlet: Arc<Outlet>) -> Watching {
+        let watch =
+            Arc::new(Watch { outlet, token, members: Mutex::new(HashSet::from([root])), sent: AtomicU64::new(0) });
+        lock(&self.watches).push(watch.clone());
+        // Asked before the call started following: put to the client now.
+        self.elicit_pending();
+        Watching { session: self.clone(), watch }
+    }
+
+    /// Subscribes to (or, with `on` false, unsubscribes from) a subagent.
+    pub(super) fn subscribe(&self, subagent: SubagentId, on: bool) {
+        let mut subscriptions = lock(&self.subscriptions);
+        if on {
+            subscriptions.insert(subagent);
+        } else {
+            subscriptions.remove(&subagent);
+        }
+    }
+
+    // Reads the host session's events until it ends here.
+    async fn pump(self: Arc<Self>, mut events: broadcast::Receiver<Arc<Value>>) {
+        loop {
+            let event = tokio::select! {
+                event = events.recv() => event,
+                _ = self.closed.cancelled() => return,
+                _ = self.context.ended.cancelled() => return,
+            };
+            match event {
+                Ok(event) => self.on_event(&event),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    log::warn!("mcp session {}: {missed} events missed (a slow client)", self.id);
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    fn on_event(self: &Arc<Self>, event: &Value) {
+        let Some(subagent) = event["subagent_id"].as_str().and_then(SubagentId::parse) else { return };
+        let kind = event["event"].as_str().unwrap_or_default();
+        let content = &event["content"];
+        let parent = content["parent_agent_id"].as_str().and_then(SubagentId::parse);
+        let watches = lock(&self.watches).clone();
+        for watch in watches {
+            let follows = {
+                let mut members = lock(&watch.members);
+                if members.contains(&subagent) || parent.is_some_and(|parent| members.contains(&parent)) {
+                    members.insert(subagent);
+                    true
+                } else {
+                    false
+                }
+            };
+            if let (true, Some(token)) = (follows, &watch.token) {
+                let progress = watch.sent.fetch_add(1, Ordering::Relaxed) + 1;
+                let mut message = format!("{subagent} {kind}");
+                if let Some(text) = content["message"].as_str().or_else(|| content["error"].as_str()) {
+                    message = format!("{message}: {text}");
+                }
+                let params = json!({ "progressToken": token, "progress": progress, "message": message });
+                watch.outlet.push(&jsonrpc::notification("notifications/progress", params));
+            }
+        }
+        let root = content["root_agent_id"].as_str().and_then(SubagentId::parse);
+        let updated: Vec<SubagentId> = {
+            let subscriptions = lock(&self.subscriptions);
+            [Some(subagent), parent, root].into_iter().flatten().filter(|id| subscriptions.contains(id)).collect()
+        };
+        for id in updated.into_iter().collect::<HashSet<_>>() {
+            let params = json!({ "uri": super::resources::uri_of(&self.id, id) });
+            self.general.push(&jsonrpc::notification("notifications/resources/updated", params));
+        }
+        if matches!(kind, "approval_requested" | "input_requested") {
+            self.elicit_pending();
+        }
+    }
+
+    // Puts each of the session's pending requests for a person to the
+    // client once, when it can elicit.
+    fn elicit_pending(self: &Arc<Self>) {
+        if !self.client().elicits() {
+            return;
+        }
+        let tree = self.tree();
+        for request in tree.desk().pending(Some(tree.session_id())) {
+            if lock(&self.elicited).insert(request.id.clone()) {
+                actix_rt::spawn(self.clone().elicit(request));
+            }
+        }
+    }
+
+    // The outlet a message about `subagent` goes on: the stream of a call
+    // that follows it, else the general one.
+    fn outlet_for(&self, subagent: SubagentId) -> Arc<Outlet> {
+        lock(&self.watches)
+            .iter()
+            .find(|watch| lock(&watch.members).contains(&subagent))
+            .map(|watch| watch.outlet.clone())
+            .unwrap_or_else(|| self.general.clone())
+    }
+
+    // Asks the client (`elicitation/create`) and passes its answer on. A
+    // client that cancels leaves the request pending for another.
+    async fn elicit(self: Arc<Self>, request: Arc<PersonRequest>) {
+        let ask = format!("elicit-{}", self.next_ask.fetch_add(1, Ordering::Relaxed));
+        let (answered, answer) = oneshot::channel();
+        lock(&self.asks).insert(ask.clone(), answered);
+        let mut params = elicitation(&request);
+        if self.client().version.as_str() >= "2025-11-25" {
+            params["mode"] = json!("form");
+        }
+        self.outlet_for(request.subagent_id).push(&jsonrpc::request(&ask, "elicitation/create", params));
+        // Past its deadline the request is answered without us.
+        let left = (request.expires_at - crate::faces::hosted::now()).max(0.0);
+        let outcome = tokio::select! {
+            outcome = answer => outcome.ok(),
+            _ = self.closed.cancelled() => None,
+            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(left)) => None,
+        };
+        lock(&self.asks).remove(&ask);
+        let Some(Ok(result)) = outcome else {
+            lock(&self.elicited).remove(&request.id);
+            return;
+        };
+        let Some(given) = given_of(&request, &result) else {
+            log::debug!("mcp session {}: elicitation for {} not answered ({result})", self.id, request.id);
+            return;
+        };
+        let decide = Operation::Decide { id: request.id.to_string(), given };
+        if let Err(err) = decide.run(self.caller()).await {
+            log::debug!("mcp session {}: the answer to {} was not taken: {}", self.id, request.id, err.message);
+        }
+    }
+}
+
+// The `elicitation/create` params for a person's request.
+fn elicitation(request: &PersonRequest) -> Value {
+    match request.kind {
+        AskKind::Approval => {
+            let tool = request.tool.as_deref().unwrap_or("a tool");
+            let server = request.server.as_deref().map(|server| format!(" on {server}")).unwrap_or_default();
+            let arguments = request.arguments.as_ref().map(|args| format!(" with {args}")).unwrap_or_default();
+            let reason = request.reason.as_deref().map(|reason| format!(" ({reason})")).unwrap_or_default();
+            json!({
+                "message": format!("Subagent {} asks to call {tool}{server}{arguments}{reason}. Approve?", request.subagent_id),
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "decision": { "type": "string", "title": "Decision", "enum": ["approve", "deny"] },
+                        "note": { "type": "string", "title": "Note", "description": "Why (the subagent sees it)." }
+                    },
+                    "required": ["decision"]
+                }
+            })
+        }
+        AskKind::Question => {
+            let mut answer = json!({ "type": "string", "title": "Answer" });
+            if !request.choices.is_empty() {
+                answer["enum"] = json!(request.choices);
+            }
+            json!({
+                "message": format!("Subagent {} asks: {}", request.subagent_id, request.question.as_deref().unwrap_or_default()),
+                "requestedSchema": { "type": "object", "properties": { "answer": answer }, "required": ["answer"] }
+            })
+        }
+    }
+}
+
+// What the client's `ElicitResult` answers: `None` when it gave no answer
+// (cancelled, or a shape we cannot read).
+fn given_of(request: &PersonRequest, result: &Value) -> Option<Given> {
+    let content = result["content"].as_object().cloned().unwrap_or_else(Map::new);
+    let text = |key: &str| content.get(key).and_then(Value::as_str).map(str::to_owned);
+    match (result["action"].as_str()?, request.kind) {
+        ("accept", AskKind::Approval) => {
+            let note = text("note").unwrap_or_default();
+            match text("decision")?.to_ascii_lowercase().as_str() {
+                "approve" | "yes" => Some(Given::Approve { note }),
+                "deny" | "no" => Some(Given::Deny { note }),
+                _ => None,
+            }
+        }
+        ("decline", AskKind::Approval) => Some(Given::Deny { note: "declined by the MCP client".to_owned() }),
+        ("accept", AskKind::Question) => Some(Given::Answer { text: text("answer")? }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(kind: AskKind) -> PersonRequest {
+        PersonRequest {
+            id: "apr_1".into(),
+            kind,
+            session_id: "s".into(),
+            subagent_id: SubagentId(1),
+            path: Vec::new(),
+            tool: Some("fs__move_file".into()),
+            server: Some("fs".into()),
+            arguments: None,
+            reason: None,
+            question: Some("Which?".into()),
+            choices: vec!["a".into(), "b".into()],
+            requested_at: 0.0,
+            expires_at: 0.0,
+        }
+    }
+
+    #[test]
+    fn elicited_answers_become_decisions() {
+        let approval = request(AskKind::Approval);
+        let accept = json!({ "action": "accept", "content": { "decision": "approve", "note": "ok" } });
+        assert!(matches!(given_of(&approval, &accept), Some(Given::Approve { note }) if note == "ok"));
+        assert!(matches!(given_of(&approval, &json!({ "action": "decline" })), Some(Given::Deny { .. })));
+        assert!(given_of(&approval, &json!({ "action": "cancel" })).is_none());
+        let question = request(AskKind::Question);
+        let answer = json!({ "action": "accept", "content": { "answer": "b" } });
+        assert!(matches!(given_of(&question, &answer), Some(Given::Answer { text }) if text == "b"));
+        assert!(given_of(&question, &json!({ "action": "decline" })).is_none());
+        assert_eq!(elicitation(&question)["requestedSchema"]["properties"]["answer"]["enum"], json!(["a", "b"]));
+    }
+}
