@@ -28,6 +28,17 @@ const FOLLOWUPS_KEPT: usize = 64;
 const TASKS_WITH_FOLLOWUPS: usize = 1024;
 const FOLLOWUP_BYTES: usize = 8 << 20;
 
+/// Who asks a hosted face (A2A, MCP): their principal (when `[auth]` has tokens) and token.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Asker {
+    /// The token holder's name.
+    pub(crate) principal: Option<String>,
+    /// The bearer token (for a new session's handshake).
+    pub(crate) token: Option<String>,
+    /// The peer's address (its caller key without tokens).
+    pub(crate) peer: Option<std::net::IpAddr>,
+}
+
 /// A context's session served here, and its events.
 #[derive(Debug)]
 pub(crate) struct Context {

@@ -9,7 +9,7 @@ use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::memory::InboxMessage;
-use crate::runtime::people::{AnswerOutcome, Given};
+use crate::runtime::people::{AnswerOutcome, Desk, Given};
 use crate::runtime::task::TaskContext;
 use crate::runtime::Tree;
 
@@ -44,6 +44,15 @@ pub enum Caller<'a> {
         ctx: &'a TaskContext,
         /// The call's own id (a model's tool-call id), if it has one.
         call: Option<&'a str>,
+    },
+    /// The host's operator (`/admin/*`): may list a session's tree, cancel
+    /// or terminate any subagent in it, and answer what any session's
+    /// subagents ask a person; nothing else.
+    Operator {
+        /// Where every session's requests for a person wait.
+        desk: &'a Desk,
+        /// The session acted on (`None`: an answer, whichever session asks).
+        tree: Option<&'a Tree>,
     },
 }
 
@@ -176,7 +185,27 @@ impl Operation {
         match caller {
             Caller::Client { tree, frame } => self.run_for_client(tree, frame).await,
             Caller::Task { ctx, call } => self.run_in_task(ctx, call).await,
+            Caller::Operator { desk, tree } => self.run_for_operator(desk, tree).await,
         }
+    }
+
+    async fn run_for_operator(self, desk: &Desk, tree: Option<&Tree>) -> Result<Outcome, HostError> {
+        let name = self.name();
+        let session = tree.map(|tree| tree.session_id());
+        let tree = || tree.ok_or_else(|| HostError::new(ErrorCode::InvalidState, format!("{name} names a session")));
+        Ok(match self {
+            Self::List => Outcome::Listed(tree()?.list().await?),
+            Self::Cancel { target } => Outcome::Cancelled { target, stopped: tree()?.cancel(target).await? },
+            Self::Terminate { target } => Outcome::Terminated { target, stopped: tree()?.terminate(target).await? },
+            Self::Decide { id, given } => {
+                let outcome = desk.answer(&id, session, given).await?;
+                Outcome::Decided { id, outcome }
+            }
+            other => {
+                let what = format!("the operator lists, cancels, terminates and answers; not {}", other.name());
+                return Err(HostError::new(ErrorCode::InvalidState, what));
+            }
+        })
     }
 
     async fn run_for_client(self, tree: &Tree, frame: Option<FrameKey>) -> Result<Outcome, HostError> {

@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use super::model::{is_terminal, now, result_text, state_of, TaskSnapshot, UserMessage};
 use super::rpc::RpcError;
 use super::A2aFace;
+pub(super) use crate::faces::hosted::Asker;
 use crate::faces::hosted::{Context, Opener};
 use crate::ids::SubagentId;
 use crate::ops::{Caller, InputBounds, Operation, Outcome};
@@ -48,17 +49,6 @@ pub(super) fn session_of(principal: Option<&str>, context_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(format!("a2a\n{}\n{context_id}", principal.unwrap_or("")).as_bytes());
     digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// Who asks: their principal (when `[auth]` has tokens) and token.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Asker {
-    /// The token holder's name.
-    pub(super) principal: Option<String>,
-    /// The bearer token (for a new session's handshake).
-    pub(super) token: Option<String>,
-    /// The peer's address (its caller key without tokens).
-    pub(super) peer: Option<std::net::IpAddr>,
 }
 
 impl A2aFace {

@@ -12,16 +12,19 @@
 //! restored after a restart, bounded by every `[limits]` bound, its
 //! `Mcp-Session-Id` the session's id. The tools (`tools.rs`, run by
 //! `calls.rs`), MCP tasks (`tasks.rs`), `subagent://` resources
-//! (`resources.rs`), and what flows back unasked (`session.rs`) are the
+//! (`resources.rs`), and what flows back unasked (`session.rs`; a
+//! person's question as an elicitation, `elicitation.rs`) are the
 //! same over both transports; this file routes each method.
 //!
-//! Both transports carry JSON-RPC (`jsonrpc.rs`). The protocol is written
+//! Both transports carry JSON-RPC (`incoming.rs` reads a message; the
+//! envelopes and the error are the faces' shared `../jsonrpc.rs`). The protocol is written
 //! here rather than through `rmcp`'s server: `rmcp` 3 speaks the next
 //! protocol's tasks (SEP-2663) and has no place for 2025-11-25's (the
 //! `task` of `tools/call`, `execution.taskSupport`, `capabilities.tasks`,
 //! `tasks/result`, `tasks/list`), which this face serves.
 
 mod calls;
+mod elicitation;
 mod http;
 mod incoming;
 mod outlet;

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::routes::{refusal, refuse, AdminApi, CONFIRM_HEADER};
 use crate::error::ErrorCode;
+use crate::ops::{Caller, Operation, Outcome};
 use crate::protocol::encode::now_ts;
 use crate::Given;
 
@@ -87,10 +88,13 @@ pub(super) async fn answer(
     };
     let id = path.into_inner();
     log::info!("admin: {} {id}, answered by {}", given.decision(), crate::transport::http::request_info::peer(&req));
-    match api.service.host().desk().answer(&id, None, given).await {
-        Ok(outcome) => HttpResponse::Ok().json(json!({
+    let operator = Caller::Operator { desk: api.service.host().desk(), tree: None };
+    match (Operation::Decide { id, given }).run(operator).await {
+        Ok(Outcome::Decided { id, outcome }) => HttpResponse::Ok().json(json!({
             "ok": true, "id": id, "decision": outcome.decision, "accepted": outcome.accepted,
         })),
+        Ok(other) => HttpResponse::InternalServerError()
+            .json(json!({ "ok": false, "error": format!("the answer answered {other:?}"), "code": "runtime_error" })),
         Err(err) => {
             let status = match err.code {
                 ErrorCode::UnknownApproval => StatusCode::NOT_FOUND,

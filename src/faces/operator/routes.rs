@@ -51,6 +51,7 @@ use crate::admin::hub::MAX_WATCHES;
 use crate::admin::{LiveSession, Next, Watch};
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
+use crate::ops::{Caller, Operation, Outcome};
 use crate::session::{Auth, Service};
 use crate::transport::http::request_info::bearer;
 use crate::transport::lines::WRITE_BATCH;
@@ -276,12 +277,16 @@ async fn act(req: HttpRequest, path: web::Path<(String, String, String)>, api: w
         Err(refused) => return *refused,
     };
     log::info!("admin: {action} {sid} in session {id}, asked by {}", crate::transport::http::request_info::peer(&req));
-    let stopped = match action.as_str() {
-        "cancel" => session.tree.cancel(target_id).await,
-        _ => session.tree.terminate(target_id).await,
+    let operation = match action.as_str() {
+        "cancel" => Operation::Cancel { target: target_id },
+        _ => Operation::Terminate { target: target_id },
     };
-    match stopped {
-        Ok(stopped) => HttpResponse::Ok().json(json!({ "ok": true, "action": action, "stopped": stopped })),
+    let operator = Caller::Operator { desk: session.tree.desk(), tree: Some(&session.tree) };
+    match operation.run(operator).await {
+        Ok(Outcome::Cancelled { stopped, .. } | Outcome::Terminated { stopped, .. }) => {
+            HttpResponse::Ok().json(json!({ "ok": true, "action": action, "stopped": stopped }))
+        }
+        Ok(other) => failed(&HostError::runtime(format!("{action} answered {other:?}"))),
         Err(err) => failed(&err),
     }
 }
