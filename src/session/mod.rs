@@ -45,6 +45,7 @@ mod handshake;
 mod input;
 mod owner;
 mod parking;
+mod pool_slot;
 mod registry;
 mod relay;
 mod resume;

@@ -17,7 +17,8 @@
 //!
 //! - `backend`: the [`Store`] trait, its futures and errors.
 //! - `memory_store`: [`MemoryStore`], which keeps nothing.
-//! - `url`: [`StoreUrl`], which store to open.
+//! - `url`: [`StoreUrl`], which store to open; `open`: opening it.
+//! - `clock`: the wall clock in the store's milliseconds.
 //! - `change`: the changes and the rows loaded back.
 //! - `sql/`: the SQLite and PostgreSQL store, its migrations and queries.
 //! - `batch/`: a batch of changes folded per row into a few multi-row statements.
@@ -28,9 +29,11 @@
 mod backend;
 mod batch;
 mod change;
+mod clock;
 mod cluster;
 mod lock;
 mod memory_store;
+mod open;
 mod sql;
 mod url;
 mod writer;
@@ -40,6 +43,7 @@ pub use change::*;
 pub use cluster::{Acquire, Acquired, ClusterSettings, Fence, SessionOwner};
 pub use lock::DataDirLock;
 pub use memory_store::MemoryStore;
+pub use open::open;
 pub use sql::sqlite_before_start;
-pub use url::{open, StoreUrl};
+pub use url::StoreUrl;
 pub use writer::{CommitGate, CommitStats, LineMark, SessionLog, StoreHandle, WriterSettings};

@@ -1,10 +1,7 @@
 //! [`StoreUrl`]: which store to open, parsed from `--store` or `[store]`,
-//! and described for logs with any password hidden; and [`open`], which
-//! opens the store one names.
+//! and described for logs with any password hidden (`open` opens it).
 
 use std::path::{Path, PathBuf};
-
-use super::{ClusterSettings, StoreHandle, WriterSettings};
 
 /// Which store to open, from `--store` or `[store]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,22 +59,6 @@ fn redact(url: &str) -> String {
             None => url.to_owned(),
         },
         None => url.to_owned(),
-    }
-}
-
-/// Opens the store `url` names: connects, runs the migrations, and starts
-/// the writer thread. A store that cannot be reached, or whose schema is
-/// newer than this build knows, is an error naming why.
-///
-/// A PostgreSQL store makes this process a node of a cluster (`cluster`,
-/// or a fresh node id and the default lease): it joins before this returns.
-pub fn open(url: &StoreUrl, settings: WriterSettings, cluster: Option<ClusterSettings>) -> Result<StoreHandle, String> {
-    match url {
-        StoreUrl::Memory => Ok(StoreHandle::memory()),
-        StoreUrl::Sqlite(_) => super::writer::start(url.clone(), settings, None),
-        StoreUrl::Postgres(_) => {
-            super::writer::start(url.clone(), settings, Some(cluster.unwrap_or_else(ClusterSettings::fresh)))
-        }
     }
 }
 

@@ -7,13 +7,15 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::subagent_tables::Memories;
-use crate::entries::InboxMessage;
+use crate::entries::{InboxMessage, MemoryEntry};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
 use crate::store::{Change, Held, SessionRow, SubagentRow};
 
 pub(super) type Key = (Arc<str>, SubagentId);
+
+/// The memories of a batch, by owner.
+pub(super) type Memories<'a> = HashMap<Key, &'a Vec<MemoryEntry>>;
 
 /// A status change of a subagent not otherwise in the batch.
 #[derive(Debug, Clone)]

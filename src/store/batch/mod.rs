@@ -12,16 +12,22 @@
 //! array per column on PostgreSQL.
 //!
 //! - `fold`: the batch folded per row.
-//! - `compile`: the folded batch into statements.
-//! - `subagent_tables`: the statements of the `subagents` and `tasks` tables.
+//! - `compile`: the folded batch into statements, table after table.
+//! - `session_tables`: the statements of `sessions`, `journal` and `inbound`.
+//! - `subagent_tables`: the statements of `subagents` and `mailboxes`.
+//! - `task_tables`: the statements of `tasks` and `checkpoint_parts`.
+//! - `face_tables`: the statements of what the faces keep.
 //! - `statement`: values, statements, parameter spelling, multi-row shapes.
 //! - `columns`: how values are stored in columns.
 
 mod columns;
 mod compile;
+mod face_tables;
 mod fold;
+mod session_tables;
 mod statement;
 mod subagent_tables;
+mod task_tables;
 
 pub(super) use columns::StoredMessage;
 pub(super) use compile::{compile, fold};

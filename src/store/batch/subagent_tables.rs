@@ -1,20 +1,15 @@
-//! The statements of the `subagents` and `tasks` tables: whole rows,
-//! status patches of rows not otherwise in the batch, memories (kept in
-//! their owner's row: with its row or patch when the batch has one, else
-//! on their own), and task inserts,
-//! updates (checkpoints, attempts) and deletes; and of `checkpoint_parts`,
-//! the items a task's checkpoints appended to a list of its state.
+//! The statements of the `subagents` table: whole rows, status patches of
+//! rows not otherwise in the batch, and memories (kept in their owner's
+//! row: with its row or patch when the batch has one, else on their own);
+//! and of `mailboxes`, a subagent's undelivered messages.
 
 use std::collections::HashMap;
 
-use super::columns::{int, json, key_args, status_text};
-use super::fold::{Key, PartsOp, Patch, TaskOp};
+use super::columns::{int, json, key_args, mailbox_json, status_text};
+use super::fold::{Key, Memories, Patch};
 use super::statement::{deletes, insert, insert_new, update_from, Arg, Dialect, Op};
-use crate::entries::MemoryEntry;
+use crate::entries::InboxMessage;
 use crate::store::SubagentRow;
-
-/// The memories of a batch, by owner.
-pub(super) type Memories<'a> = HashMap<Key, &'a Vec<MemoryEntry>>;
 
 // The memory column of `key`'s row: its memory when the batch has one
 // (NULL keeps the stored one).
@@ -143,82 +138,110 @@ pub(super) fn memory_updates<'a>(
     );
 }
 
-pub(super) fn task_ops<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, tasks: &'a HashMap<Key, TaskOp<'_>>) {
-    let mut deleted = Vec::new();
-    let mut inserted = Vec::new();
-    let mut updated = Vec::new();
-    for ((session, id), op) in tasks {
-        match op {
-            TaskOp::Delete => deleted.push((session.clone(), *id)),
-            TaskOp::Insert { task, task_no, attempt, step, checkpoint, .. } => inserted.push(key_args(
-                session,
-                *id,
-                [
-                    Arg::Text(json(&***task).into()),
-                    int(*task_no),
-                    int(u64::from(*attempt)),
-                    int(*step),
-                    Arg::OptText(checkpoint.map(|head| json(head.state).into())),
-                    Arg::OptText(checkpoint.and_then(|head| head.appended_to).map(Into::into)),
-                ],
-            )),
-            TaskOp::Update { attempt, checkpoint } => updated.push(key_args(
-                session,
-                *id,
-                [
-                    Arg::OptInt(attempt.map(i64::from)),
-                    Arg::OptInt(checkpoint.map(|(step, _)| i64::from(step))),
-                    Arg::OptText(checkpoint.map(|(_, head)| json(head.state).into())),
-                    Arg::OptText(checkpoint.and_then(|(_, head)| head.appended_to).map(Into::into)),
-                ],
-            )),
-        }
-    }
-    deletes(dialect, ops, "tasks", "subagent_id", &deleted);
+/// The mailboxes written in the batch: an emptied one deleted, the others
+/// stored whole.
+pub(super) fn mailboxes<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, mailboxes: &'a HashMap<Key, &Vec<InboxMessage>>) {
+    let (empty, full): (Vec<_>, Vec<_>) = mailboxes.iter().partition(|(_, messages)| messages.is_empty());
+    let emptied: Vec<Key> = empty.into_iter().map(|(key, _)| key.clone()).collect();
+    deletes(dialect, ops, "mailboxes", "subagent_id", &emptied);
+    let rows: Vec<Vec<Arg>> = full
+        .into_iter()
+        .map(|((session, id), messages)| key_args(session, *id, [Arg::Text(mailbox_json(messages).into())]))
+        .collect();
     insert(
         dialect,
         ops,
-        "tasks (session_id, subagent_id, task, task_no, attempt, step, checkpoint, appended_to)",
-        inserted,
-        "(session_id, subagent_id) DO UPDATE SET task = excluded.task, task_no = excluded.task_no, \
-         attempt = excluded.attempt, step = excluded.step, checkpoint = excluded.checkpoint, \
-         appended_to = excluded.appended_to",
-    );
-    update_from(
-        dialect,
-        ops,
-        "tasks",
-        "attempt = COALESCE(v.column3, tasks.attempt), step = COALESCE(v.column4, tasks.step), \
-         checkpoint = CASE WHEN v.column4 IS NULL THEN tasks.checkpoint ELSE v.column5 END, \
-         appended_to = CASE WHEN v.column4 IS NULL THEN tasks.appended_to ELSE v.column6 END",
-        "tasks.session_id = v.column1 AND tasks.subagent_id = v.column2",
-        6,
-        updated,
+        "mailboxes (session_id, subagent_id, messages)",
+        rows,
+        "(session_id, subagent_id) DO UPDATE SET messages = excluded.messages",
     );
 }
 
-/// The statements of `checkpoint_parts`: the deletes first (a list started
-/// over, a task ended), then one insert row per run of appended items,
-/// keyed by the index of its first item in the list.
-pub(super) fn checkpoint_parts<'a>(dialect: Dialect, ops: &mut Vec<Op<'a>>, parts: &'a HashMap<Key, PartsOp<'_>>) {
-    let reset: Vec<Key> = parts.iter().filter(|(_, op)| op.reset).map(|(key, _)| key.clone()).collect();
-    deletes(dialect, ops, "checkpoint_parts", "subagent_id", &reset);
-    let rows: Vec<Vec<Arg<'a>>> = parts
-        .iter()
-        .flat_map(|((session, id), op)| {
-            op.runs
-                .iter()
-                .filter(|(_, items)| !items.is_empty())
-                .map(|(from, items)| key_args(session, *id, [int(*from), Arg::Text(json(items).into())]))
-        })
-        .collect();
-    // A run stored again (a batch retried after its commit's outcome was
-    // lost) holds the same items.
-    insert(
-        dialect,
-        ops,
-        "checkpoint_parts (session_id, subagent_id, seq, items)",
-        rows,
-        "(session_id, subagent_id, seq) DO UPDATE SET items = excluded.items",
-    );
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::entries::MemoryEntry;
+    use crate::ids::SubagentId;
+    use crate::store::batch::compile::testing::{compiled, ended, row};
+    use crate::store::batch::compile::{compile, fold};
+    use crate::store::batch::statement::{Arg, Dialect, Op};
+    use crate::store::{Change, Held};
+
+    /// A spawned subagent's row is a plain insert (no key probe), unless
+    /// the batch retries a failed commit that may have landed: then it is
+    /// an upsert, on either engine.
+    #[test]
+    fn a_spawn_is_a_plain_insert_and_an_upsert_when_its_batch_is_retried() {
+        let session: Arc<str> = "s".into();
+        let id = SubagentId::parse("sub_00000001").unwrap();
+        let batch = vec![Change::Subagent { session, id, row: row() }];
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let folded = fold(&batch);
+            let (first, retried) = (compile(&folded, 1024, dialect, false), compile(&folded, 1024, dialect, true));
+            let insert = |ops: &[Op]| {
+                ops.iter().find(|op| op.sql.starts_with("INSERT INTO subagents")).expect("the row").sql.clone()
+            };
+            assert!(!insert(&first).contains("ON CONFLICT"), "{}", insert(&first));
+            assert!(insert(&retried).contains("ON CONFLICT (session_id, id) DO UPDATE"), "{}", insert(&retried));
+            assert_eq!(first.len(), retried.len());
+            assert_eq!(
+                first.iter().map(|op| &op.args).collect::<Vec<_>>(),
+                retried.iter().map(|op| &op.args).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn a_memory_is_written_in_its_owner_s_row() {
+        let session: Arc<str> = "s".into();
+        let (child, owner) = (SubagentId::parse("sub_00000002").unwrap(), SubagentId::parse("sub_00000001").unwrap());
+        let memory = |owner| Held {
+            memory: Some((owner, vec![MemoryEntry::Said { role: "user", content: "hi".into() }])),
+            mailbox: None,
+        };
+        // Its own memory, with its task's end: one update of its row.
+        let ops = compiled(&[ended(&session, child, memory(child))], 1024, Dialect::Postgres);
+        let rows: Vec<_> = ops.iter().filter(|op| op.sql.contains("subagents")).collect();
+        assert_eq!(rows.len(), 1, "{ops:#?}");
+        assert!(rows[0].sql.starts_with("UPDATE subagents") && rows[0].sql.contains("memory = COALESCE"), "{ops:#?}");
+        let stored = Arg::Texts(vec![Some(r#"[{"content":"hi","role":"user"}]"#.into())]);
+        assert_eq!(rows[0].args[8], stored, "{ops:#?}");
+        // A shared memory's owner, not otherwise in the batch: its column alone.
+        let ops = compiled(&[ended(&session, child, memory(owner))], 1024, Dialect::Sqlite);
+        let memory_only: Vec<_> = ops.iter().filter(|op| op.sql.contains("SET memory = v.column3")).collect();
+        assert_eq!(memory_only.len(), 1, "{ops:#?}");
+        assert_eq!(memory_only[0].args[1], Arg::Text(owner.to_string().into()));
+        // An owner spawned in the batch: in its insert.
+        let batch = [
+            Change::Subagent { session: session.clone(), id: owner, row: row() },
+            ended(&session, child, memory(owner)),
+        ];
+        let ops = compiled(&batch, 1024, Dialect::Sqlite);
+        let insert = ops.iter().find(|op| op.sql.starts_with("INSERT INTO subagents")).expect("insert");
+        assert!(
+            insert.args.iter().any(|arg| matches!(arg, Arg::OptText(Some(text)) if text.contains("hi"))),
+            "{insert:#?}"
+        );
+        assert!(!ops.iter().any(|op| op.sql.contains("SET memory = v.column3")), "{ops:#?}");
+    }
+
+    #[test]
+    fn on_postgres_a_row_with_nulls_keeps_each_column_in_its_array() {
+        let mut first = row();
+        first.parent_agent_id = Some("p".into());
+        let mut second = row();
+        second.ord = 1;
+        let batch = vec![
+            Change::Subagent { session: "s".into(), id: SubagentId::parse("sub_00000001").unwrap(), row: first },
+            Change::Subagent { session: "s".into(), id: SubagentId::parse("sub_00000002").unwrap(), row: second },
+        ];
+        let ops = compiled(&batch, 1024, Dialect::Postgres);
+        assert_eq!(ops.len(), 1, "{ops:#?}");
+        assert_eq!(ops[0].args.len(), 16, "one array per column");
+        let Arg::Texts(parents) = &ops[0].args[4] else { panic!("{:?}", ops[0].args[4]) };
+        let mut parents = parents.clone();
+        parents.sort();
+        assert_eq!(parents, [None, Some("p".to_owned())], "a null stays in its row");
+    }
 }

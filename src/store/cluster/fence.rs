@@ -1,6 +1,7 @@
 //! Fencing: the [`Fence`] every commit of a cluster node carries (the epoch
-//! it holds for each session in the batch), built from what it owns, and
-//! what a committed fence changes in it.
+//! it holds for each session in the batch), built from what it owns, what a
+//! committed fence changes in it, and how a commit's statement carries it
+//! (its prefix, its parameters, and the refusal that names lost sessions).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,6 +71,30 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The statement prefix that fences a batch: parameters `$1 … $5`.
+pub(in crate::store) const FENCE_CTE: &str = "fence AS (SELECT subagentd_fence($1, $2, $3, $4, $5) AS ok)";
+
+/// How many parameters [`FENCE_CTE`] takes.
+pub(in crate::store) const FENCE_PARAMS: usize = 5;
+
+/// Binds the fence's parameters (first, before the batch's own).
+pub(in crate::store) fn bind_fence<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    fence: &'q Fence,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query.bind(fence.node.as_str()).bind(&fence.ids).bind(&fence.epochs).bind(&fence.ends).bind(fence.lease_ms)
+}
+
+/// The sessions a refused commit named (SQLSTATE SA409, `fenced: a,b`).
+pub(in crate::store) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>> {
+    let db = err.as_database_error()?;
+    if db.code().as_deref() != Some("SA409") {
+        return None;
+    }
+    let list = db.message().strip_prefix("fenced: ")?;
+    Some(list.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect())
 }
 
 #[cfg(test)]

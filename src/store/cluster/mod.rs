@@ -28,7 +28,7 @@
 //!
 //! - `cluster_settings`: [`ClusterSettings`], this node and its lease.
 //! - `ownership`: what this node owns, and the [`SessionOwner`] it tells.
-//! - `fence`: the [`Fence`] each commit carries.
+//! - `fence`: the [`Fence`] each commit carries, and its statement parts.
 //! - `takeover`: taking a session, handing one off or back.
 //! - `queries`: the statements.
 //! - `node`: the node's own tasks (presence lock, renewal, notifications).
@@ -45,6 +45,6 @@ pub use fence::Fence;
 pub use ownership::SessionOwner;
 pub use takeover::{Acquire, Acquired};
 
+pub(super) use fence::{bind_fence, fenced_sessions, FENCE_CTE, FENCE_PARAMS};
 pub(super) use node::{start, Release};
 pub(super) use ownership::Cluster;
-pub(super) use queries::{bind_fence, fenced_sessions, FENCE_CTE, FENCE_PARAMS};

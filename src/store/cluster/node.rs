@@ -22,7 +22,7 @@ pub(in crate::store) type Release = Arc<dyn Fn(String) + Send + Sync>;
 pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release: Release) -> Result<(), String> {
     let node = cluster.node_id().to_owned();
     let mut presence = presence(&pool, &node).await?;
-    let started_ms = crate::store::writer::now_ms();
+    let started_ms = crate::store::clock::now_ms();
     // What an earlier process of this node held is released first: this
     // process owns nothing yet, and its presence lock says no other live
     // process runs as this node. Else those sessions would stay leased to
@@ -32,7 +32,7 @@ pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release
         if released > 0 {
             log::info!("cluster: node {node} released {released} sessions its previous process held");
         }
-        queries::renew(&pool, &cluster, started_ms).await
+        queries::renew(&pool, &cluster.settings, started_ms).await
     };
     register.await.map_err(|err| format!("cluster: cannot register node {node}: {err}"))?;
     let mut listener = PgListener::connect_with(&pool).await.map_err(|err| format!("cluster: cannot listen: {err}"))?;
@@ -118,7 +118,7 @@ async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64, check: bool) -
     }
     let before = cluster.leased();
     let renewed = async {
-        let lapsed = queries::renew(pool, cluster, started_ms).await?;
+        let lapsed = queries::renew(pool, &cluster.settings, started_ms).await?;
         let was_healthy = cluster.healthy.load(Ordering::Acquire);
         if lapsed || check || !was_healthy {
             Ok::<_, sqlx::Error>(Some(queries::held(pool, cluster.node_id()).await?))

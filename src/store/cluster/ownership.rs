@@ -70,7 +70,7 @@ impl Cluster {
     }
 
     pub(in crate::store) fn lease_ms(&self) -> i64 {
-        i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX)
+        self.settings.lease_ms()
     }
 
     pub(in crate::store) fn set_owner(&self, owner: Weak<dyn SessionOwner>) {

@@ -5,7 +5,7 @@ use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Row;
 use std::collections::HashSet;
 
-use super::{Cluster, Fence};
+use super::cluster_settings::ClusterSettings;
 
 /// The channel every node listens on.
 pub(super) const CHANNEL: &str = "subagentd";
@@ -23,11 +23,11 @@ pub(super) enum Attempt {
     Held { owner: String, wait_ms: i64 },
 }
 
-pub(super) async fn acquire(pool: &PgPool, cluster: &Cluster, id: &str) -> Result<Attempt, sqlx::Error> {
+pub(super) async fn acquire(pool: &PgPool, node: &ClusterSettings, id: &str) -> Result<Attempt, sqlx::Error> {
     let row = sqlx::query("SELECT epoch, owner, wait_ms FROM subagentd_acquire($1, $2, $3)")
         .bind(id)
-        .bind(cluster.node_id())
-        .bind(cluster.lease_ms())
+        .bind(node.node_id.as_str())
+        .bind(node.lease_ms())
         .fetch_one(pool)
         .await?;
     let epoch: i64 = row.try_get(0)?;
@@ -78,8 +78,13 @@ pub(super) async fn live_nodes(pool: &PgPool, lease_ms: i64) -> Result<usize, sq
 }
 
 /// Asks `owner` to hand `id` off to this node.
-pub(super) async fn ask_handoff(pool: &PgPool, cluster: &Cluster, id: &str, owner: &str) -> Result<(), sqlx::Error> {
-    let payload = format!("handoff {id} {owner} {}", cluster.node_id());
+pub(super) async fn ask_handoff(
+    pool: &PgPool,
+    node: &ClusterSettings,
+    id: &str,
+    owner: &str,
+) -> Result<(), sqlx::Error> {
+    let payload = format!("handoff {id} {owner} {}", node.node_id);
     sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(pool).await.map(drop)
 }
 
@@ -118,7 +123,7 @@ pub(super) async fn leave(pool: &PgPool, node: &str) -> Result<usize, sqlx::Erro
 /// sessions it owns (each session's lease is its node's). Returns whether
 /// the lease had lapsed before this renewal: other nodes may then have
 /// taken some of its sessions, and [`held`] says which it still holds.
-pub(super) async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> Result<bool, sqlx::Error> {
+pub(super) async fn renew(pool: &PgPool, node: &ClusterSettings, started_ms: i64) -> Result<bool, sqlx::Error> {
     // Every part of one statement sees the snapshot from before it: `before`
     // reads the lease this statement replaces.
     let row = sqlx::query(
@@ -129,10 +134,10 @@ pub(super) async fn renew(pool: &PgPool, cluster: &Cluster, started_ms: i64) -> 
          lease_until_ms = excluded.lease_until_ms) \
          SELECT coalesce((SELECT lease_until_ms FROM before), 0) <= subagentd_now_ms()",
     )
-    .bind(cluster.node_id())
-    .bind(cluster.lease_ms())
-    .bind(cluster.settings.http_addr.as_deref())
-    .bind(cluster.settings.tcp_addr.as_deref())
+    .bind(node.node_id.as_str())
+    .bind(node.lease_ms())
+    .bind(node.http_addr.as_deref())
+    .bind(node.tcp_addr.as_deref())
     .bind(started_ms)
     .fetch_one(pool)
     .await?;
@@ -158,28 +163,4 @@ pub(super) async fn take_presence(conn: &mut PgConnection, node: &str) -> Result
         .fetch_one(&mut *conn)
         .await?;
     row.try_get(0)
-}
-
-/// The statement prefix that fences a batch: parameters `$1 … $5`.
-pub(in crate::store) const FENCE_CTE: &str = "fence AS (SELECT subagentd_fence($1, $2, $3, $4, $5) AS ok)";
-
-/// How many parameters [`FENCE_CTE`] takes.
-pub(in crate::store) const FENCE_PARAMS: usize = 5;
-
-/// Binds the fence's parameters (first, before the batch's own).
-pub(in crate::store) fn bind_fence<'q>(
-    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    fence: &'q Fence,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    query.bind(fence.node.as_str()).bind(&fence.ids).bind(&fence.epochs).bind(&fence.ends).bind(fence.lease_ms)
-}
-
-/// The sessions a refused commit named (SQLSTATE SA409, `fenced: a,b`).
-pub(in crate::store) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>> {
-    let db = err.as_database_error()?;
-    if db.code().as_deref() != Some("SA409") {
-        return None;
-    }
-    let list = db.message().strip_prefix("fenced: ")?;
-    Some(list.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect())
 }

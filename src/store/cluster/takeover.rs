@@ -80,7 +80,7 @@ impl Cluster {
             let notified = released.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (owner, wait_ms) = match queries::acquire(pool, self, id).await? {
+            let (owner, wait_ms) = match queries::acquire(pool, &self.settings, id).await? {
                 Attempt::Owned(epoch) => {
                     self.owns(id, epoch);
                     log::info!("cluster: node {} owns session {id} at epoch {epoch}", self.node_id());
@@ -93,7 +93,7 @@ impl Cluster {
                 Attempt::Held { owner, wait_ms } => (owner, wait_ms),
             };
             if !owner.is_empty() && asked.as_deref() != Some(owner.as_str()) {
-                queries::ask_handoff(pool, self, id, &owner).await?;
+                queries::ask_handoff(pool, &self.settings, id, &owner).await?;
                 asked = Some(owner.clone());
             }
             let now = Instant::now();

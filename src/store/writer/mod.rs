@@ -28,4 +28,4 @@ pub use session_log::{LineMark, SessionLog};
 pub use store_handle::StoreHandle;
 pub use writer_settings::WriterSettings;
 
-pub(super) use thread::{now_ms, start};
+pub(super) use thread::start;

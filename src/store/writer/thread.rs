@@ -4,20 +4,16 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::commit::{commit, CommitStats};
 use super::store_handle::{Command, HandleInner, StoreHandle};
 use super::writer_settings::WriterSettings;
+use crate::store::clock::now_ms;
 use crate::store::cluster::{self, Acquired, Cluster, ClusterSettings};
 use crate::store::sql::SqlStore;
 use crate::store::{Change, Store, StoreUrl};
-
-/// Milliseconds since the Unix epoch.
-pub(in crate::store) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// Opens the SQL store on a new writer thread; returns once it is connected
 /// and migrated, or with the reason it could not be.
