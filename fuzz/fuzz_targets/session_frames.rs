@@ -26,11 +26,11 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use subagent_host::config::Limits;
-use subagent_host::ids::{IdRegistry, IdSource};
 use subagent_host::protocol::codec::{Frame, LineDecoder};
 use subagent_host::protocol::request::decode_line;
-use subagent_host::session::{Auth, Service, ConnectionEnd};
+use subagent_host::session::{Auth, ConnectionEnd, Service};
 use subagent_host::{Host, HostConfig};
+use subagent_host::{IdRegistry, IdSource};
 
 /// The token the session is opened with (the input may present others).
 const TOKEN: &str = "fuzz-token";
@@ -89,7 +89,7 @@ async fn run(data: &[u8]) {
         opened.input.try_send(frame).expect("the input queue holds every frame");
     }
     drop(opened.input);
-    let handle = opened.session.handle();
+    let tree = opened.connection.tree();
     let mut output = opened.output;
     let reader = actix_rt::spawn(async move {
         let mut lines = Vec::new();
@@ -98,7 +98,7 @@ async fn run(data: &[u8]) {
         }
         lines
     });
-    let end = opened.session.run().await;
+    let end = opened.connection.run().await;
     let lines = reader.await.expect("the reader ends with the session");
 
     assert!(matches!(end, ConnectionEnd::InputClosed | ConnectionEnd::Shutdown), "session ended {end:?}");
@@ -118,8 +118,8 @@ async fn run(data: &[u8]) {
             assert!(expected.contains_key(req_id), "{count} reply(ies) to {req_id:?}, which no request carried");
         }
     }
-    assert_eq!(handle.stats().actors(), 0, "an actor outlived its session");
-    assert_eq!(handle.stats().tasks(), 0, "a task outlived its session");
+    assert_eq!(tree.stats().actors(), 0, "an actor outlived its session");
+    assert_eq!(tree.stats().tasks(), 0, "a task outlived its session");
     assert_eq!(service.sessions(), 0, "the session's slot was not released");
 }
 

@@ -146,7 +146,7 @@ pub(crate) struct DeadlineCap {
 #[derive(Debug)]
 pub(crate) enum DeadlineClock {
     /// The task's own, in what it shares with its actor.
-    Own(std::rc::Rc<crate::runtime::task::TaskShared>),
+    Own(std::rc::Rc<crate::runtime::task::shared::TaskShared>),
     /// The wall-clock budget's.
     Wall(Arc<PauseClock>),
 }
@@ -221,7 +221,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_clock_moves_the_deadline_on_by_the_time_held() {
-        let shared = std::rc::Rc::new(crate::runtime::task::TaskShared::default());
+        let shared = std::rc::Rc::new(crate::runtime::task::shared::TaskShared::default());
         let base = Instant::now() + Duration::from_secs(1);
         let work = {
             let shared = shared.clone();

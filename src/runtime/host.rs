@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use super::memory;
 use super::merge_strategies::StrategyRegistry;
-use super::people::{ApprovalPolicy, Desk};
-use super::supervisor::Supervisor;
-use super::task::AdapterRouter;
+use super::people::desk::Desk;
+use super::people::policy::ApprovalPolicy;
+use super::supervisor::root::Supervisor;
+use super::task::router::AdapterRouter;
 use super::tree::Tree;
 use crate::config::Limits;
 use crate::event::EventSink;

@@ -10,7 +10,7 @@ use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
-use crate::runtime::supervisor::WaitToken;
+use crate::runtime::supervisor::waits::WaitToken;
 
 /// The mailbox capacity that never makes a sender wait: actix's largest
 /// (`usize::MAX >> 2`; a larger one overflows its sender count, which a debug

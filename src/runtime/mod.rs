@@ -39,7 +39,6 @@ pub(crate) mod trace;
 mod tree;
 pub(crate) mod usage;
 
-pub(crate) use host::HostContext;
 pub use host::{Host, HostConfig, TreeStats};
 pub use supervisor::{RetiredTask, FACE_TASK};
 pub use tree::Tree;

@@ -12,10 +12,11 @@ use std::time::Duration;
 use super::host::TreeStats;
 use super::inspect;
 use super::messages as msg;
-use super::supervisor::{self, Supervisor};
+use super::supervisor;
+use super::supervisor::root::Supervisor;
 use crate::error::HostError;
 use crate::ids::SubagentId;
-use crate::runtime::people::Desk;
+use crate::runtime::people::desk::Desk;
 use crate::store::{SessionLog, StoredSubagent};
 use crate::tools::{McpServer, SessionAlive, ToolHost};
 
@@ -151,7 +152,7 @@ impl Tree {
     /// that ended before are retired now.
     ///
     /// [`FACE_TASK`]: crate::runtime::FACE_TASK
-    pub async fn retire_finished(&self, stored: Vec<super::RetiredTask>) {
+    pub async fn retire_finished(&self, stored: Vec<supervisor::RetiredTask>) {
         let _ = self.inner.addr.send(supervisor::RetireFinished(stored)).await;
     }
 

@@ -18,7 +18,7 @@ use super::desk::{AskKind, Desk, Given, PersonRequest};
 use crate::event::{EventDetail, EventKind};
 use crate::protocol::encode::now_ts;
 use crate::protocol::wire::JsonObject;
-use crate::runtime::task::TaskContext;
+use crate::runtime::task::context::TaskContext;
 
 /// What a task asks its person.
 #[derive(Debug, Clone)]

@@ -11,8 +11,8 @@
 //!   in its checkpoint so a restart neither loses nor repeats it.
 
 mod ask;
-mod desk;
-mod policy;
+pub(super) mod desk;
+pub(super) mod policy;
 
 pub(crate) use ask::{Ask, PersonLedger};
 pub use desk::{AnswerOutcome, AskKind, Desk, Given, PersonRequest};

@@ -12,13 +12,13 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::gone::GoneSignal;
+use crate::runtime::host::{HostContext, TreeStats};
 use crate::runtime::lifecycle;
 use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
-use crate::runtime::supervisor::{AwaitReply, Supervisor};
-use crate::runtime::task::AgentAdapter;
+use crate::runtime::supervisor::root::{AwaitReply, Supervisor};
+use crate::runtime::task::adapter::AgentAdapter;
 use crate::runtime::usage::UsageMeter;
-use crate::runtime::{HostContext, TreeStats};
 use crate::store::{Change, Held, SessionLog};
 
 /// Counts this actor as live until it is dropped, then fires `gone`.

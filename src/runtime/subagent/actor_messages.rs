@@ -9,7 +9,7 @@ use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
-use crate::runtime::supervisor::Supervisor;
+use crate::runtime::supervisor::root::Supervisor;
 use crate::store::Change;
 use actix::prelude::*;
 use std::sync::Arc;

@@ -12,8 +12,8 @@
 //! - `actor_messages`: each message it answers.
 //! - `running`: starting a task inside the actor and recording how it ended.
 
-mod actor;
+pub(super) mod actor;
 mod actor_messages;
 mod running;
 
-pub(crate) use actor::{SubagentActor, SubagentSeed};
+pub(crate) use actor::SubagentActor;

@@ -14,15 +14,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::SubagentActor;
+use super::actor::SubagentActor;
 use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::runtime::clock::{self, DeadlineCap, DeadlineClock};
+use crate::runtime::host::TreeStats;
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
-use crate::runtime::task::{TaskCancel, TaskContext, TaskShared};
+use crate::runtime::task::context::TaskContext;
+use crate::runtime::task::shared::{TaskCancel, TaskShared};
 use crate::runtime::trace;
-use crate::runtime::TreeStats;
 use crate::store::Change;
 
 /// Longest task timeout honoured; larger `timeout_seconds` are clamped so the

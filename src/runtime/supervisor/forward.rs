@@ -7,7 +7,7 @@ use actix::dev::{MessageResponse as Respond, OneshotSender};
 use actix::prelude::*;
 
 use super::record::SharedAddr;
-use super::{AwaitReply, Supervisor};
+use super::root::{AwaitReply, Supervisor};
 use crate::error::HostError;
 use crate::protocol::wire::*;
 use crate::runtime::messages::*;

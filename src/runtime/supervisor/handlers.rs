@@ -7,7 +7,7 @@ use actix::dev::MessageResponse as Respond;
 use actix::prelude::*;
 
 use super::forward::Forward;
-use super::{AwaitReply, Supervisor};
+use super::root::{AwaitReply, Supervisor};
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
@@ -69,7 +69,7 @@ impl Handler<Await> for Supervisor {
 }
 
 impl Handler<BeginWait> for Supervisor {
-    type Result = Result<super::WaitToken, HostError>;
+    type Result = Result<super::waits::WaitToken, HostError>;
 
     fn handle(&mut self, msg: BeginWait, _ctx: &mut Self::Context) -> Self::Result {
         self.begin_wait(msg)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::record::{Entry, Slot, TaskTime};
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::protocol::wire::TaskDefinition;

@@ -22,6 +22,12 @@
 //! - `sleep`: stopping the actors of subagents left with nothing to do.
 //! - `waits`: the wait-for graph that refuses a wait which could never end.
 //! - `retire`: finished face tasks leave the tree, answered from their record.
+//!
+//! The rest of `runtime` names `Supervisor` by its file (`root`, visible
+//! to `runtime`), and the messages name `waits::WaitToken` so: a path
+//! through this file's re-exports is an import of this file, which
+//! re-exports `root`, and would tie its importers into one import circle
+//! with the whole supervisor.
 
 mod forward;
 mod handlers;
@@ -33,13 +39,13 @@ mod reports;
 mod requests;
 mod restore;
 mod retire;
-mod root;
+pub(super) mod root;
 mod sleep;
 mod stop;
-mod waits;
+pub(super) mod waits;
 
 pub(crate) use inspection::{CountStatuses, InspectOne, InspectTree};
 pub(crate) use retire::RetireFinished;
 pub use retire::{RetiredTask, FACE_TASK};
-pub(crate) use root::{AwaitReply, Supervisor};
+pub(crate) use root::Supervisor;
 pub(crate) use waits::WaitToken;

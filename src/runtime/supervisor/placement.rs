@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::record::{Caps, Entry, Slot, SpawnOrder};
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::SubagentId;

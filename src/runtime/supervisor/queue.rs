@@ -13,8 +13,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use super::AwaitReply;
-use super::Supervisor;
+use super::root::{AwaitReply, Supervisor};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::{SubagentStatus, TaskDefinition};

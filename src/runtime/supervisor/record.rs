@@ -17,8 +17,8 @@ use crate::runtime::gone::GoneSignal;
 use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::Ticket;
-use crate::runtime::people::AskKind;
-use crate::runtime::subagent::SubagentActor;
+use crate::runtime::people::desk::AskKind;
+use crate::runtime::subagent::actor::SubagentActor;
 use crate::runtime::usage::UsageMeter;
 
 /// A subagent actor's address, shared so that forwarding a request clones an

@@ -5,7 +5,7 @@
 use actix::prelude::*;
 
 use super::record::Slot;
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::event::EventKind;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;

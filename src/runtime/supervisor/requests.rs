@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::forward::Forward;
 use super::queue::Queued;
 use super::record::{Entry, SharedAddr, Slot};
-use super::{AwaitReply, Supervisor};
+use super::root::{AwaitReply, Supervisor};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
@@ -23,7 +23,7 @@ use crate::runtime::subagent::SubagentActor;
 impl Supervisor {
     /// Records a task's wait, or refuses it with `invalid_state` (and the
     /// ids around the cycle in `detail.cycle`) when it could never end.
-    pub(super) fn begin_wait(&mut self, msg: BeginWait) -> Result<super::WaitToken, HostError> {
+    pub(super) fn begin_wait(&mut self, msg: BeginWait) -> Result<super::waits::WaitToken, HostError> {
         let BeginWait { waiter, targets } = msg;
         let index = &self.index;
         let parent_of = |id: SubagentId| index.get(&id).and_then(|entry| entry.parent);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::queue::Queued;
 use super::record::{Caps, Entry, Slot, SpawnOrder};
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::record::Slot;
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::error::HostError;
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;

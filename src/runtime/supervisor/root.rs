@@ -14,11 +14,11 @@ use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
 use crate::runtime::gone::GoneSignal;
+use crate::runtime::host::{HostContext, TreeStats};
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
-use crate::runtime::subagent::{SubagentActor, SubagentSeed};
+use crate::runtime::subagent::actor::{SubagentActor, SubagentSeed};
 use crate::runtime::usage::{self, UsageMeter};
-use crate::runtime::{HostContext, TreeStats};
 use crate::store::SessionLog;
 
 /// An await's reply channel, falling back on this supervisor's records.

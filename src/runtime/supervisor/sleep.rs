@@ -20,7 +20,7 @@
 //! (`OfferSleep`), so that it does not stay awake for good.
 
 use super::record::Slot;
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::gone::GoneSignal;

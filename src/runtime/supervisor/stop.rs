@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::record::Slot;
-use super::Supervisor;
+use super::root::Supervisor;
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::AgentAdapter;
+use super::adapter::AgentAdapter;
 
 /// An ordered routing table from model globs to adapters.
 #[derive(Clone)]
