@@ -3,11 +3,12 @@
 //! cancelled (a running three-level tree), bearer tokens, and a task that
 //! survives a SIGKILL and restart on SQLite.
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::{http_with_headers, Server};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const V1: (&str, &str) = ("A2A-Version", "1.0");
 const JSON: (&str, &str) = ("Content-Type", "application/json");
@@ -75,15 +76,14 @@ fn state(task: &Value) -> &str {
 
 /// `GetTask` until `wanted` says yes (or 20 s).
 fn wait_task(addr: &str, id: &str, wanted: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually_blocking(&format!("task {id} gets there"), Duration::from_secs(20), || {
         let task = rpc(addr, "GetTask", json!({ "id": id })).expect("GetTask");
         if wanted(&task) {
-            return task;
+            Ok(task)
+        } else {
+            Err(task)
         }
-        assert!(Instant::now() < deadline, "task {id} never got there: {task}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 /// A streaming call, read to its end: each SSE `data:` line's JSON.
@@ -299,22 +299,22 @@ fn cancel_stops_a_running_three_level_tree_and_says_canceled() {
     let id = started["task"]["id"].as_str().unwrap().to_owned();
     assert!(["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"].contains(&state(&started["task"])), "{started}");
     let session = id.split_once('-').unwrap().0.to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while busy_in(addr, &session).is_none_or(|(busy, _)| busy < 3) {
-        assert!(Instant::now() < deadline, "the three levels never ran: {:?}", busy_in(addr, &session));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the three levels run", Duration::from_secs(10), || match busy_in(addr, &session) {
+        Some((3.., _)) => Ok(()),
+        seen => Err(format!("{seen:?}")),
+    });
     let cancelled = rpc(addr, "CancelTask", json!({ "id": id })).unwrap();
     assert_eq!(state(&cancelled), "TASK_STATE_CANCELED", "{cancelled}");
     let (busy, row) = busy_in(addr, &session).unwrap();
     assert_eq!(busy, 0, "nothing of the tree runs once CancelTask answered: {row}");
     // All three cancelled, or already retired (a finished task leaves the tree).
     assert!(row["subagents"]["CANCELLED"] == 3 || row["total"] == 0, "{row}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while busy_in(addr, &session).is_none_or(|(_, row)| row["total"] != 0) {
-        assert!(Instant::now() < deadline, "the cancelled task never left the tree: {:?}", busy_in(addr, &session));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the cancelled task leaves the tree", Duration::from_secs(5), || {
+        match busy_in(addr, &session) {
+            Some((_, row)) if row["total"] == 0 => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    });
     assert_eq!(state(&wait_task(addr, &id, |_| true)), "TASK_STATE_CANCELED");
     assert_eq!(rpc(addr, "CancelTask", json!({ "id": id })).unwrap_err()["code"], -32002);
 }
@@ -439,11 +439,10 @@ fn an_idle_context_is_let_go_but_its_tasks_stay_findable() {
         let (_, _, listed) = http_with_headers(addr, "GET", "/admin/sessions", &[], "");
         listed["sessions"].as_array().map_or(0, Vec::len)
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while served(addr) > 0 {
-        assert!(Instant::now() < deadline, "the idle context was never let go");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually_blocking("the idle context is let go", Duration::from_secs(10), || match served(addr) {
+        0 => Ok(()),
+        n => Err(format!("{n} sessions served")),
+    });
     let again = wait_task(addr, &id, |_| true);
     assert_eq!(state(&again), "TASK_STATE_COMPLETED", "found again from the store: {again}");
     assert_eq!(again["artifacts"][0]["parts"][0]["text"], "slow");

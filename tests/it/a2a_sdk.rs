@@ -6,11 +6,12 @@
 //! through the protocol, listing, and a missing task.
 
 use crate::a2a::{busy_in, three_levels};
+use crate::common::eventually_blocking;
 use crate::e2e_support::Server;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn python() -> PathBuf {
     let venv: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests/a2a/.venv/bin/python"].iter().collect();
@@ -94,11 +95,10 @@ fn the_sdk_answers_a_question_and_cancels_a_running_tree() {
     let session = task_id.split_once('-').unwrap().0.to_owned();
     let addr = server.http.as_deref().unwrap();
     let busy = || busy_in(addr, &session).unwrap_or((0, Value::Null));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while busy().0 < 3 {
-        assert!(Instant::now() < deadline, "the three levels never ran: {:?}", busy());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("the three levels run", Duration::from_secs(10), || match busy() {
+        (3.., _) => Ok(()),
+        (running, row) => Err(format!("{running} running: {row}")),
+    });
     let cancelled = check(&base, &["cancel", &task_id]);
     assert_eq!(cancelled["state"], "TASK_STATE_CANCELED", "{cancelled}");
     let (running, row) = busy();

@@ -69,14 +69,7 @@ fn plan(value: Value) -> TaskDefinition {
 impl Fixture {
     /// The next report from a waiter, within five seconds.
     async fn next(&self) -> Seen {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Ok(seen) = self.seen.try_recv() {
-                return seen;
-            }
-            assert!(Instant::now() < deadline, "no waiter reported within 5 s");
-            actix_rt::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually("a waiter reports", Duration::from_secs(5), || std::future::ready(self.seen.try_recv().ok())).await
     }
 
     /// Asserts that `who`'s wait was refused within 100 ms with the cycle

@@ -29,13 +29,12 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use subagent_host::config::FileConfig;
 
-use crate::common::eventually_blocking;
-use crate::e2e_support::{drain_stderr, http, signal, wait, Server, PATIENCE};
+use crate::common::{eventually_blocking, poll_until_blocking};
+use crate::e2e_support::{binary, drain_stderr, http, signal, wait, Server, PATIENCE};
 
 mod markdown;
 
@@ -54,7 +53,7 @@ impl Scratch {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
         let dir = std::env::temp_dir().join(format!("subagentd-docs-{what}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(dir.join("target/release")).expect("scratch dir");
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_subagentd"), dir.join("target/release/subagentd"))
+        std::os::unix::fs::symlink(binary(), dir.join("target/release/subagentd"))
             .expect("the binary, linked where the README calls it");
         Self(dir)
     }
@@ -66,9 +65,10 @@ impl Drop for Scratch {
     }
 }
 
-/// `bash -c SCRIPT` in `dir`, with the tested `subagentd` first on the PATH.
+/// `bash -c SCRIPT` in `dir` (a [`Scratch`]), with the tested `subagentd`
+/// (its link there) first on the PATH.
 fn bash(dir: &Path, script: &str) -> Command {
-    let bin = Path::new(env!("CARGO_BIN_EXE_subagentd")).parent().expect("the binary's directory");
+    let bin = dir.join("target/release");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let mut cmd = Command::new("bash");
     cmd.arg("-c").arg(script).current_dir(dir).env("PATH", path).env_remove("RUST_LOG");
@@ -78,13 +78,9 @@ fn bash(dir: &Path, script: &str) -> Command {
 /// Runs `cmd` to its end, at most `PATIENCE`, and returns what it said.
 fn run_to_end(mut cmd: Command) -> Output {
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("bash");
-    let deadline = Instant::now() + PATIENCE;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the block did not finish within {PATIENCE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if poll_until_blocking(PATIENCE, || child.try_wait().expect("try_wait")).is_err() {
+        let _ = child.kill();
+        panic!("the block did not finish within {PATIENCE:?}");
     }
     child.wait_with_output().expect("its output")
 }
@@ -203,14 +199,8 @@ fn the_readme_quickstart_runs_as_written_shows_in_the_live_view_and_ctrl_c_stops
     let mut stdin = shell.0.stdin.take().expect("stdin piped");
     writeln!(stdin).expect("the pause ends");
     drop(stdin);
-    let deadline = Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = shell.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the end block did not end the session within {PATIENCE:?}: {said}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let what = format!("the end block ends the session (it said: {said})");
+    let status = eventually_blocking(&what, PATIENCE, || shell.0.try_wait().expect("try_wait"));
     let mut errors = String::new();
     if let Some(mut stderr) = shell.0.stderr.take() {
         let _ = std::io::Read::read_to_string(&mut stderr, &mut errors);

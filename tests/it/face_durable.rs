@@ -4,10 +4,11 @@
 //! MCP servers a session registered (`mcp/server/register`) come back
 //! with it.
 
+use crate::common::eventually_blocking;
 use crate::e2e_support::{http_with_headers, LineClient, Server};
 use crate::mcp_tools::npm_server;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A SQLite store in a directory of its own, removed on drop.
 struct Dir(std::path::PathBuf);
@@ -68,14 +69,14 @@ fn an_a2a_tasks_follow_up_messages_stay_in_its_history_through_a_kill() {
     let found = a2a(&addr, "GetTask", json!({ "id": id }));
     assert_eq!(texts(&found), ["paint", "blue"], "the answer survived the kill: {found}");
     // The task resumes and ends; retired, it keeps its whole history.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let done = loop {
+    let done = eventually_blocking("the resumed task completes", Duration::from_secs(20), || {
         let task = a2a(&addr, "GetTask", json!({ "id": id }));
-        if task["status"]["state"] == "TASK_STATE_COMPLETED" || Instant::now() > deadline {
-            break task;
+        if task["status"]["state"] == "TASK_STATE_COMPLETED" {
+            Ok(task)
+        } else {
+            Err(task)
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
     assert_eq!(texts(&done), ["paint", "blue"]);
 }
@@ -140,15 +141,15 @@ fn a_sessions_registered_mcp_server_comes_back_through_a_kill() {
     let resumed = client.reply("h");
     assert_eq!(resumed["ok"], true, "{resumed}");
     // Registered again as it was, and it connects.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let listed = loop {
+    let listed = eventually_blocking("the registered server is ready again", Duration::from_secs(30), || {
         client.send(&json!({ "type": "mcp/server/list/req", "id": "l" }));
         let listed = client.reply("l");
-        if listed["servers"][0]["status"] == "ready" || Instant::now() > deadline {
-            break listed;
+        if listed["servers"][0]["status"] == "ready" {
+            Ok(listed)
+        } else {
+            Err(listed)
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert_eq!(listed["servers"][0]["server_id"], "mine", "{listed}");
     assert_eq!(listed["servers"][0]["status"], "ready", "{listed}");
     client.send(&json!({ "type": "tool/list/req", "id": "t" }));

@@ -3,11 +3,10 @@
 //! session all complete (finished tasks leave the tree), and the first
 //! task is still found after the last (from the store).
 
-use crate::e2e_support::Server;
+use crate::e2e_support::{McpStdio, Server};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 
 const MESSAGES: usize = 10_000;
 
@@ -137,39 +136,19 @@ fn ten_thousand_a2a_messages_in_one_context_all_complete_and_the_first_is_found_
 
 #[test]
 fn ten_thousand_mcp_run_subagent_calls_in_one_stdio_session_all_complete() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut send = |message: Value| {
-        writeln!(stdin, "{message}").unwrap();
-    };
-    let mut answer = |id: u64| -> Value {
-        loop {
-            let line = lines.next().expect("a line").expect("utf-8");
-            let value: Value = serde_json::from_str(&line).expect("JSON-RPC");
-            if value["id"] == id {
-                return value;
-            }
-        }
-    };
-    send(json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    let mut mcp = McpStdio::start(None);
+    mcp.send(json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } }));
-    assert!(answer(0)["result"].is_object());
-    send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    assert!(mcp.answer(0)["result"].is_object());
+    mcp.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     let mut last = String::new();
     let mut rss = Vec::new();
-    let pid = child.id();
+    let pid = mcp.child.id();
     for n in 1..=MESSAGES as u64 {
-        send(json!({ "jsonrpc": "2.0", "id": n, "method": "tools/call", "params": { "name": "run_subagent",
+        mcp.send(json!({ "jsonrpc": "2.0", "id": n, "method": "tools/call", "params": { "name": "run_subagent",
             "arguments": { "instruction": format!("call {n}"),
                 "task_metadata": { "script": [{ "return": { "n": n } }] } } } }));
-        let reply = answer(n);
+        let reply = mcp.answer(n);
         let result = &reply["result"];
         assert_eq!(result["isError"], false, "call {n}: {reply}");
         assert_eq!(result["structuredContent"]["status"], "COMPLETED", "call {n}: {reply}");
@@ -183,17 +162,16 @@ fn ten_thousand_mcp_run_subagent_calls_in_one_stdio_session_all_complete() {
     assert_flat(&rss);
     // The last call's subagent is still answered, as it ended.
     let id = MESSAGES as u64 + 1;
-    send(json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "await_subagent",
+    mcp.send(json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "await_subagent",
         "arguments": { "subagent_id": last } } }));
-    let awaited = answer(id);
+    let awaited = mcp.answer(id);
     assert_eq!(awaited["result"]["structuredContent"]["status"], "COMPLETED", "{awaited}");
     assert_eq!(awaited["result"]["structuredContent"]["result"]["n"], MESSAGES as u64);
     // The list holds the kept records (the default 1000), not 10,000.
-    send(json!({ "jsonrpc": "2.0", "id": id + 1, "method": "tools/call", "params": { "name": "list_subagents",
+    mcp.send(json!({ "jsonrpc": "2.0", "id": id + 1, "method": "tools/call", "params": { "name": "list_subagents",
         "arguments": {} } }));
-    let listed = answer(id + 1);
+    let listed = mcp.answer(id + 1);
     let rows = listed["result"]["structuredContent"]["subagents"].as_array().map_or(0, Vec::len);
     assert!((1..=1000).contains(&rows), "{rows} rows");
-    drop(stdin);
-    let _ = child.wait();
+    mcp.close();
 }

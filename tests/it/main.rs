@@ -17,6 +17,8 @@
 //!   several nodes in-process.
 //! - `durable`: the real binary killed (SIGKILL, SIGTERM) and restarted on
 //!   SQLite and PostgreSQL; sessions resume and running tasks go on.
+//! - `chaos`: three nodes, HAProxy and a PostgreSQL of the test's own under
+//!   a seeded schedule of faults, twenty sessions checked at the end.
 //! - `golden`: request line in, reply line out, for both namespaces.
 //! - `store_plans`: the PostgreSQL store's statements on grown tables.
 //! - `stress`: random operations over several sessions.
@@ -28,11 +30,11 @@
 //!   partial merges, and answers checked against `metadata.output_schema`.
 //!
 //! Shared helpers: `common` (actor tests, and `eventually`: the one way to
-//! wait for a condition), `e2e_support` (the binary, the server in process
-//! and tiny clients), `fake_openai` (a fake chat completions server),
-//! `test_database` (a PostgreSQL database per test), and `contract` (the
-//! SDK's declared field types; every line the tests receive is checked
-//! against it).
+//! wait for a condition), `e2e_support` (`host`: the one way to start the
+//! binary, `serve` or `mcp`; the server in process; tiny clients),
+//! `fake_openai` (a fake chat completions server), `test_database` (a
+//! PostgreSQL database per test), and `contract` (the SDK's declared field
+//! types; every line the tests receive is checked against it).
 
 mod common;
 mod contract;

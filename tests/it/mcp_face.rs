@@ -4,13 +4,13 @@
 //! over stdio; approvals put to a client that elicits, and left pending
 //! (an MCP task `input_required`) for one that does not.
 
-use crate::e2e_support::{http_with_headers, Server};
+use crate::common::eventually_blocking;
+use crate::e2e_support::{http_with_headers, McpStdio, Server};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
 const ACCEPT: (&str, &str) = ("Accept", "application/json, text/event-stream");
@@ -281,11 +281,10 @@ fn without_elicitation_an_approval_waits_and_the_task_says_input_required() {
     assert!(task["status"] == "working" || task["status"] == "input_required", "{created}");
     let task_id = task["taskId"].as_str().unwrap().to_owned();
     let get = request(4, "tasks/get", json!({ "taskId": task_id }));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while post(&addr, Some(&session), &[], &get).2["result"]["status"] != "input_required" {
-        assert!(Instant::now() < deadline, "never input_required");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually_blocking("the task is input_required", Duration::from_secs(10), || {
+        let got = post(&addr, Some(&session), &[], &get).2;
+        (got["result"]["status"] == "input_required").then_some(()).ok_or(got)
+    });
     // Another client (the operator) answers it.
     let (_, _, pending) = http_with_headers(&addr, "GET", "/admin/approvals", &[], "");
     let approval = pending["pending"][0]["id"].as_str().expect("a pending approval").to_owned();
@@ -316,77 +315,38 @@ fn without_elicitation_an_approval_waits_and_the_task_says_input_required() {
     assert_eq!(missing["error"]["code"], -32602, "{missing}");
 }
 
-/// `subagentd mcp` with `config`, its stdin and a reader of its stdout.
-fn stdio(
-    config: Option<&str>,
-) -> (std::process::Child, std::process::ChildStdin, std::io::Lines<BufReader<std::process::ChildStdout>>) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_subagentd"));
-    command.arg("mcp");
-    let file = config.map(|text| {
-        let path =
-            std::env::temp_dir().join(format!("subagentd-mcp-{}-{}.toml", std::process::id(), fastrand::u64(..)));
-        std::fs::write(&path, text).unwrap();
-        path
-    });
-    if let Some(path) = &file {
-        command.arg("--config").arg(path);
-    }
-    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let stdin = child.stdin.take().unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, stdin, lines)
-}
-
-fn next_json(lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>) -> Value {
-    let line = lines.next().expect("a line").expect("utf-8");
-    serde_json::from_str(&line).unwrap_or_else(|err| panic!("stdout carries only JSON-RPC: {line:?}: {err}"))
-}
-
 #[test]
 fn over_stdio_bad_lines_are_answered_and_an_approval_is_elicited() {
     let config = "[[tools.approval]]\ntool = \"deploy\"\nrequire = \"always\"\n";
-    let (mut child, mut stdin, mut lines) = stdio(Some(config));
-    writeln!(stdin, "{}", request(0, "tools/list", json!({}))).unwrap();
-    assert_eq!(next_json(&mut lines)["error"]["code"], -32600, "before initialize");
-    writeln!(stdin, "{{oops").unwrap();
-    let parse = next_json(&mut lines);
+    let mut mcp = McpStdio::start(Some(config));
+    mcp.send(request(0, "tools/list", json!({})));
+    assert_eq!(mcp.next()["error"]["code"], -32600, "before initialize");
+    mcp.send("{oops");
+    let parse = mcp.next();
     assert_eq!((parse["error"]["code"].as_i64(), &parse["id"]), (Some(-32700), &Value::Null));
     let init = INIT.replace(r#""capabilities":{}"#, r#""capabilities":{"elicitation":{}}"#);
-    writeln!(stdin, "{init}").unwrap();
-    assert_eq!(next_json(&mut lines)["result"]["protocolVersion"], "2025-11-25");
-    writeln!(stdin, "{}", call(2, "run_subagent", json!({}))).unwrap();
-    let invalid = next_json(&mut lines);
+    mcp.send(init);
+    assert_eq!(mcp.next()["result"]["protocolVersion"], "2025-11-25");
+    mcp.send(call(2, "run_subagent", json!({})));
+    let invalid = mcp.next();
     assert_eq!(invalid["result"]["isError"], true, "{invalid}");
     assert!(invalid["result"]["content"][0]["text"].as_str().unwrap().contains("instruction"), "{invalid}");
 
     let script =
         json!([{ "call_tool": { "tool": "deploy", "arguments": { "env": "prod" } } }, { "return": { "done": true } }]);
-    writeln!(
-        stdin,
-        "{}",
-        call(3, "run_subagent", json!({ "instruction": "deploy", "task_metadata": { "script": script } }))
-    )
-    .unwrap();
-    let asked = next_json(&mut lines);
+    mcp.send(call(3, "run_subagent", json!({ "instruction": "deploy", "task_metadata": { "script": script } })));
+    let asked = mcp.next();
     assert_eq!(asked["method"], "elicitation/create", "{asked}");
     assert_eq!(asked["params"]["mode"], "form");
     assert!(asked["params"]["message"].as_str().unwrap().contains("deploy"), "{asked}");
     assert_eq!(asked["params"]["requestedSchema"]["properties"]["decision"]["enum"], json!(["approve", "deny"]));
     let answer = json!({ "jsonrpc": "2.0", "id": asked["id"], "result": { "action": "accept", "content": { "decision": "deny", "note": "not today" } } });
-    writeln!(stdin, "{answer}").unwrap();
-    let done = next_json(&mut lines);
+    mcp.send(answer);
+    let done = mcp.next();
     let outcome = &done["result"]["structuredContent"];
     assert_eq!(outcome["status"], "COMPLETED", "{done}");
     assert_eq!(outcome["result"]["calls"][0]["made"], false, "denied: {done}");
     // EOF: the session ends and the process exits.
-    drop(stdin);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "subagentd mcp did not exit at EOF");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = mcp.close();
+    assert!(status.success(), "{status}");
 }

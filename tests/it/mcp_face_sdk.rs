@@ -45,8 +45,9 @@ fn check(args: &[&str]) -> Value {
     serde_json::from_str(last).unwrap_or_else(|err| panic!("client_checks {args:?} printed {stdout}: {err}"))
 }
 
-fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_subagentd")
+/// The tested binary's path, for the client to start it.
+fn binary() -> String {
+    crate::e2e_support::binary().display().to_string()
 }
 
 // A fresh directory for a test's store.
@@ -65,18 +66,18 @@ fn http_server() -> (Server, String) {
 
 #[test]
 fn over_stdio_the_client_runs_a_tree_watches_it_and_answers_a_question() {
-    let tree = check(&["tree", "stdio", binary()]);
+    let tree = check(&["tree", "stdio", &binary()]);
     assert!(tree["progress"].as_u64().unwrap() >= 6, "{tree}");
     assert!(tree["updates"].as_u64().unwrap() >= 1, "{tree}");
-    let elicited = check(&["elicit", "stdio", binary()]);
+    let elicited = check(&["elicit", "stdio", &binary()]);
     assert_eq!(elicited["asked"].as_array().map(Vec::len), Some(1), "{elicited}");
 }
 
 #[test]
 fn over_stdio_a_cancelled_call_cancels_its_tree_and_tasks_run_and_cancel() {
-    let cancelled = check(&["cancel", "stdio", binary()]);
+    let cancelled = check(&["cancel", "stdio", &binary()]);
     assert_eq!(cancelled["retired"], "CANCELLED", "the cancelled call's root, retired: {cancelled}");
-    let cancelled = check(&["task-cancel", "stdio", binary()]);
+    let cancelled = check(&["task-cancel", "stdio", &binary()]);
     assert!(cancelled["task_id"].as_str().is_some_and(|id| id.contains("-sub_")), "{cancelled}");
 }
 
@@ -84,7 +85,7 @@ fn over_stdio_a_cancelled_call_cancels_its_tree_and_tasks_run_and_cancel() {
 fn over_stdio_a_task_is_answered_by_the_next_server_after_a_sigkill() {
     let dir = scratch("mcp-restart-stdio");
     let store = format!("--store=sqlite:{}", dir.join("store.db").display());
-    let restarted = check(&["restart-stdio", "stdio", binary(), &store]);
+    let restarted = check(&["restart-stdio", "stdio", &binary(), &store]);
     assert!(restarted["task_id"].is_string(), "{restarted}");
 }
 
@@ -92,7 +93,7 @@ fn over_stdio_a_task_is_answered_by_the_next_server_after_a_sigkill() {
 fn over_stdio_a_task_outlives_its_client_leaving_and_the_next_server_answers_it() {
     let dir = scratch("mcp-resume-stdio");
     let store = format!("--store=sqlite:{}", dir.join("store.db").display());
-    let resumed = check(&["resume-stdio", "stdio", binary(), &store]);
+    let resumed = check(&["resume-stdio", "stdio", &binary(), &store]);
     assert!(resumed["task_id"].is_string(), "{resumed}");
 }
 

@@ -5,8 +5,10 @@
 //! fake model: tools offered by scope, calls checked, bounded, cancelled,
 //! observed, and a crashed server restarted.
 
+use crate::common::eventually;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
+use std::future::ready;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,11 +81,6 @@ async fn run(session: &Tree, config: SubagentConfig, instruction: &str) -> (Suba
     assert!(session.delegate(id, TaskDefinition::new("task", instruction)).await.expect("delegate").accepted);
     let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("task ends").expect("await");
     (id, done)
-}
-
-/// Waits (real time, up to [`GUARD`]) until `condition` holds.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    crate::common::eventually(what, GUARD, || std::future::ready(condition().then_some(()))).await
 }
 
 /// The raw texts of a request's tool messages.
@@ -276,8 +273,10 @@ async fn a_call_past_its_timeout_answers_the_model_and_a_cancel_stops_a_call_at_
     let id = session.spawn(request).await.unwrap().subagent_id;
     session.delegate(id, TaskDefinition::new("task", "wait")).await.unwrap();
     // Its `tool_call` event says it is under way.
-    eventually("the call is made", || {
-        std::iter::from_fn(|| events.try_recv().ok()).any(|event| event.kind == EventKind::ToolCall)
+    eventually("the call is made", GUARD, || {
+        ready(
+            std::iter::from_fn(|| events.try_recv().ok()).any(|event| event.kind == EventKind::ToolCall).then_some(()),
+        )
     })
     .await;
     let started = std::time::Instant::now();
@@ -305,7 +304,7 @@ async fn a_streamable_http_server_serves_the_same_tools() {
     let tools = tool_host(servers(&config));
     // Until node listens, connecting fails and is tried again with backoff.
     let server = tools.shared_servers()[0].clone();
-    eventually("the http server is ready", || server.state() == ServerState::Ready).await;
+    eventually("the http server is ready", GUARD, || ready((server.state() == ServerState::Ready).then_some(()))).await;
     let model = one_round(vec![("web__echo", json!({"message": "over http"}))]);
     let host = host_with(&model, &tools, None);
     let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
@@ -333,12 +332,13 @@ async fn a_crashed_stdio_server_is_restarted_and_serves_again() {
     );
     let tools = tool_host(servers(&config));
     let server = tools.shared_servers()[0].clone();
-    eventually("the server is ready", || server.state() == ServerState::Ready).await;
+    eventually("the server is ready", GUARD, || ready((server.state() == ServerState::Ready).then_some(()))).await;
     let first = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
     std::process::Command::new("kill").args(["-9", &first]).status().unwrap();
-    eventually("the crash is seen", || server.state() != ServerState::Ready).await;
-    eventually("it is ready again", || {
-        server.state() == ServerState::Ready && std::fs::read_to_string(&pid_file).unwrap().trim() != first
+    eventually("the crash is seen", GUARD, || ready((server.state() != ServerState::Ready).then_some(()))).await;
+    eventually("it is ready again", GUARD, || {
+        let again = server.state() == ServerState::Ready && std::fs::read_to_string(&pid_file).unwrap().trim() != first;
+        ready(again.then_some(()))
     })
     .await;
     let model = one_round(vec![("every__echo", json!({"message": "again"}))]);

@@ -47,6 +47,10 @@ const DEPLOY: fn() -> Value = || json!([{ "call_tool": { "tool": "deploy", "argu
 
 #[actix_rt::test]
 async fn a_task_waiting_for_approval_does_not_time_out_and_goes_on_when_approved() {
+    // On the paused clock (the tree lives on this thread): the waits past
+    // the timeouts below take no real time, and a sleep returns once every
+    // timer due before its end has fired and the host has done with it.
+    tokio::time::pause();
     let host = host(test_limits());
     let (tree, mut events) = open(&host);
     let config = SubagentConfig { timeout_seconds: 1, ..SubagentConfig::new("deployer", "scripted") };
@@ -76,6 +80,8 @@ async fn a_task_waiting_for_approval_does_not_time_out_and_goes_on_when_approved
 
 #[actix_rt::test]
 async fn the_clock_runs_again_after_the_answer_and_the_timeout_still_applies() {
+    // On the paused clock, as above.
+    tokio::time::pause();
     let host = host(test_limits());
     let (tree, mut events) = open(&host);
     let config = SubagentConfig { timeout_seconds: 1, ..SubagentConfig::new("deployer", "scripted") };
@@ -93,6 +99,8 @@ async fn the_clock_runs_again_after_the_answer_and_the_timeout_still_applies() {
 
 #[actix_rt::test]
 async fn a_leaf_waiting_for_a_person_stops_its_ancestors_clocks_and_the_wall_budget() {
+    // On the paused clock, as above.
+    tokio::time::pause();
     let host = host(test_limits());
     let (tree, mut events) = open(&host);
     let mut root_config = SubagentConfig { timeout_seconds: 1, ..SubagentConfig::new("root", "scripted") };

@@ -193,11 +193,23 @@ fn a_pending_approval_survives_a_crash_with_its_id_and_is_never_asked_again_once
     assert_eq!(again["content"]["approval_id"], approval.as_str(), "{again}");
     assert_eq!(again["content"]["expires_at"], expires_at, "{again}");
     client.send(&json!({"type": "SUBAGENT_APPROVAL_REQ", "id": "a", "approval_id": approval, "decision": "approve"}));
-    let reply = client.reply("a");
+    // Answered and committed (the reply follows the commit), and the task
+    // back to RUNNING, into the sleep that follows the call: killed there,
+    // it is not asked again. The reply and the event come in either order.
+    let (mut reply, mut running) = (None, false);
+    while reply.is_none() || !running {
+        let line = client.next().expect("lines before EOF");
+        if line["req_id"] == "a" {
+            reply = Some(line);
+        } else if line["event"] == "status_changed"
+            && line["subagent_id"] == sub.as_str()
+            && line.get("req_id").is_none()
+        {
+            running = line["content"]["status"] == "RUNNING";
+        }
+    }
+    let reply = reply.unwrap();
     assert_eq!((reply["decision"].as_str(), reply["accepted"].as_bool()), (Some("approve"), Some(true)), "{reply}");
-    // Answered and committed: killed again during the sleep that follows,
-    // the task is not asked again.
-    std::thread::sleep(std::time::Duration::from_millis(500));
     drop(client);
     server.kill9();
 

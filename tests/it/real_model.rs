@@ -10,6 +10,7 @@
 //! Without the install the tier says so and is skipped, unless
 //! `REAL_MODEL=required` (as `.ci/run` sets): then it fails, naming why.
 
+use crate::common::{eventually, eventually_blocking};
 use crate::mcp_tools::npm_server;
 use serde_json::{json, Value};
 use std::net::TcpListener;
@@ -104,17 +105,14 @@ impl RealModel {
             .spawn()
             .unwrap_or_else(|err| panic!("cannot start {server}: {err}"));
         let mut running = Self { child, root: format!("http://127.0.0.1:{port}"), _turn: turn };
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(120) {
+        let health = format!("{}/health", running.root);
+        eventually_blocking(&format!("{server} answers /health"), Duration::from_secs(120), || {
             if let Some(status) = running.child.try_wait().unwrap() {
                 panic!("{server} exited at start-up ({status}): the model {model} could not be served");
             }
-            if get(&format!("{}/health", running.root)).is_some_and(|(code, _)| code == 200) {
-                return Some(running);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("{server} did not answer /health within 120 s");
+            get(&health).filter(|(code, _)| *code == 200).ok_or("no 200 yet")
+        });
+        Some(running)
     }
 
     /// The openai route to this server, with `keys` added.
@@ -323,11 +321,12 @@ async fn max_tokens_bounds_a_long_answer_and_request_timeout_stops_the_servers_g
     assert!(started.elapsed() < Duration::from_secs(10), "the call's own limit fired: {:?}", started.elapsed());
     // The dropped call closed its connection: the server stops generating
     // (streamed: its next write finds the connection gone).
-    let stopped = Instant::now();
-    while model.busy_slots() != 0 {
-        assert!(stopped.elapsed() < Duration::from_secs(1), "the server still generates 1 s after the drop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually_blocking("the server stops generating within 1 s of the drop", Duration::from_secs(1), || {
+        match model.busy_slots() {
+            0 => Ok(()),
+            busy => Err(format!("{busy} slots generating")),
+        }
+    });
 }
 
 #[actix_rt::test]
@@ -424,8 +423,7 @@ fn face_agent(table: &str) -> String {
 
 #[actix_rt::test]
 async fn the_a2a_and_mcp_faces_each_run_a_task_on_the_real_model() {
-    use crate::e2e_support::{http_with_headers, Server};
-    use std::io::{BufRead, BufReader, Write};
+    use crate::e2e_support::{http_with_headers, McpStdio, Server};
     let Some(model) = RealModel::start().await else { return };
     let (dir, secret) = secret_folder("faces");
     let path = dir.join("secret.txt").display().to_string();
@@ -452,40 +450,19 @@ async fn the_a2a_and_mcp_faces_each_run_a_task_on_the_real_model() {
     drop(server);
 
     // MCP: `subagentd mcp` over stdio, `run_subagent`.
-    let file = std::env::temp_dir().join(format!("subagentd-real-mcp-{}.toml", std::process::id()));
-    std::fs::write(&file, &config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_subagentd"))
-        .arg("mcp")
-        .arg("--config")
-        .arg(&file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    let mut mcp = McpStdio::start(Some(&config));
     let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "real", "version": "1" } } });
-    writeln!(stdin, "{init}").unwrap();
-    assert!(next()["result"]["protocolVersion"].is_string());
-    writeln!(stdin, "{}", json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).unwrap();
+    mcp.send(init);
+    assert!(mcp.next()["result"]["protocolVersion"].is_string());
+    mcp.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     let run = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": { "name": "run_subagent", "arguments": { "instruction": ask } } });
-    writeln!(stdin, "{run}").unwrap();
-    let done = loop {
-        let message = next();
-        if message["id"] == 2 {
-            break message;
-        }
-    };
+    mcp.send(run);
+    let done = mcp.answer(2);
     let outcome = &done["result"]["structuredContent"];
     assert_eq!(outcome["status"], "COMPLETED", "{done}");
     assert!(outcome["result"].to_string().contains(&secret), "the MCP result holds the secret: {done}");
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(&file);
 }
 
 #[actix_rt::test]
@@ -538,18 +515,14 @@ async fn a_cancel_during_a_long_generation_stops_the_servers_generation_within_a
     let id = spawn(&session, counter()).await;
     let task = TaskDefinition::new("t", "Count from 1 to 2000, one number per line.");
     assert!(session.delegate(id, task).await.expect("delegate").accepted);
-    let generating = Instant::now();
-    while model.busy_slots() != 1 {
-        assert!(generating.elapsed() < Duration::from_secs(30), "the server never started generating");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let busy = |wanted: usize| {
+        let now = model.busy_slots();
+        std::future::ready(if now == wanted { Ok(()) } else { Err(format!("{now} slots generating")) })
+    };
+    eventually("the server starts generating", Duration::from_secs(30), || busy(1)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     session.cancel(id).await.expect("cancel");
-    let cancelled = Instant::now();
-    while model.busy_slots() != 0 {
-        assert!(cancelled.elapsed() < Duration::from_secs(1), "the server still generates 1 s after the cancel");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the server stops generating within 1 s of the cancel", Duration::from_secs(1), || busy(0)).await;
     let done = tokio::time::timeout(GUARD, session.await_result(id)).await.expect("ends").expect("await");
     assert_eq!(done.status, SubagentStatus::Cancelled, "{done:?}");
 }
