@@ -19,7 +19,8 @@
 //! - `frames`: serving one frame: the handshake, the session requests, and
 //!   the subagent requests handed to `dispatch`.
 //! - `service`: the process-wide [`Service`] that opens sessions and
-//!   counts them in their pools; `stored_sessions`: claiming, restoring and
+//!   counts them in their pools (`pool_slot`: a session's place in its
+//!   pool, and counting callers); `stored_sessions`: claiming, restoring and
 //!   keeping stored sessions; `parking`: sessions served without a client.
 //! - `crate::faces::a2e` serves each subagent request (both namespaces,
 //!   `tool/*`, `mcp/*`) through the operations table, with its reply line.
