@@ -94,7 +94,7 @@ pub(super) async fn answer(
             "ok": true, "id": id, "decision": outcome.decision, "accepted": outcome.accepted,
         })),
         Ok(other) => HttpResponse::InternalServerError()
-            .json(json!({ "ok": false, "error": format!("the answer answered {other:?}"), "code": "runtime_error" })),
+            .json(json!({ "ok": false, "error": format!("the desk answered {other:?}"), "code": "runtime_error" })),
         Err(err) => {
             let status = match err.code {
                 ErrorCode::UnknownApproval => StatusCode::NOT_FOUND,

@@ -21,7 +21,7 @@
 //!   most [`MAX_WATCHES`] streams at once (503 past it).
 //! - `GET /admin/approvals` and `POST /admin/approvals/{id}`: the requests
 //!   waiting for a person, across sessions, and answering one
-//!   (`admin_people.rs`).
+//!   (`people.rs`).
 //! - `POST /admin/sessions/{id}/subagents/{sid}/cancel` and `…/terminate`:
 //!   as the protocol's cancel and terminate (the session's client sees the
 //!   same events); `{"ok": true, "stopped": [ids]}`. Each needs the header
