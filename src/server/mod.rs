@@ -5,6 +5,11 @@
 //! `subagentd` is this plus argument parsing; tests start it in-process on
 //! port 0. It must run inside an actix system (`actix_rt::System`, or an
 //! `#[actix_rt::test]`).
+//!
+//! - `http`: the HTTP server and its routing table, mounting A2E over HTTP
+//!   (`crate::transport::http`) and every face's routes (`crate::faces`).
+//! - `metrics_listener`: `--metrics ADDR`, the metrics (and, without an
+//!   HTTP listener, the operator's page and API) on a listener of their own.
 
 use std::future::Future;
 use std::sync::Arc;
