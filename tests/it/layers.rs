@@ -31,29 +31,22 @@ const ABOVE_ALL: &[&str] = &["server", "logging", "telemetry"];
 /// What each layer may name, besides itself.
 fn allowed() -> BTreeMap<&'static str, Vec<&'static str>> {
     const BASE: &[&str] = &["error", "ids"];
+    let with = |base: &[&'static str], more: &[&'static str]| [base, more].concat();
+    // The layers from the A2E face up to the faces above transport form a
+    // chain: each may name what the one below it may, and that one.
+    let a2e = with(
+        BASE,
+        &["protocol", "entries", "event", "metrics", "config", "store", "tools", "runtime", "ops", "admin", "outbox"],
+    );
+    let session = with(&a2e, &["faces/a2e"]);
+    // Bytes and connections: A2E over stdio, TCP and HTTP, and the HTTP
+    // plumbing the faces above share.
+    let transport = with(&session, &["session"]);
     // What a face above `transport` may name (`faces/a2a`,
     // `faces/mcp_server`, `faces/operator`, and `faces/hosted`, the
     // sessions the first two host): they use its HTTP plumbing, and
     // `server` mounts their routes.
-    const FACE: &[&str] = &[
-        "error",
-        "ids",
-        "protocol",
-        "entries",
-        "event",
-        "metrics",
-        "config",
-        "store",
-        "tools",
-        "runtime",
-        "ops",
-        "admin",
-        "faces/a2e",
-        "outbox",
-        "session",
-        "transport",
-    ];
-    let with = |base: &[&'static str], more: &[&'static str]| [base, more].concat();
+    let face = with(&transport, &["transport"]);
     let mut map = BTreeMap::from([
         ("error", vec![]),
         ("ids", vec![]),
@@ -88,70 +81,21 @@ fn allowed() -> BTreeMap<&'static str, Vec<&'static str>> {
         ),
         // A session's bounded outbox, below the A2E face's replies.
         ("outbox", with(BASE, &["protocol", "entries", "event", "metrics", "config", "store", "runtime", "admin"])),
-        // Below `session`: its connection dispatches to it.
-        (
-            "faces/a2e",
-            with(
-                BASE,
-                &[
-                    "protocol", "entries", "event", "metrics", "config", "store", "tools", "runtime", "ops", "admin",
-                    "outbox",
-                ],
-            ),
-        ),
-        (
-            "session",
-            with(
-                BASE,
-                &[
-                    "protocol",
-                    "entries",
-                    "event",
-                    "metrics",
-                    "config",
-                    "store",
-                    "tools",
-                    "runtime",
-                    "ops",
-                    "admin",
-                    "faces/a2e",
-                    "outbox",
-                ],
-            ),
-        ),
-        // Bytes and connections: A2E over stdio, TCP and HTTP, and the
-        // HTTP plumbing the faces above share.
-        (
-            "transport",
-            with(
-                BASE,
-                &[
-                    "protocol",
-                    "entries",
-                    "event",
-                    "metrics",
-                    "config",
-                    "store",
-                    "tools",
-                    "runtime",
-                    "ops",
-                    "admin",
-                    "faces/a2e",
-                    "outbox",
-                    "session",
-                ],
-            ),
-        ),
+        // The chain above: the A2E face below `session` (its connection
+        // dispatches to it), then `session` and `transport`.
+        ("faces/a2e", a2e),
+        ("session", session),
+        ("transport", transport),
         // The JSON-RPC framing `faces/a2a` and `faces/mcp_server` share.
         ("faces/jsonrpc", with(BASE, &["protocol", "entries", "event", "metrics", "config"])),
-        ("faces/hosted", FACE.to_vec()),
-        ("faces/a2a", with(FACE, &["faces/jsonrpc", "faces/hosted"])),
-        ("faces/mcp_server", with(FACE, &["faces/jsonrpc", "faces/hosted"])),
-        ("faces/operator", FACE.to_vec()),
+        ("faces/hosted", face.clone()),
+        ("faces/a2a", with(&face, &["faces/jsonrpc", "faces/hosted"])),
+        ("faces/mcp_server", with(&face, &["faces/jsonrpc", "faces/hosted"])),
+        ("faces/operator", face.clone()),
     ]);
     let faces: Vec<&str> = map.keys().copied().filter(|unit| unit.starts_with("faces/")).collect();
     // `faces/mod.rs` declares the faces (and may re-export them).
-    map.insert("faces", with(FACE, &faces));
+    map.insert("faces", with(&face, &faces));
     map
 }
 
