@@ -12,7 +12,7 @@ use serde::Deserialize;
 use std::path::Path;
 
 use super::mcp::{McpClientConfig, McpServerConfig, ToolsConfig};
-use super::Limits;
+use super::limits::Limits;
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -57,14 +57,14 @@ pub struct FileConfig {
     pub tools: ToolsConfig,
     /// Model providers' limits, shared by the routes that name them.
     #[serde(default)]
-    pub providers: Vec<super::ProviderConfig>,
+    pub providers: Vec<super::providers::ProviderConfig>,
     /// The A2A front door: its agent card and the subagent a task becomes.
     #[serde(default)]
-    pub a2a: super::A2aConfig,
+    pub a2a: super::a2a::A2aConfig,
     /// The names the HTTP listener answers to (`Host`) and the pages that
     /// may call it (`Origin`), on every route.
     #[serde(default)]
-    pub http: super::HttpConfig,
+    pub http: super::http::HttpConfig,
 }
 
 /// `[admin]`: the tokens of the operator's page and API (`/ui`,
@@ -274,7 +274,7 @@ pub struct RouteConfig {
     /// `openai`: how failed calls are retried (default: five attempts,
     /// 500 ms doubling up to 8 s, full jitter).
     #[serde(default)]
-    pub retry: Option<super::RetryConfig>,
+    pub retry: Option<super::providers::RetryConfig>,
     /// `openai`: send a task's `metadata.output_schema` as `response_format`
     /// (else it goes in the prompt).
     #[serde(default)]

@@ -167,7 +167,7 @@ pub struct McpClientConfig {
     /// How many servers one session may register (default 4).
     pub max_client_servers: usize,
     /// `[mcp.server]`: the host as an MCP server.
-    pub server: super::McpFaceConfig,
+    pub server: super::mcp_face::McpFaceConfig,
 }
 
 impl Default for McpClientConfig {
@@ -176,7 +176,7 @@ impl Default for McpClientConfig {
             allow_client_stdio: false,
             allowed_urls: Vec::new(),
             max_client_servers: DEFAULT_MAX_CLIENT_SERVERS,
-            server: super::McpFaceConfig::default(),
+            server: super::mcp_face::McpFaceConfig::default(),
         }
     }
 }
@@ -270,7 +270,7 @@ pub struct ToolsConfig {
     pub restricted: Option<Vec<String>>,
     /// `[[tools.approval]]`: the calls that wait for a person's approval.
     #[serde(default)]
-    pub approval: Vec<super::ApprovalRule>,
+    pub approval: Vec<super::approval::ApprovalRule>,
     /// Most tools one model request offers (default 40): past it a task is
     /// offered its orchestration tools, `ask_user` and `find_tools`, which
     /// finds the MCP tools it needs.

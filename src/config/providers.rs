@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::FileConfig;
+use super::file::FileConfig;
 
 /// One `[[providers]]` entry: the limits a provider enforces on the account
 /// the host calls it with. Every model call of every session through a

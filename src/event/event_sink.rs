@@ -1,7 +1,7 @@
 //! [`EventSink`]: where a session's events go, and [`NullSink`], which
 //! drops them.
 
-use super::Event;
+use super::lifecycle_event::Event;
 
 /// Where a session's events go (the protocol session's outbox, a channel, or nowhere).
 ///

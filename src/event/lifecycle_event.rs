@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::EventKind;
+use super::event_kind::EventKind;
 use crate::ids::SubagentId;
 use crate::protocol::wire::{JsonObject, SubagentStatus, Usage};
 

@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::{Event, WireEvent};
+use super::lifecycle_event::Event;
+use super::wire_event::WireEvent;
 use crate::ids::SubagentId;
 use crate::protocol::encode;
 use crate::protocol::wire::{JsonObject, SubagentEvent};

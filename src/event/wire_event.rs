@@ -6,7 +6,7 @@
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use super::{Event, EventDetail};
+use super::lifecycle_event::{Event, EventDetail};
 use crate::ids::SubagentId;
 use crate::protocol::text::JsonText;
 

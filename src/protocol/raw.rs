@@ -135,16 +135,6 @@ mod tests {
     }
 
     #[test]
-    fn host_text_is_kept_as_written() {
-        let mut line = String::from("{\"a\":");
-        crate::protocol::text::push_string(&mut line, "x\"y");
-        line.push('}');
-        let raw = RawObject::from_host_text(line);
-        assert_eq!(raw.text(), r#"{"a":"x\"y"}"#);
-        assert_eq!(raw, RawObject::from(json!({"a": "x\"y"}).as_object().cloned().unwrap()));
-    }
-
-    #[test]
     fn a_struct_encodes_as_the_same_object() {
         #[derive(Serialize)]
         struct Pair<'a> {

@@ -137,3 +137,23 @@ impl JsonText<'_> {
         self.raw(b"}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::push_string;
+    use crate::protocol::raw::RawObject;
+
+    // Here rather than in `raw`'s tests: `raw` would import this file, which
+    // imports `wire`, which re-exports `raw` (an import circle of three).
+    #[test]
+    fn host_text_is_kept_as_written() {
+        let mut line = String::from("{\"a\":");
+        push_string(&mut line, "x\"y");
+        line.push('}');
+        let raw = RawObject::from_host_text(line);
+        assert_eq!(raw.text(), r#"{"a":"x\"y"}"#);
+        assert_eq!(raw, RawObject::from(json!({"a": "x\"y"}).as_object().cloned().unwrap()));
+    }
+}

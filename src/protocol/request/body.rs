@@ -6,7 +6,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::Request;
+use super::kinds::Request;
 use crate::error::{ErrorCode, HostError};
 
 /// Where a request's typed body comes from: the line's text (fast path) or

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 use super::body::lookup;
-use super::Request;
+use super::kinds::Request;
 use crate::error::{ErrorCode, HostError};
 
 /// The only protocol version the host speaks.
