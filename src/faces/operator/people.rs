@@ -17,7 +17,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::routes::{refusal, refuse, AdminApi, CONFIRM_HEADER};
+use super::access::{refusal, refuse, AdminApi, CONFIRM_HEADER};
 use crate::error::ErrorCode;
 use crate::ops::{Caller, Operation, Outcome};
 use crate::protocol::encode::now_ts;

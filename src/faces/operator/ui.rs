@@ -8,7 +8,7 @@
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::routes::{page_refusal, AdminApi};
+use super::access::{page_refusal, AdminApi};
 
 const INDEX: &str = include_str!("ui/index.html");
 /// The scripts, by file name, in the order the page loads them.
