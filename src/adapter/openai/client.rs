@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-pub use super::retry::RetryPolicy;
+use super::openai_config::RetryPolicy;
 use super::stream::StreamedReply;
 use crate::adapter::provider::Gate;
 use crate::runtime::task::TaskError;

@@ -14,13 +14,15 @@
 //! to memory. A route naming a provider sends every call through that
 //! provider's gate ([`crate::adapter::provider`]).
 //!
-//! - `openai_adapter`: [`OpenAiConfig`] and [`OpenAiAdapter`].
+//! - `openai_adapter`: [`OpenAiAdapter`].
+//! - `openai_config`: [`OpenAiConfig`], [`RetryPolicy`], [`OfferLimits`]:
+//!   a route's config, plain data the files below all read.
 //! - `conversation`: the tool-calling loop of one task.
 //! - `prompt`: the system prompt, mailbox messages and memory as history.
 //! - `checkpoint`: what a task saves, and what a resumed one still owes.
 //! - `client`: the HTTP call and reply parsing.
-//! - `retry`: [`RetryPolicy`] and the retry loop, through the route's
-//!   provider gate.
+//! - `retry`: the backoff and the retry loop, through the route's provider
+//!   gate.
 //! - `structured`: `metadata.output_schema` in the request, and the
 //!   check (and one repair round) of the answer.
 //! - [`schemas`]: the tools a model may be offered, their names and JSON
@@ -56,6 +58,7 @@ mod client;
 mod conversation;
 mod offer;
 mod openai_adapter;
+mod openai_config;
 pub mod policy;
 mod prompt;
 mod request;
@@ -69,8 +72,8 @@ mod stuck;
 mod tls;
 mod tool_calls;
 
-pub use client::RetryPolicy;
-pub use offer::{OfferLimits, FIND_TOOLS};
-pub use openai_adapter::{OpenAiAdapter, OpenAiConfig};
+pub use offer::FIND_TOOLS;
+pub use openai_adapter::OpenAiAdapter;
+pub use openai_config::{OfferLimits, OpenAiConfig, RetryPolicy};
 pub use policy::{allowed_mcp_tools, allowed_tools, ToolPolicy};
 pub use schemas::{tool_schema, TOOL_NAMES};

@@ -11,7 +11,8 @@
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
-use super::{allowed_mcp_tools, OpenAiConfig};
+use super::openai_config::OpenAiConfig;
+use super::policy::allowed_mcp_tools;
 use crate::adapter::toolbox::Toolbox;
 use crate::runtime::task::TaskContext;
 use crate::tools::McpTool;
@@ -20,22 +21,6 @@ use crate::tools::McpTool;
 pub const FIND_TOOLS: &str = "find_tools";
 /// Most tools `find_tools` answers with.
 const FOUND_AT_MOST: usize = 8;
-
-/// `[tools] max_offered` and `max_description_chars`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OfferLimits {
-    /// Most tools offered in one request before the MCP tools are held
-    /// back behind `find_tools`.
-    pub max_offered: usize,
-    /// Longest tool description sent, in characters.
-    pub max_description_chars: usize,
-}
-
-impl Default for OfferLimits {
-    fn default() -> Self {
-        Self { max_offered: 40, max_description_chars: 1024 }
-    }
-}
 
 /// What one step offers.
 pub(super) struct Offer<'a> {

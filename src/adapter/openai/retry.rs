@@ -1,5 +1,6 @@
-//! [`RetryPolicy`] (a route's `retry`) and the loop that makes one model
-//! call out of attempts: each attempt passes the route's provider gate
+//! The backoff of a [`RetryPolicy`] (a route's `retry`, kept with the rest
+//! of the route's config in `openai_config`) and the loop that makes one
+//! model call out of attempts: each attempt passes the route's provider gate
 //! first (when it names one), and what it met goes back to the gate.
 //!
 //! A 429, a 5xx or a transport error is retried after a backoff that
@@ -15,8 +16,9 @@ use serde_json::Value;
 use std::time::Duration;
 
 use super::client::{Attempt, ChatClient, Completion};
+use super::openai_config::RetryPolicy;
 use crate::adapter::provider::Throttle;
-use crate::config::{Jitter, RetryConfig};
+use crate::config::Jitter;
 use crate::runtime::task::TaskError;
 
 /// Longest `Retry-After` honoured; a server asking for more gets this.
@@ -24,44 +26,6 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// Attempts in all, counted or not, per attempt the policy allows: a
 /// provider that answers 429 forever still ends the call.
 const UNCOUNTED_PER_ATTEMPT: u32 = 4;
-
-/// How failed calls to the model server are retried.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt (so `max_retries + 1` calls at most).
-    pub max_retries: u32,
-    /// Wait before the first retry; doubled for each further one.
-    pub base_delay: Duration,
-    /// Longest computed backoff (a server's `Retry-After` is honoured instead, up to 60 s).
-    pub max_delay: Duration,
-    /// Whether a computed backoff is drawn uniformly below itself (`Full`,
-    /// the default: a fan-out's retries spread out) or kept (`None`).
-    pub jitter: Jitter,
-}
-
-impl Default for RetryPolicy {
-    /// Four retries, 500 ms doubling up to 8 s.
-    fn default() -> Self {
-        Self {
-            max_retries: 4,
-            base_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(8),
-            jitter: Jitter::Full,
-        }
-    }
-}
-
-impl From<RetryConfig> for RetryPolicy {
-    /// A route's `retry` table.
-    fn from(config: RetryConfig) -> Self {
-        Self {
-            max_retries: config.max_attempts.saturating_sub(1),
-            base_delay: Duration::from_millis(config.initial_ms),
-            max_delay: Duration::from_millis(config.max_ms),
-            jitter: config.jitter,
-        }
-    }
-}
 
 impl RetryPolicy {
     /// The backoff before retry number `attempt` (0-based) without jitter,
