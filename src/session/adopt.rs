@@ -14,7 +14,7 @@
 //!   only when no live node serves them ([`Acquire::IfOrphaned`]): survivors
 //!   never pull sessions from each other, and the work spreads over them.
 //! - A TCP session whose connection dropped is adopted at once (see
-//!   [`crate::session::Service::park`]), for `tcp_resume_grace_ms`.
+//!   [`Service::park`](super::service::Service::park)), for `tcp_resume_grace_ms`.
 //!
 //! At most `[store] resume_concurrency` sessions are loaded at a time.
 
@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-use super::HttpSessions;
-use crate::session::{is_in_use, Parked};
+use super::registry::HttpSessions;
+use super::service::Parked;
+use super::stored_sessions::is_in_use;
 use crate::store::Acquire;
 
 /// Most sessions one scan of the store lists.

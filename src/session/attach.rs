@@ -21,7 +21,7 @@ pub trait Attach: Send + Sync {
 
     /// Whose session `id`, served here, is (`None`: not served here): a
     /// client may resume it only when it is theirs, and never a face's.
-    fn owner_of(&self, _id: &str) -> Option<Arc<super::Owner>> {
+    fn owner_of(&self, _id: &str) -> Option<Arc<super::owner::Owner>> {
         None
     }
 }

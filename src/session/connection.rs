@@ -9,7 +9,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::handshake::Grant;
-use super::{relay, InputReceiver, Outbox, PoolSlot, Service};
+use super::input::InputReceiver;
+use super::pool_slot::PoolSlot;
+use super::relay;
+use super::service::Service;
+use crate::outbox::Outbox;
 use crate::admin::Listed;
 use crate::faces::a2e::ListSize;
 use crate::ids::SubagentId;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::connection::{finish, Connection};
-use super::Outbox;
+use crate::outbox::Outbox;
 use crate::error::{ErrorCode, HostError};
 use crate::faces::a2e::error_line;
 use crate::ids::SubagentId;

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::{InputSender, OutboxReceiver, PoolSlot};
+use super::input::InputSender;
+use super::pool_slot::PoolSlot;
+use crate::outbox::OutboxReceiver;
 use crate::store::SessionLog;
 
 /// Locks `mutex`, taking its value even when a holder panicked: every value
@@ -51,7 +53,7 @@ pub(crate) struct HttpEntry {
     pub(super) idle_ms: AtomicU64,
     // Whose it is: checked on every request that names it, and when a TCP
     // client resumes it.
-    pub(crate) owner: Arc<crate::session::Owner>,
+    pub(crate) owner: Arc<super::owner::Owner>,
     // Its tree: the A2A face runs operations on it directly.
     pub(crate) tree: crate::runtime::Tree,
     // An A2A context's: idle, it is let go but stays stored (its tasks are

@@ -10,7 +10,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::connection::{is_sender, Connection, ConnectionEnd, Ending, Served, State, MAX_SHUTDOWN_SECONDS};
 use super::handshake;
 use super::handshake::HANDSHAKE;
-use super::{drain, CAPABILITY};
+use super::drain;
+use super::handshake::CAPABILITY;
 use crate::admin::LiveSession;
 use crate::error::{ErrorCode, HostError};
 use crate::faces::a2e::dispatch;
@@ -79,7 +80,7 @@ impl Connection {
         }
         // From its handshake the session counts against its caller: its
         // token, or without tokens its peer's address.
-        let caller = super::caller_key(principal.as_deref(), self.peer_ip());
+        let caller = super::owner::caller_key(principal.as_deref(), self.peer_ip());
         if let Err(err) = self.slot.authenticate_as(caller) {
             log::warn!("session {} from {}: handshake refused: {}", self.session_id, self.peer, err.message);
             state.grant = None;

@@ -18,9 +18,10 @@
 //!   per request out, its end.
 //! - `frames`: serving one frame: the handshake, the session requests, and
 //!   the subagent requests handed to `dispatch`.
-//! - `service`: the process-wide [`Service`] that opens sessions and
-//!   counts them in their pools (`pool_slot`: a session's place in its
-//!   pool, and counting callers); `stored_sessions`: claiming, restoring and
+//! - `service`: the process-wide [`Service`], the state every session
+//!   shares; `opening`: opening a session on it ([`OpenedConnection`]);
+//!   `pool_slot`: a session's place in the service's pools, and counting
+//!   callers; `stored_sessions`: claiming, restoring and
 //!   keeping stored sessions; `parking`: sessions served without a client.
 //! - `crate::faces::a2e` serves each subagent request (both namespaces,
 //!   `tool/*`, `mcp/*`) through the operations table, with its reply line.
@@ -44,6 +45,7 @@ mod entry;
 mod frames;
 mod handshake;
 mod input;
+mod opening;
 mod owner;
 mod parking;
 mod pool_slot;
@@ -65,5 +67,7 @@ pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use owner::{caller_key, Owner, Refusal};
 pub(crate) use registry::HttpSessions;
-pub use service::{is_caller_limit, OpenedConnection, Parked, PoolSlot, Service, INPUT_QUEUE};
+pub use opening::OpenedConnection;
+pub use pool_slot::{is_caller_limit, PoolSlot};
+pub use service::{Parked, Service, INPUT_QUEUE};
 pub use stored_sessions::{face_of, is_in_use, NEW_SESSION_DEADLINE};

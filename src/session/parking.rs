@@ -24,7 +24,7 @@ impl Service {
     }
     /// Whose session `id`, served here without a connection of its own,
     /// is (see [`Attach::owner_of`]).
-    pub fn owner_of(&self, id: &str) -> Option<Arc<super::Owner>> {
+    pub fn owner_of(&self, id: &str) -> Option<Arc<super::owner::Owner>> {
         self.attach.get()?.upgrade()?.owner_of(id)
     }
     /// Where dropped TCP sessions go: the adopter takes them from the

@@ -2,7 +2,7 @@
 //! (unauthenticated, then a `max_sessions` slot after its handshake), and
 //! the count of sessions per caller (`max_sessions_per_caller`) it charges.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::service::Service;
@@ -16,6 +16,16 @@ pub(super) fn full(name: &'static str, max: usize) -> HostError {
 }
 
 impl Service {
+    // Takes one place in `pool` (bounded by `max`, the limit named `name`)
+    // and counts the session as open.
+    pub(super) fn take(&self, pool: &AtomicUsize, name: &'static str, max: usize) -> Result<(), HostError> {
+        if pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_err() {
+            return Err(full(name, max));
+        }
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
     // Counts one more session of `caller`: `runtime_error` (retryable) when
     // it holds `max_sessions_per_caller` already.
     fn take_caller(&self, caller: &str) -> Result<(), HostError> {
@@ -72,7 +82,7 @@ struct SlotState {
     // Which pool holds the place (set once, by `authenticate`).
     authenticated: AtomicBool,
     // Whose the session is (shared with the transport's registry).
-    owner: Arc<super::Owner>,
+    owner: Arc<super::owner::Owner>,
     // The caller it counts against (`max_sessions_per_caller`).
     caller: Mutex<Option<String>>,
 }
@@ -88,7 +98,7 @@ impl PoolSlot {
     }
 
     /// Whose the session is.
-    pub fn owner(&self) -> &Arc<super::Owner> {
+    pub fn owner(&self) -> &Arc<super::owner::Owner> {
         &self.0.owner
     }
 

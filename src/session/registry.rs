@@ -27,9 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::entry::{lock, HttpEntry, ReaderHold, Recent};
 use crate::error::HostError;
-use crate::session::INPUT_QUEUE;
-use crate::session::{Attach, Attachment};
-use crate::session::{Connection, ConnectionEnd, OpenedConnection, Service};
+use super::attach::{Attach, Attachment};
+use super::connection::{Connection, ConnectionEnd};
+use super::opening::OpenedConnection;
+use super::service::{Service, INPUT_QUEUE};
 use crate::store::Acquire;
 
 /// The HTTP sessions of a service.
@@ -183,7 +184,7 @@ impl HttpSessions {
         let connection = opened.connection;
         let tree = connection.tree();
         let owner = connection.slot().owner().clone();
-        let face = crate::session::face_of(connection.transport());
+        let face = super::stored_sessions::face_of(connection.transport());
         if let Some(face) = face {
             owner.set_face(face);
         }
@@ -320,7 +321,7 @@ impl Attach for HttpSessions {
         })
     }
 
-    fn owner_of(&self, id: &str) -> Option<Arc<crate::session::Owner>> {
+    fn owner_of(&self, id: &str) -> Option<Arc<super::owner::Owner>> {
         self.get(id).filter(|entry| !entry.log.is_detached()).map(|entry| entry.owner.clone())
     }
 }

@@ -80,7 +80,7 @@ impl Connection {
             return self.handshake_failed(state, "server_error (resume timed out)");
         };
         let mut stored = match loaded {
-            Ok(Some(stored)) if super::face_of(&stored.row.transport).is_some() => {
+            Ok(Some(stored)) if super::stored_sessions::face_of(&stored.row.transport).is_some() => {
                 // Stored by a face: not this client's to resume (and its
                 // face goes on serving it wherever it is asked for).
                 service.give_back(wanted);
@@ -93,7 +93,7 @@ impl Connection {
                 refuse(self, "unknown_session");
                 return self.handshake_failed(state, "unknown_session");
             }
-            Err(err) if super::is_in_use(&err) => {
+            Err(err) if super::stored_sessions::is_in_use(&err) => {
                 // Another live node serves it and did not hand it off.
                 service.release_session(wanted);
                 log::warn!("session {}: resuming {wanted}: {}", self.session_id, err.message);
@@ -124,7 +124,7 @@ impl Connection {
             refuse(self, "auth_failed");
             return self.handshake_failed(state, "auth_failed (another principal's session)");
         }
-        let caller = super::caller_key(stored.row.principal.as_deref(), self.peer_ip());
+        let caller = super::owner::caller_key(stored.row.principal.as_deref(), self.peer_ip());
         if let Err(err) = self.slot.authenticate_as(caller) {
             service.give_back(wanted);
             self.outbox.push(error_line(&err, req_id));

@@ -11,8 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::Grant;
 use super::input;
-use super::service::{OpenedConnection, PoolSlot, Served, Service};
-use super::Connection;
+use super::connection::Connection;
+use super::opening::OpenedConnection;
+use super::pool_slot::PoolSlot;
+use super::service::{Served, Service};
 use crate::error::HostError;
 use crate::outbox::Outbox;
 use crate::outbox::OutboxSink;
@@ -170,7 +172,7 @@ impl Service {
         let slot = PoolSlot::new(self.clone(), authorized);
         let face = face_of(&stored.row.transport);
         slot.owner().restored(stored.row.principal.clone(), face);
-        if let Err(err) = slot.charge(super::caller_key(stored.row.principal.as_deref(), None)) {
+        if let Err(err) = slot.charge(super::owner::caller_key(stored.row.principal.as_deref(), None)) {
             // Its owner's own session comes back whatever they hold now.
             log::info!("session {id} restored past its caller's bound: {}", err.message);
         }
