@@ -1,13 +1,14 @@
-//! The host: what it is built from ([`HostConfig`]), what every session
-//! shares ([`HostContext`]), and how it opens a session's tree on one of its
-//! worker arbiters.
+//! The host: what it is built from ([`HostConfig`]) and how it opens a
+//! session's tree on one of its worker arbiters. What every session shares
+//! (`HostContext`) and a tree's live counts ([`TreeStats`]) are
+//! `host_context.rs`'s.
 
 use actix::prelude::*;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::memory;
+use super::host_context::{HostContext, TreeStats};
 use super::merge_strategies::StrategyRegistry;
 use super::people::desk::Desk;
 use super::people::policy::ApprovalPolicy;
@@ -36,48 +37,6 @@ pub struct HostConfig {
     pub tools: Arc<ToolHost>,
     /// Which tool calls wait for a person's approval (`[[tools.approval]]`).
     pub approvals: ApprovalPolicy,
-}
-
-/// Host-wide state every session shares (read-only but for the id registry).
-#[derive(Debug)]
-pub(crate) struct HostContext {
-    pub limits: Limits,
-    pub router: AdapterRouter,
-    pub strategies: StrategyRegistry,
-    pub ids: IdRegistry,
-    pub tools: Arc<ToolHost>,
-    /// Which tool calls wait for a person's approval.
-    pub approvals: ApprovalPolicy,
-    /// Every request waiting for a person, across sessions.
-    pub desk: Arc<Desk>,
-}
-
-impl HostContext {
-    /// A new, empty memory with the configured bounds.
-    pub(crate) fn new_memory(&self) -> memory::Memory {
-        memory::Memory::with_bounds(self.limits.max_memory_entries, self.limits.max_memory_bytes)
-    }
-}
-
-/// Live counts of one session, readable at any time.
-#[derive(Debug, Default)]
-pub struct TreeStats {
-    /// Adapter tasks whose future still exists.
-    pub live_tasks: AtomicUsize,
-    /// Subagent actors not yet dropped.
-    pub live_actors: AtomicUsize,
-}
-
-impl TreeStats {
-    /// Adapter tasks still running.
-    pub fn tasks(&self) -> usize {
-        self.live_tasks.load(Ordering::Acquire)
-    }
-
-    /// Subagent actors still alive.
-    pub fn actors(&self) -> usize {
-        self.live_actors.load(Ordering::Acquire)
-    }
 }
 
 /// A subagent host: opens sessions and spreads them over worker arbiters.

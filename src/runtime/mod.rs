@@ -3,7 +3,8 @@
 //! `SubagentActor`s. The operations clients and tasks ask of a tree live in
 //! `ops/`, one file each; this module is what carries them out.
 //!
-//! - `host.rs`: [`Host`], what it is built from, what its sessions share.
+//! - `host.rs`: [`Host`], what it is built from; `host_context.rs`: what
+//!   its sessions' actors share, and a tree's live counts ([`TreeStats`]).
 //! - `tree.rs`: [`Tree`], the handle on one session's tree (its operations'
 //!   methods are in `ops/`).
 //! - `supervisor`: the per-session root: the records (the tree), spawn
@@ -26,6 +27,7 @@ pub(crate) mod budget;
 pub(crate) mod clock;
 pub(crate) mod gone;
 mod host;
+pub(crate) mod host_context;
 pub(crate) mod inspect;
 pub mod lifecycle;
 pub(crate) mod memory;
@@ -39,6 +41,7 @@ pub(crate) mod trace;
 mod tree;
 pub(crate) mod usage;
 
-pub use host::{Host, HostConfig, TreeStats};
+pub use host::{Host, HostConfig};
+pub use host_context::TreeStats;
 pub use supervisor::{RetiredTask, FACE_TASK};
 pub use tree::Tree;

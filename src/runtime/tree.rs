@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::host::TreeStats;
+use super::host_context::TreeStats;
 use super::inspect;
 use super::messages as msg;
 use super::supervisor;

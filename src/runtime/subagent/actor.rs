@@ -12,7 +12,7 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::gone::GoneSignal;
-use crate::runtime::host::{HostContext, TreeStats};
+use crate::runtime::host_context::{HostContext, TreeStats};
 use crate::runtime::lifecycle;
 use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;

@@ -19,7 +19,7 @@ use crate::event::{EventDetail, EventKind};
 use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::runtime::clock::{self, DeadlineCap, DeadlineClock};
-use crate::runtime::host::TreeStats;
+use crate::runtime::host_context::TreeStats;
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
 use crate::runtime::task::context::TaskContext;
 use crate::runtime::task::shared::{TaskCancel, TaskShared};

@@ -13,11 +13,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use super::root::{AwaitReply, Supervisor};
+use super::root::{AwaitReply, Queued, Supervisor};
 use crate::event::{EventDetail, EventKind};
 use crate::ids::{IdHash, SubagentId};
-use crate::protocol::wire::{SubagentStatus, TaskDefinition};
-use crate::runtime::messages::{AwaitTask, CancelQueued, DelegateReply, RunTask, Ticket};
+use crate::protocol::wire::SubagentStatus;
+use crate::runtime::messages::{AwaitTask, CancelQueued, DelegateReply, RunTask};
 use crate::store::Change;
 
 /// Queued tasks taken out of the queue for a stop or a cancel, by subagent.
@@ -32,18 +32,6 @@ impl Dequeued {
         }
         self.0.remove(&id)
     }
-}
-
-/// A delegated task waiting for a slot.
-pub(super) struct Queued {
-    pub id: SubagentId,
-    pub task: TaskDefinition,
-    pub deadline_cap: Option<crate::runtime::clock::DeadlineCap>,
-    pub parent_span: Option<tracing::Span>,
-    // Awaits that came while it waited: handed to its actor after the task.
-    pub awaiters: Vec<AwaitReply>,
-    // Its number in its subagent's record, given when it was queued.
-    pub ticket: Ticket,
 }
 
 impl Supervisor {

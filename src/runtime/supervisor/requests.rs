@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::forward::Forward;
-use super::queue::Queued;
+use super::root::Queued;
 use super::record::{Entry, SharedAddr, Slot};
 use super::root::{AwaitReply, Supervisor};
 use crate::error::{ErrorCode, HostError};

@@ -7,7 +7,7 @@
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::queue::Queued;
+use super::root::Queued;
 use super::record::{Caps, Entry, Slot, SpawnOrder};
 use super::root::Supervisor;
 use crate::error::HostError;

@@ -11,12 +11,12 @@
 //! [`RetireFinished`]); an A2E client decides itself when its subagents go.
 
 use actix::prelude::*;
-use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
 use super::record::Slot;
+use super::retired::RetiredTask;
 use super::root::Supervisor;
 use crate::error::HostError;
 use crate::ids::{IdHash, SubagentId};
@@ -33,91 +33,12 @@ pub const FACE_TASK: &str = "face_task";
 /// `retired_stored`.
 const TRIM_EVERY: u64 = 256;
 
-/// A face task as it ended: what it is answered from once retired.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RetiredTask {
-    /// Its record in detail, as it ended.
-    pub(crate) detail: SubagentDetail,
-    /// `parent_agent_id` as reported.
-    #[serde(default)]
-    pub(crate) parent_agent_id: Option<Arc<str>>,
-    /// `root_agent_id` as reported.
-    #[serde(default)]
-    pub(crate) root_agent_id: Option<Arc<str>>,
-}
-
-impl RetiredTask {
-    /// The await answer it gives.
-    pub fn awaited(&self) -> AwaitResponse {
-        let view = &self.detail.view;
-        AwaitResponse {
-            subagent_id: view.subagent_id,
-            status: view.status,
-            result: self.detail.result.clone(),
-            error: view.error.clone(),
-            usage: view.usage,
-            subtree_usage: view.subtree_usage,
-            budget_remaining: view.budget_remaining.clone(),
-            waiting_for: None,
-        }
-    }
-
-    /// Its row in a list.
-    pub fn info(&self) -> SubagentInfo {
-        let view = &self.detail.view;
-        SubagentInfo {
-            subagent_id: view.subagent_id,
-            name: view.name.clone(),
-            status: view.status,
-            parent_agent_id: self.parent_agent_id.clone(),
-            root_agent_id: self.root_agent_id.clone(),
-            depth: view.depth,
-            config: self.detail.config.clone(),
-            usage: view.usage,
-            subtree_usage: view.subtree_usage,
-            budget_remaining: view.budget_remaining.clone(),
-            waiting_for: None,
-        }
-    }
-
-    /// Reads a stored record.
-    pub fn parse(text: &str) -> Option<Self> {
-        serde_json::from_str(text).map_err(|err| log::warn!("a stored retired task does not read: {err}")).ok()
-    }
-}
-
 /// Turns retiring on for this session (a face serves it), with the records
 /// the store kept of its newest retired tasks (oldest first); the tasks
 /// that ended before are retired at once.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct RetireFinished(pub Vec<RetiredTask>);
-
-/// The session's retired face tasks.
-#[derive(Default)]
-pub(super) struct Retired {
-    // Whether this session retires finished face tasks.
-    enabled: bool,
-    // The newest records, oldest first, and by id.
-    order: VecDeque<SubagentId>,
-    by_id: HashMap<SubagentId, Arc<RetiredTask>, IdHash>,
-    // Members of subtrees being retired: their actors are stopping.
-    pub(super) retiring: HashSet<SubagentId, IdHash>,
-    // Retirements so far (the store is trimmed every `TRIM_EVERY`).
-    count: u64,
-}
-
-impl Retired {
-    /// A retired task kept here.
-    pub(super) fn get(&self, id: SubagentId) -> Option<&Arc<RetiredTask>> {
-        self.by_id.get(&id)
-    }
-
-    /// The kept records' list rows, oldest first.
-    pub(super) fn infos(&self) -> impl Iterator<Item = SubagentInfo> + '_ {
-        self.order.iter().filter_map(|id| self.by_id.get(id)).map(|task| task.info())
-    }
-}
 
 /// A record this session retired that is no longer kept in memory, read
 /// from the store (`unknown_subagent` when it has none).

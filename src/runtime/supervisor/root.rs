@@ -8,13 +8,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
-use super::{queue, sleep};
+use super::dozing::Dozing;
+use super::retired::Retired;
 use crate::error::HostError;
 use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
+use crate::runtime::clock::DeadlineCap;
 use crate::runtime::gone::GoneSignal;
-use crate::runtime::host::{HostContext, TreeStats};
+use crate::runtime::host_context::{HostContext, TreeStats};
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
 use crate::runtime::subagent::actor::{SubagentActor, SubagentSeed};
@@ -23,6 +25,19 @@ use crate::store::SessionLog;
 
 /// An await's reply channel, falling back on this supervisor's records.
 pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
+
+/// A delegated task waiting for a slot (`queue`). Here, with the state
+/// that holds it, so that `queue` imports this file and not the reverse.
+pub(super) struct Queued {
+    pub id: SubagentId,
+    pub task: TaskDefinition,
+    pub deadline_cap: Option<DeadlineCap>,
+    pub parent_span: Option<tracing::Span>,
+    // Awaits that came while it waited: handed to its actor after the task.
+    pub awaiters: Vec<AwaitReply>,
+    // Its number in its subagent's record, given when it was queued.
+    pub ticket: Ticket,
+}
 
 /// Root actor of one session.
 pub(crate) struct Supervisor {
@@ -66,17 +81,17 @@ pub(crate) struct Supervisor {
     pub(super) usage_root: Arc<UsageMeter>,
     // Tasks holding a running slot, and those waiting for one (`queue`).
     pub(super) running: usize,
-    pub(super) queue: VecDeque<queue::Queued>,
+    pub(super) queue: VecDeque<Queued>,
     // The next queued task's place (stored with it, so a restart queues it
     // again in its place).
     pub(super) next_queued: u64,
     // Actors told to sleep, until they are gone (`sleep`).
-    pub(super) dozing: sleep::Dozing,
+    pub(super) dozing: Dozing,
     // Which task waits for which subagents: a wait that would never end is
     // refused (`waits`).
     pub(super) waits: super::waits::WaitGraph,
     // Finished face tasks that left the tree (`retire`).
-    pub(super) retired: super::retire::Retired,
+    pub(super) retired: Retired,
 }
 
 impl Supervisor {

@@ -46,7 +46,7 @@ pub struct TaskContext {
     /// [`TaskContext::deadline_now`].
     pub deadline: Instant,
     // The host's shared state (the desk of questions for people, limits).
-    pub(crate) host: Arc<crate::runtime::host::HostContext>,
+    pub(crate) host: Arc<crate::runtime::host_context::HostContext>,
     // Shared with the subagent actor: whether the task waits, and why it
     // overspent (one allocation for both).
     pub(crate) shared: Rc<TaskShared>,
