@@ -4,7 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::{Change, FaceQuery, Fence, StoredSession};
+use super::change::{Change, FaceQuery, StoredSession};
+use super::cluster::fence::Fence;
 
 /// A boxed future of a store operation.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

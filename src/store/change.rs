@@ -5,7 +5,7 @@
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::writer::CommitGate;
+use super::writer::commit_gate::CommitGate;
 use crate::entries::{InboxMessage, MemoryEntry};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{RawObject, SubagentConfig, SubagentStatus, TaskDefinition, Usage};

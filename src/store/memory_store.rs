@@ -1,7 +1,9 @@
 //! [`MemoryStore`]: the store that keeps nothing (today's behaviour, tests,
 //! benches).
 
-use super::{Change, CommitFuture, Fence, Store, StoreFuture, StoredSession};
+use super::backend::{CommitFuture, Store, StoreFuture};
+use super::change::{Change, StoredSession};
+use super::cluster::fence::Fence;
 
 /// The store that keeps nothing: sessions end with the process.
 #[derive(Debug, Default, Clone, Copy)]

@@ -2,7 +2,9 @@
 //! Apart from `url` so that parsing a URL does not import the writer, which
 //! imports the URL to connect with.
 
-use super::{writer, ClusterSettings, StoreHandle, StoreUrl, WriterSettings};
+use super::cluster::ClusterSettings;
+use super::url::StoreUrl;
+use super::writer::{self, StoreHandle, WriterSettings};
 
 /// Opens the store `url` names: connects, runs the migrations, and starts
 /// the writer thread. A store that cannot be reached, or whose schema is

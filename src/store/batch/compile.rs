@@ -8,7 +8,7 @@ use super::statement::{deletes, end_session, Dialect, Op};
 use super::subagent_tables::{mailboxes, memory_updates, subagent_patches, subagent_rows};
 use super::task_tables::{checkpoint_parts, task_ops};
 use crate::store::clock::now_ms;
-use crate::store::Change;
+use crate::store::change::Change;
 
 /// `batch` folded per row, for [`compile`].
 pub(in crate::store) fn fold(batch: &[Change]) -> Folded<'_> {
@@ -65,7 +65,7 @@ pub(super) mod testing {
     use crate::ids::SubagentId;
     use crate::protocol::wire::{SubagentStatus, TaskDefinition, Usage};
     use crate::store::batch::statement::{Dialect, Op};
-    use crate::store::{Change, Held, SubagentRow};
+    use crate::store::change::{Change, Held, SubagentRow};
 
     // The statements `batch` comes to, owning their values.
     pub(in crate::store::batch) fn compiled(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op<'static>> {
@@ -103,8 +103,8 @@ pub(super) mod testing {
         Change::Checkpoint {
             session: session.clone(),
             id,
-            checkpoint: crate::store::Checkpoint { step, state: serde_json::json!({ "usage": step }) },
-            appended: Some(crate::store::Appended {
+            checkpoint: crate::store::change::Checkpoint { step, state: serde_json::json!({ "usage": step }) },
+            appended: Some(crate::store::change::Appended {
                 field: "messages",
                 from,
                 items: items.iter().map(|item| Value::String((*item).into())).collect(),
@@ -123,7 +123,7 @@ mod tests {
     use crate::ids::SubagentId;
     use crate::protocol::wire::{JsonObject, RawObject, SubagentStatus, TaskDefinition, Usage};
     use crate::store::batch::statement::{Arg, Dialect, Op};
-    use crate::store::{Change, Held};
+    use crate::store::change::{Change, Held};
     use serde_json::Value;
 
     #[test]

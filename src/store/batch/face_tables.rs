@@ -85,7 +85,7 @@ mod tests {
     use crate::ids::SubagentId;
     use crate::store::batch::compile::testing::compiled;
     use crate::store::batch::statement::Dialect;
-    use crate::store::Change;
+    use crate::store::change::Change;
 
     #[test]
     fn face_records_are_upserted_trimmed_and_dropped_with_their_session() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::entries::{InboxMessage, MemoryEntry};
 use crate::ids::SubagentId;
 use crate::protocol::wire::{RawObject, SubagentStatus, TaskDefinition, Usage};
-use crate::store::{Change, Held, SessionRow, SubagentRow};
+use crate::store::change::{Change, Held, SessionRow, SubagentRow};
 
 pub(super) type Key = (Arc<str>, SubagentId);
 

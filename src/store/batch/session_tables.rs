@@ -145,7 +145,7 @@ mod tests {
 
     use crate::store::batch::compile::testing::compiled;
     use crate::store::batch::statement::{Arg, Dialect, Op};
-    use crate::store::{Change, SessionRow};
+    use crate::store::change::{Change, SessionRow};
 
     #[test]
     fn a_frame_handed_over_and_served_in_one_batch_is_never_written() {

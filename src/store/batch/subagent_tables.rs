@@ -9,7 +9,7 @@ use super::columns::{int, json, key_args, mailbox_json, status_text};
 use super::fold::{Key, Memories, Patch};
 use super::statement::{deletes, insert, insert_new, update_from, Arg, Dialect, Op};
 use crate::entries::InboxMessage;
-use crate::store::SubagentRow;
+use crate::store::change::SubagentRow;
 
 // The memory column of `key`'s row: its memory when the batch has one
 // (NULL keeps the stored one).
@@ -166,7 +166,7 @@ mod tests {
     use crate::store::batch::compile::testing::{compiled, ended, row};
     use crate::store::batch::compile::{compile, fold};
     use crate::store::batch::statement::{Arg, Dialect, Op};
-    use crate::store::{Change, Held};
+    use crate::store::change::{Change, Held};
 
     /// A spawned subagent's row is a plain insert (no key probe), unless
     /// the batch retries a failed commit that may have landed: then it is

@@ -97,7 +97,7 @@ mod tests {
     use crate::ids::SubagentId;
     use crate::store::batch::compile::testing::{appended, compiled, ended, started};
     use crate::store::batch::statement::{Arg, Dialect};
-    use crate::store::{Change, Held};
+    use crate::store::change::{Change, Held};
 
     #[test]
     fn a_task_whose_row_may_be_stored_is_deleted_at_its_end_in_the_same_batch() {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::ownership::{lock, Cluster};
-use crate::store::Change;
+use crate::store::change::Change;
 
 /// What one commit must prove: for each session in the batch, the epoch this
 /// node holds (0: opened here, its lease is written by this commit), and
@@ -100,8 +100,8 @@ pub(in crate::store) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::cluster::ClusterSettings;
-    use crate::store::SessionRow;
+    use crate::store::cluster::cluster_settings::ClusterSettings;
+    use crate::store::change::SessionRow;
 
     fn opened(id: &str) -> Change {
         Change::SessionOpened(SessionRow {

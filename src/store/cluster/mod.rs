@@ -34,7 +34,7 @@
 //! - `node`: the node's own tasks (presence lock, renewal, notifications).
 
 mod cluster_settings;
-mod fence;
+pub(super) mod fence;
 mod node;
 mod ownership;
 mod queries;

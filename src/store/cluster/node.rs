@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::queries::{self, CHANNEL};
-use super::Cluster;
+use super::ownership::Cluster;
 
 /// Hands a session's lease back once everything recorded of it is
 /// committed (the writer does it in order with the changes).

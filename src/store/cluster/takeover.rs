@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 use super::ownership::Cluster;
 use super::queries::{self, Attempt};
-use crate::store::StoreError;
+use crate::store::backend::StoreError;
 
 /// How asking for a session went.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
 use crate::ids::SubagentId;
-use crate::store::StoreError;
+use crate::store::backend::StoreError;
 
 /// One value read back.
 #[derive(Debug)]

@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::migrations::{migrate_postgres, migrate_sqlite};
 use super::sql_store::{Pool, SqlStore};
 use super::sqlite_commits::SqliteCommits;
-use crate::store::{StoreUrl, WriterSettings};
+use crate::store::url::StoreUrl;
+use crate::store::writer::writer_settings::WriterSettings;
 
 impl SqlStore {
     /// Connects to the store `url` names and brings its schema up to date.

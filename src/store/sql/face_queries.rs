@@ -5,7 +5,8 @@
 use futures_util::TryStreamExt;
 
 use super::sql_store::{Pool, SqlStore};
-use crate::store::{FaceQuery, StoreError};
+use crate::store::backend::StoreError;
+use crate::store::change::FaceQuery;
 
 /// One bound value.
 enum Bind {

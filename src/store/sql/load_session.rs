@@ -12,7 +12,8 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
 use crate::protocol::wire::{SubagentStatus, Usage};
 use crate::store::batch;
-use crate::store::{Checkpoint, SessionRow, StoreError, StoredSession, StoredSubagent, StoredTask, SubagentRow};
+use crate::store::backend::StoreError;
+use crate::store::change::{Checkpoint, SessionRow, StoredSession, StoredSubagent, StoredTask, SubagentRow};
 
 impl SqlStore {
     pub(super) async fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
@@ -203,7 +204,10 @@ mod tests {
     use super::super::temp_sqlite::TempSqlite;
     use super::*;
     use crate::protocol::wire::TaskDefinition;
-    use crate::store::{Appended, Change, Held, Store, StoreUrl, WriterSettings};
+    use crate::store::backend::Store;
+    use crate::store::change::{Appended, Change, Held};
+    use crate::store::url::StoreUrl;
+    use crate::store::writer::writer_settings::WriterSettings;
     use serde_json::json;
     use std::sync::Arc;
 

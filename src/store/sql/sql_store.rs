@@ -11,7 +11,8 @@ use super::execute::run_statements;
 use super::sqlite_commits::SqliteCommits;
 use crate::store::batch::{self, Op};
 use crate::store::cluster::{self, Fence};
-use crate::store::{Change, CommitError, CommitFuture, Store, StoreError, StoreFuture, StoredSession};
+use crate::store::backend::{CommitError, CommitFuture, Store, StoreError, StoreFuture};
+use crate::store::change::{Change, StoredSession};
 
 /// The pool of either engine.
 #[derive(Debug, Clone)]
@@ -192,7 +193,7 @@ impl Store for SqlStore {
         Box::pin(SqlStore::resumable_sessions(self, limit))
     }
 
-    fn query<'a>(&'a self, query: &'a crate::store::FaceQuery) -> StoreFuture<'a, Vec<String>> {
+    fn query<'a>(&'a self, query: &'a crate::store::change::FaceQuery) -> StoreFuture<'a, Vec<String>> {
         Box::pin(SqlStore::face_query(self, query))
     }
 }
@@ -205,7 +206,10 @@ mod tests {
     use super::super::temp_sqlite::TempSqlite;
     use super::SqlStore;
     use crate::ids::SubagentId;
-    use crate::store::{Change, CommitError, SessionRow, Store, StoreUrl, SubagentRow, WriterSettings};
+    use crate::store::backend::{CommitError, Store};
+    use crate::store::change::{Change, SessionRow, SubagentRow};
+    use crate::store::url::StoreUrl;
+    use crate::store::writer::writer_settings::WriterSettings;
 
     /// A spawn's row is a plain insert, which fails on a stored row; the
     /// failure makes the next commit a retry, whose upsert finds the row

@@ -11,7 +11,8 @@ use super::commit_gate::CommitGate;
 use super::writer_settings::WriterSettings;
 use crate::metrics::metrics;
 use crate::store::cluster::Cluster;
-use crate::store::{Change, CommitError, Store};
+use crate::store::backend::{CommitError, Store};
+use crate::store::change::Change;
 
 /// Commit figures, for benches and `/health`.
 #[derive(Debug, Default)]

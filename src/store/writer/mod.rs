@@ -16,11 +16,11 @@
 //! - `commit`: one group commit, and [`CommitStats`].
 
 mod commit;
-mod commit_gate;
+pub(super) mod commit_gate;
 mod session_log;
 mod store_handle;
 mod thread;
-mod writer_settings;
+pub(super) mod writer_settings;
 
 pub use commit::CommitStats;
 pub use commit_gate::CommitGate;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::commit_gate::CommitGate;
 use super::store_handle::StoreHandle;
-use crate::store::{Change, SessionRow};
+use crate::store::change::{Change, SessionRow};
 
 /// A session's side of the store: records its changes under its id, and
 /// numbers its lines for the journal.

@@ -9,7 +9,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit::CommitStats;
 use crate::store::cluster::{Acquire, Acquired, Cluster, SessionOwner};
-use crate::store::{Change, FaceQuery, StoreError, StoredSession};
+use crate::store::backend::StoreError;
+use crate::store::change::{Change, FaceQuery, StoredSession};
 
 /// What the writer thread is asked to do.
 pub(super) enum Command {

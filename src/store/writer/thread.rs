@@ -13,7 +13,9 @@ use super::writer_settings::WriterSettings;
 use crate::store::clock::now_ms;
 use crate::store::cluster::{self, Acquired, Cluster, ClusterSettings};
 use crate::store::sql::SqlStore;
-use crate::store::{Change, Store, StoreUrl};
+use crate::store::backend::Store;
+use crate::store::change::Change;
+use crate::store::url::StoreUrl;
 
 /// Opens the SQL store on a new writer thread; returns once it is connected
 /// and migrated, or with the reason it could not be.
