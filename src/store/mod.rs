@@ -25,6 +25,15 @@
 //! - `writer/`: the writer thread, [`StoreHandle`], [`SessionLog`], [`CommitGate`].
 //! - `cluster/`: several hosts, which node owns each session (PostgreSQL).
 //! - `lock`: the data directory's lock file.
+//!
+//! Each file imports an item from the file that defines it, never through
+//! this one or a folder's `mod.rs` (a re-export there is an import of that
+//! file, which imports its children back: one import circle of the whole
+//! store). So the folders make visible to `store` the files others read
+//! (`writer::commit_gate`, `writer::writer_settings`, `cluster::fence`),
+//! and what the folders share is `pub(crate)` inside private modules,
+//! which no one outside `store` can name: `pub(in crate::store)` would say
+//! the same, but its path names this file.
 
 mod backend;
 mod batch;

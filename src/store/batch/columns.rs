@@ -30,10 +30,10 @@ pub(super) fn status_text(status: SubagentStatus) -> Arg<'static> {
 
 /// A mailbox message as stored.
 #[derive(serde::Serialize, serde::Deserialize)]
-pub(in crate::store) struct StoredMessage {
-    pub(in crate::store) from: String,
-    pub(in crate::store) kind: String,
-    pub(in crate::store) content: Value,
+pub(crate) struct StoredMessage {
+    pub(crate) from: String,
+    pub(crate) kind: String,
+    pub(crate) content: Value,
 }
 
 pub(super) fn mailbox_json(messages: &[InboxMessage]) -> String {

@@ -11,7 +11,7 @@ use crate::store::clock::now_ms;
 use crate::store::change::Change;
 
 /// `batch` folded per row, for [`compile`].
-pub(in crate::store) fn fold(batch: &[Change]) -> Folded<'_> {
+pub(crate) fn fold(batch: &[Change]) -> Folded<'_> {
     let mut folded = Folded::default();
     for change in batch {
         folded.add(change);
@@ -24,7 +24,7 @@ pub(in crate::store) fn fold(batch: &[Change]) -> Folded<'_> {
 /// where they are (a statement's values borrow from `folded`). `retried`:
 /// the batch follows a failed commit, whose outcome may be unknown, and
 /// every statement must find what it would write already written.
-pub(in crate::store) fn compile<'f>(
+pub(crate) fn compile<'f>(
     folded: &'f Folded<'_>,
     retained: u64,
     dialect: Dialect,
@@ -68,15 +68,15 @@ pub(super) mod testing {
     use crate::store::change::{Change, Held, SubagentRow};
 
     // The statements `batch` comes to, owning their values.
-    pub(in crate::store::batch) fn compiled(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op<'static>> {
+    pub(crate) fn compiled(batch: &[Change], retained: u64, dialect: Dialect) -> Vec<Op<'static>> {
         compile(&fold(batch), retained, dialect, false).into_iter().map(Op::into_owned).collect()
     }
 
-    pub(in crate::store::batch) fn row() -> SubagentRow {
+    pub(crate) fn row() -> SubagentRow {
         SubagentRow::spawned()
     }
 
-    pub(in crate::store::batch) fn ended(session: &Arc<str>, id: SubagentId, held: Held) -> Change {
+    pub(crate) fn ended(session: &Arc<str>, id: SubagentId, held: Held) -> Change {
         Change::TaskEnded {
             session: session.clone(),
             id,
@@ -88,12 +88,12 @@ pub(super) mod testing {
         }
     }
 
-    pub(in crate::store::batch) fn started(session: &Arc<str>, id: SubagentId, fresh: bool) -> Change {
+    pub(crate) fn started(session: &Arc<str>, id: SubagentId, fresh: bool) -> Change {
         let task = Arc::new(TaskDefinition::new("t", "i"));
         Change::TaskStarted { session: session.clone(), id, task, task_no: 2, attempt: 1, fresh }
     }
 
-    pub(in crate::store::batch) fn appended(
+    pub(crate) fn appended(
         session: &Arc<str>,
         id: SubagentId,
         step: u32,

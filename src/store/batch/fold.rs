@@ -103,7 +103,7 @@ impl<'a> PartsOp<'a> {
 
 /// The batch, folded per row.
 #[derive(Default)]
-pub(in crate::store) struct Folded<'a> {
+pub(crate) struct Folded<'a> {
     pub(super) ended: Vec<Arc<str>>,
     pub(super) sessions: Vec<&'a SessionRow>,
     pub(super) forgotten: Vec<Key>,

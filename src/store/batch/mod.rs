@@ -19,6 +19,7 @@
 //! - `face_tables`: the statements of what the faces keep.
 //! - `statement`: values, statements, parameter spelling, multi-row shapes.
 //! - `columns`: how values are stored in columns.
+//! - `table_tests`: the tests of each table's statements.
 
 mod columns;
 mod compile;
@@ -27,6 +28,8 @@ mod fold;
 mod session_tables;
 mod statement;
 mod subagent_tables;
+#[cfg(test)]
+mod table_tests;
 mod task_tables;
 
 pub(super) use columns::StoredMessage;

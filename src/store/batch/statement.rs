@@ -15,7 +15,7 @@ use super::fold::Key;
 /// One bound value. Texts borrow from the batch where they can: a batch's
 /// session ids, results and lines are bound as they are, not copied.
 #[derive(Debug, Clone, PartialEq)]
-pub(in crate::store) enum Arg<'a> {
+pub(crate) enum Arg<'a> {
     Text(Cow<'a, str>),
     OptText(Option<Cow<'a, str>>),
     Int(i64),
@@ -51,9 +51,9 @@ impl Op<'_> {
 
 /// One statement with its values.
 #[derive(Debug)]
-pub(in crate::store) struct Op<'a> {
-    pub(in crate::store) sql: String,
-    pub(in crate::store) args: Vec<Arg<'a>>,
+pub(crate) struct Op<'a> {
+    pub(crate) sql: String,
+    pub(crate) args: Vec<Arg<'a>>,
 }
 
 /// Most rows per multi-row statement: well under SQLite's 32 766 parameters.
@@ -76,7 +76,7 @@ pub(super) fn chunk_sizes(mut len: usize) -> impl Iterator<Item = usize> {
 
 /// How a statement numbers its parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::store) enum Dialect {
+pub(crate) enum Dialect {
     /// `?`: SQLite looks a numbered or named parameter up by a linear scan,
     /// at parse and at bind, so a statement of N of them costs N²; plain
     /// `?` costs nothing of the kind.
@@ -307,7 +307,7 @@ pub(super) fn first(dialect: Dialect) -> &'static str {
 }
 
 /// Every row of a session goes.
-pub(in crate::store) fn end_session<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
+pub(crate) fn end_session<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
     for table in [
         "subagents",
@@ -329,7 +329,7 @@ pub(in crate::store) fn end_session<'a>(dialect: Dialect, session: &'a str, ops:
 }
 
 /// A session's lease goes (it expired: no node serves it).
-pub(in crate::store) fn drop_lease<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
+pub(crate) fn drop_lease<'a>(dialect: Dialect, session: &'a str, ops: &mut Vec<Op<'a>>) {
     let p = first(dialect);
     ops.push(Op { sql: format!("DELETE FROM leases WHERE session_id = {p}"), args: vec![Arg::Text(session.into())] });
 }

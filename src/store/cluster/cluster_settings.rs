@@ -28,7 +28,7 @@ impl ClusterSettings {
     }
 
     /// The lease in milliseconds, as the cluster's statements take it.
-    pub(in crate::store) fn lease_ms(&self) -> i64 {
+    pub(crate) fn lease_ms(&self) -> i64 {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 }

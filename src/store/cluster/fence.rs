@@ -30,7 +30,7 @@ impl Cluster {
     /// The fence for `batch`, after dropping the changes of every session
     /// this node does not own (lost or handed off: nothing more of it may
     /// be written). A session opened here is owned from its first change.
-    pub(in crate::store) fn fence(&self, batch: &mut Vec<Change>) -> Fence {
+    pub(crate) fn fence(&self, batch: &mut Vec<Change>) -> Fence {
         let mut owned = lock(&self.owned);
         let mut index: HashMap<Arc<str>, usize> = HashMap::new();
         let mut fence = Fence { node: self.settings.node_id.clone(), lease_ms: self.lease_ms(), ..Fence::default() };
@@ -59,7 +59,7 @@ impl Cluster {
 
     /// `fence` was committed: sessions opened here hold epoch 1, ended ones
     /// are no longer owned.
-    pub(in crate::store) fn committed(&self, fence: &Fence) {
+    pub(crate) fn committed(&self, fence: &Fence) {
         let mut owned = lock(&self.owned);
         for ((id, epoch), ends) in fence.ids.iter().zip(&fence.epochs).zip(&fence.ends) {
             if *ends {
@@ -74,13 +74,13 @@ impl Cluster {
 }
 
 /// The statement prefix that fences a batch: parameters `$1 … $5`.
-pub(in crate::store) const FENCE_CTE: &str = "fence AS (SELECT subagentd_fence($1, $2, $3, $4, $5) AS ok)";
+pub(crate) const FENCE_CTE: &str = "fence AS (SELECT subagentd_fence($1, $2, $3, $4, $5) AS ok)";
 
 /// How many parameters [`FENCE_CTE`] takes.
-pub(in crate::store) const FENCE_PARAMS: usize = 5;
+pub(crate) const FENCE_PARAMS: usize = 5;
 
 /// Binds the fence's parameters (first, before the batch's own).
-pub(in crate::store) fn bind_fence<'q>(
+pub(crate) fn bind_fence<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     fence: &'q Fence,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
@@ -88,7 +88,7 @@ pub(in crate::store) fn bind_fence<'q>(
 }
 
 /// The sessions a refused commit named (SQLSTATE SA409, `fenced: a,b`).
-pub(in crate::store) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>> {
+pub(crate) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>> {
     let db = err.as_database_error()?;
     if db.code().as_deref() != Some("SA409") {
         return None;

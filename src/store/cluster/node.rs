@@ -15,11 +15,11 @@ use super::ownership::Cluster;
 
 /// Hands a session's lease back once everything recorded of it is
 /// committed (the writer does it in order with the changes).
-pub(in crate::store) type Release = Arc<dyn Fn(String) + Send + Sync>;
+pub(crate) type Release = Arc<dyn Fn(String) + Send + Sync>;
 
 /// Joins the cluster: takes the node's presence lock (refused when a live
 /// process already runs as this node), then starts renewing and listening.
-pub(in crate::store) async fn start(pool: PgPool, cluster: Arc<Cluster>, release: Release) -> Result<(), String> {
+pub(crate) async fn start(pool: PgPool, cluster: Arc<Cluster>, release: Release) -> Result<(), String> {
     let node = cluster.node_id().to_owned();
     let mut presence = presence(&pool, &node).await?;
     let started_ms = crate::store::clock::now_ms();

@@ -23,7 +23,7 @@ pub trait SessionOwner: Send + Sync {
 
 /// The cluster side of a node's store writer.
 #[derive(Debug)]
-pub(in crate::store) struct Cluster {
+pub(crate) struct Cluster {
     pub(super) settings: ClusterSettings,
     // Sessions this node owns, with their epoch (0: opened here, not
     // committed yet).
@@ -50,7 +50,7 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Cluster {
-    pub(in crate::store) fn new(settings: ClusterSettings) -> Self {
+    pub(crate) fn new(settings: ClusterSettings) -> Self {
         Self {
             settings,
             owned: Mutex::default(),
@@ -61,34 +61,34 @@ impl Cluster {
         }
     }
 
-    pub(in crate::store) fn node_id(&self) -> &str {
+    pub(crate) fn node_id(&self) -> &str {
         &self.settings.node_id
     }
 
-    pub(in crate::store) fn lease(&self) -> Duration {
+    pub(crate) fn lease(&self) -> Duration {
         self.settings.lease
     }
 
-    pub(in crate::store) fn lease_ms(&self) -> i64 {
+    pub(crate) fn lease_ms(&self) -> i64 {
         self.settings.lease_ms()
     }
 
-    pub(in crate::store) fn set_owner(&self, owner: Weak<dyn SessionOwner>) {
+    pub(crate) fn set_owner(&self, owner: Weak<dyn SessionOwner>) {
         let _ = self.owner.set(owner);
     }
 
-    pub(in crate::store) fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Acquire)
     }
 
     /// Sessions owned now.
-    pub(in crate::store) fn owned_count(&self) -> usize {
+    pub(crate) fn owned_count(&self) -> usize {
         lock(&self.owned).len()
     }
 
     /// These sessions are no longer this node's: it forgets them and stops
     /// serving them.
-    pub(in crate::store) fn lose(&self, ids: &[String], reason: &str) {
+    pub(crate) fn lose(&self, ids: &[String], reason: &str) {
         {
             let mut owned = lock(&self.owned);
             for id in ids {
@@ -109,7 +109,7 @@ impl Cluster {
     }
 
     /// The node shuts down: every lease goes back, and the node leaves the list.
-    pub(in crate::store) async fn leave(&self, pool: &PgPool) {
+    pub(crate) async fn leave(&self, pool: &PgPool) {
         let mut left = self.renewing.lock().await;
         *left = true;
         lock(&self.owned).clear();

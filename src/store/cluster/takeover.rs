@@ -39,7 +39,7 @@ impl Cluster {
     /// at once when it is free, its lease lapsed or its owner died; else it
     /// asks the owner to hand it off and waits for the release (or the
     /// lease's end), for at most the lease time and a second.
-    pub(in crate::store) async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         pool: &PgPool,
         id: &str,
@@ -54,7 +54,7 @@ impl Cluster {
     /// Stored sessions with a running task that no live node serves (see
     /// [`crate::store::StoreHandle::orphaned_sessions`]).
     /// Also says how many nodes are alive to share them.
-    pub(in crate::store) async fn orphaned(
+    pub(crate) async fn orphaned(
         &self,
         pool: &PgPool,
         limit: i64,
@@ -110,7 +110,7 @@ impl Cluster {
 
     /// Hands the lease of `id` back (handed off, or not served here after
     /// all), telling every node.
-    pub(in crate::store) async fn release(&self, pool: &PgPool, id: &str) {
+    pub(crate) async fn release(&self, pool: &PgPool, id: &str) {
         let Some(epoch) = self.disown(id) else { return };
         match queries::release(pool, self.node_id(), id, epoch).await {
             Ok(true) => log::info!("cluster: released session {id}"),

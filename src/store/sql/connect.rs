@@ -16,7 +16,7 @@ use crate::store::writer::writer_settings::WriterSettings;
 
 impl SqlStore {
     /// Connects to the store `url` names and brings its schema up to date.
-    pub(in crate::store) async fn connect(url: &StoreUrl, settings: &WriterSettings) -> Result<Self, String> {
+    pub(crate) async fn connect(url: &StoreUrl, settings: &WriterSettings) -> Result<Self, String> {
         let failed = |err: String| format!("store {}: {err}", url.describe());
         let pool = match url {
             StoreUrl::Sqlite(path) => {

@@ -26,7 +26,7 @@ pub(super) enum Pool {
 
 /// The SQL store.
 #[derive(Debug, Clone)]
-pub(in crate::store) struct SqlStore {
+pub(crate) struct SqlStore {
     pub(super) pool: Pool,
     // Set while the last commit failed: its outcome may be unknown (a
     // connection lost after its `COMMIT` was sent), so the next batch,
@@ -58,7 +58,7 @@ impl SqlStore {
         }
     }
 
-    pub(in crate::store) fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self.pool {
             Pool::Sqlite(..) => "sqlite",
             Pool::Postgres(_) => "postgres",
@@ -80,7 +80,7 @@ impl SqlStore {
     }
 
     /// The PostgreSQL pool (the cluster's statements use it too).
-    pub(in crate::store) fn pg_pool(&self) -> Option<PgPool> {
+    pub(crate) fn pg_pool(&self) -> Option<PgPool> {
         match &self.pool {
             Pool::Postgres(pool) => Some(pool.clone()),
             Pool::Sqlite(..) => None,

@@ -19,7 +19,7 @@ use crate::store::url::StoreUrl;
 
 /// Opens the SQL store on a new writer thread; returns once it is connected
 /// and migrated, or with the reason it could not be.
-pub(in crate::store) fn start(
+pub(crate) fn start(
     url: StoreUrl,
     settings: WriterSettings,
     cluster: Option<ClusterSettings>,
