@@ -22,6 +22,21 @@
 //! - [`trace`]: the spans of a task (`invoke_agent`, `chat`, `execute_tool`).
 //! - `usage`: token counts per subagent, summed up the tree as they are
 //!   spent, and the budgets they are held to; `budget`: a config's budget.
+//!
+//! One import circle of more than two files is left, and it is the types'
+//! own: the supervisor (`supervisor/root.rs`) holds its records
+//! (`supervisor/record.rs`), a record holds its subagent's actor
+//! (`subagent/actor.rs`, with its running task in `subagent/running.rs`),
+//! and the actor holds the supervisor's address back; the actor runs its
+//! task through an [`AgentAdapter`](task::AgentAdapter) (`task/adapter.rs`), whose
+//! [`TaskContext`](task::TaskContext) (`task/context.rs`) holds the supervisor's address too,
+//! and the supervisor finds the adapter through the host's router
+//! (`task/router.rs`, held by `host_context.rs`). Everything else imports
+//! into that knot, never out of it: the supervisor's routines (`queue`,
+//! `sleep`, `retire`, …) import `root`, whose state they keep apart from
+//! them (`dozing`, `retired`), and [`Tree`] and [`Host`] sit above it.
+//! Untying it means naming the supervisor behind a trait (or a
+//! `Recipient` per message) in the actor and the task context.
 
 pub(crate) mod budget;
 pub(crate) mod clock;
