@@ -44,6 +44,10 @@ use floor::{all, Ping, Stop};
 mod teardown;
 use teardown::*;
 
+#[path = "support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 /// The floor's actor: answers a number, stops when asked, and says when it
 /// has been dropped (as a subagent actor does, through its `gone` token).
 struct Held(CancellationToken);

@@ -35,6 +35,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod floor;
 use floor::{all, Echo, Ping, Stop};
 
+#[path = "support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 /// A raw listing: a reply carrying `rows` small rows, the floor of `list`.
 struct Rows(Vec<(u32, Arc<str>, u32)>);
 

@@ -22,6 +22,10 @@ use subagent_host::protocol::wire::*;
 use subagent_host::store::{self, SessionLog, SessionRow, StoreUrl, WriterSettings};
 use subagent_host::{AdapterRouter, Host, HostConfig};
 
+#[path = "../benches/support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 /// When each request arrived, and when its reply was written.
 type Seen = Arc<Mutex<Vec<(Instant, Instant)>>>;
 

@@ -53,6 +53,10 @@ use subagent_host::protocol::wire::*;
 use subagent_host::store::{self, SessionLog, SessionRow, StoreHandle, StoreUrl, WriterSettings};
 use subagent_host::{ApprovalPolicy, Host, HostConfig, SubagentId, Tree};
 
+#[path = "../benches/support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 /// The allocator subagentd ships with (mimalloc), counting live heap bytes.
 struct Counting;
 

@@ -35,6 +35,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod floor;
 use floor::{all, Echo, Ping, Stop};
 
+#[path = "../benches/support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 fn spawn_request() -> SpawnRequest {
     SpawnRequest {
         agent: SubagentConfig::new("bench", "scripted"),

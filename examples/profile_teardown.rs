@@ -48,6 +48,10 @@ use floor::all;
 mod teardown;
 use teardown::*;
 
+#[path = "../benches/support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 /// The measured region (callgrind toggles collection on this function).
 #[inline(never)]
 fn hot(system: &actix_rt::SystemRunner, session: &Tree, mode: &str, ids: &[SubagentId]) -> usize {

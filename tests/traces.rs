@@ -28,6 +28,10 @@ use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::Mutex;
 
+#[path = "../benches/support/tree_ops.rs"]
+mod tree_ops;
+use tree_ops::TreeOps;
+
 const GUARD: Duration = Duration::from_secs(30);
 
 /// The in-memory exporter behind the process-wide subscriber.

@@ -8,6 +8,7 @@ use subagent_host::protocol::wire::*;
 use subagent_host::{SubagentId, Tree};
 
 use super::floor::all;
+use crate::tree_ops::TreeOps;
 
 /// Limits for a session of `n` subagents keeping `retained` terminated
 /// records, with room for a chain of `n` (the deep shapes).

@@ -11,8 +11,8 @@
 use serde::Deserialize;
 use std::path::Path;
 
-use super::mcp::{McpClientConfig, McpServerConfig, ToolsConfig};
 use super::limits::Limits;
+use super::mcp::{McpClientConfig, McpServerConfig, ToolsConfig};
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

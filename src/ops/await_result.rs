@@ -18,7 +18,7 @@ use crate::runtime::Tree;
 impl Tree {
     /// `SUBAGENT_AWAIT_REQ`: replies when the task ends (at once when none
     /// runs). A client is no task, so its waits close no cycle.
-    pub async fn await_result(&self, id: SubagentId) -> Result<AwaitResponse, HostError> {
+    pub(crate) async fn await_result(&self, id: SubagentId) -> Result<AwaitResponse, HostError> {
         self.ask(msg::Await(id)).await?
     }
 }

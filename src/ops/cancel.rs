@@ -13,7 +13,7 @@ use crate::runtime::Tree;
 impl Tree {
     /// `SUBAGENT_CANCEL_REQ`: replies with every subagent whose task was
     /// stopped, once all those tasks have ended.
-    pub async fn cancel(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
+    pub(crate) async fn cancel(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
         self.supervisor().send(msg::Cancel(id)).await?
     }
 }

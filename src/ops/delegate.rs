@@ -13,7 +13,7 @@ use crate::runtime::Tree;
 
 impl Tree {
     /// `SUBAGENT_DELEGATE_REQ`.
-    pub async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
+    pub(crate) async fn delegate(&self, id: SubagentId, task: TaskDefinition) -> Result<DelegateResponse, HostError> {
         self.ask(msg::Delegate { id, task, deadline_cap: None, parent_span: None }).await?
     }
 }

@@ -10,7 +10,7 @@ use crate::runtime::Tree;
 
 impl Tree {
     /// `SUBAGENT_LIST_REQ`.
-    pub async fn list(&self) -> Result<ListResponse, HostError> {
+    pub(crate) async fn list(&self) -> Result<ListResponse, HostError> {
         Ok(self.supervisor().send(msg::List).await?)
     }
 

@@ -12,7 +12,7 @@ use crate::runtime::Tree;
 
 impl Tree {
     /// `SUBAGENT_MERGE_REQ`.
-    pub async fn merge(&self, request: MergeRequest) -> Result<MergeResponse, HostError> {
+    pub(crate) async fn merge(&self, request: MergeRequest) -> Result<MergeResponse, HostError> {
         self.supervisor().send(msg::Merge(request)).await?
     }
 }

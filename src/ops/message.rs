@@ -13,7 +13,7 @@ impl Tree {
     /// `SUBAGENT_MESSAGE_REQ`. `from` names the sender: a subagent id must be
     /// one of this session's (live or retained), else `unknown_subagent`; any
     /// other text is taken as the client's own name.
-    pub async fn message(
+    pub(crate) async fn message(
         &self,
         from: String,
         to: SubagentId,
@@ -26,7 +26,7 @@ impl Tree {
     /// (HTTP with a durable store): the message is stored together with the
     /// frame marked served, so a frame replayed after a crash delivers it
     /// once.
-    pub async fn message_once(
+    pub(crate) async fn message_once(
         &self,
         from: String,
         to: SubagentId,

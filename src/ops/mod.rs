@@ -2,9 +2,12 @@
 //! [`Operation`] and encodes its [`Outcome`]: the `SUBAGENT_*` namespace and
 //! `multi_agent/*` (`faces/a2e/*_namespace.rs`), the A2A and MCP faces and
 //! the operator's API (`faces/`), the model's tool calls
-//! (`adapter/openai/tool_calls.rs`), and the [`Tree`](crate::Tree) and
-//! [`TaskContext`](crate::TaskContext) methods that embedders and adapters
-//! call. A new face is a codec over this table, never a new set of arms.
+//! (`adapter/openai/tool_calls.rs`), and embedders, which run an
+//! [`Operation`] on their [`Tree`](crate::Tree) as its client. The
+//! [`Tree`](crate::Tree) methods of the verbs are the crate's own (so this
+//! table is the one way into a tree); the [`TaskContext`](crate::TaskContext)
+//! methods are an adapter's. A new face is a codec over this table, never a
+//! new set of arms.
 //!
 //! Where a verb lives (each file holds the verb's [`Tree`](crate::Tree)
 //! method, its [`TaskContext`](crate::TaskContext) method, and what differs

@@ -12,14 +12,14 @@ use crate::runtime::Tree;
 
 impl Tree {
     /// `SUBAGENT_SPAWN_REQ`.
-    pub async fn spawn(&self, request: SpawnRequest) -> Result<SpawnResponse, HostError> {
+    pub(crate) async fn spawn(&self, request: SpawnRequest) -> Result<SpawnResponse, HostError> {
         self.ask(msg::Spawn(request)).await?
     }
 
     /// `SUBAGENT_SPAWN_REQ` for a request journaled under `key`: when
     /// `replayed` (served again after a restart) and a subagent was already
     /// spawned for it, that one is the answer, not a second.
-    pub async fn spawn_once(
+    pub(crate) async fn spawn_once(
         &self,
         request: SpawnRequest,
         key: Arc<str>,

@@ -13,7 +13,7 @@ use crate::runtime::Tree;
 impl Tree {
     /// `SUBAGENT_TERMINATE_REQ`: replies with every subagent stopped, once all
     /// their actors are gone.
-    pub async fn terminate(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
+    pub(crate) async fn terminate(&self, id: SubagentId) -> Result<Vec<SubagentId>, HostError> {
         self.supervisor().send(msg::Terminate(id)).await?
     }
 }

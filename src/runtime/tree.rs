@@ -1,7 +1,8 @@
 //! [`Tree`]: the handle on one session's subagent tree. The operations a
 //! client asks of it (spawn, delegate, await …) are its methods in `ops/`,
-//! one file each; here is what is not an operation: restoring, closing,
-//! draining and inspecting the tree.
+//! one file each, visible to the crate only: outside it they are run
+//! through the table (`ops::Operation`). Here is what is not an operation:
+//! restoring, closing, draining and inspecting the tree.
 
 use actix::prelude::*;
 use std::fmt;
@@ -39,9 +40,12 @@ impl Drop for TreeInner {
     }
 }
 
-/// A handle on one session's subagent tree: the library's public API for
-/// every request of the subagents capability. Cheap to clone; the tree is
-/// taken down when the last clone is dropped, or at [`Tree::close`].
+/// A handle on one session's subagent tree. Every request of the subagents
+/// capability is an [`Operation`](crate::ops::Operation) run on it
+/// (`Caller::Client { tree, .. }`): the verbs' methods are the crate's own,
+/// so the operations table is the one way in, for every face and embedder.
+/// Cheap to clone; the tree is taken down when the last clone is dropped, or
+/// at [`Tree::close`].
 #[derive(Clone)]
 pub struct Tree {
     inner: Arc<TreeInner>,

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::connection::{finish, Connection};
-use crate::outbox::Outbox;
 use crate::error::{ErrorCode, HostError};
 use crate::faces::a2e::error_line;
 use crate::ids::SubagentId;
+use crate::outbox::Outbox;
 use crate::protocol::codec::Frame;
 use crate::protocol::request::decode_line;
 

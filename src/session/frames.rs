@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::connection::{is_sender, Connection, ConnectionEnd, Ending, Served, State, MAX_SHUTDOWN_SECONDS};
-use super::handshake;
-use super::handshake::HANDSHAKE;
 use super::drain;
+use super::handshake;
 use super::handshake::CAPABILITY;
+use super::handshake::HANDSHAKE;
 use crate::admin::LiveSession;
 use crate::error::{ErrorCode, HostError};
 use crate::faces::a2e::dispatch;

@@ -4,8 +4,8 @@
 //! named the connection back would tie the two, and every file either
 //! names, into one import circle.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;

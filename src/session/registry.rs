@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::entry::{lock, HttpEntry, ReaderHold, Recent};
-use crate::error::HostError;
 use super::attach::{Attach, Attachment};
 use super::connection::{Connection, ConnectionEnd};
+use super::entry::{lock, HttpEntry, ReaderHold, Recent};
 use super::opening::OpenedConnection;
 use super::service::{Service, INPUT_QUEUE};
+use crate::error::HostError;
 use crate::store::Acquire;
 
 /// The HTTP sessions of a service.

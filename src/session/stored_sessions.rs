@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use super::connection::Connection;
 use super::handshake::Grant;
 use super::input;
-use super::connection::Connection;
 use super::opening::OpenedConnection;
 use super::pool_slot::PoolSlot;
 use super::service::{Served, Service};

@@ -15,6 +15,7 @@ use subagent_host::AdapterRouter;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
+use crate::common::TreeOps;
 use crate::common::{eventually, poll_until};
 
 /// Failure guard for anything that should finish promptly.

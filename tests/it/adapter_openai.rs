@@ -4,6 +4,7 @@
 //! mailbox, and the API key staying out of events and errors.
 
 use crate::common::eventually;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -7,6 +7,7 @@
 //! `use_tokens` and with the fake model.
 
 use crate::common::eventually;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;

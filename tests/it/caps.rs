@@ -5,6 +5,7 @@
 //! a queued task out of the queue, and a tree that awaits its own children
 //! does not deadlock on its cap.
 
+use crate::common::TreeOps;
 use crate::common::{listed_status, sent};
 use futures_util::FutureExt;
 use serde_json::{json, Value};

@@ -13,6 +13,7 @@ use subagent_host::store::{
 };
 use subagent_host::{Host, HostConfig};
 
+use crate::common::TreeOps;
 use crate::common::{eventually, session_row};
 use crate::test_database::{pg_execute, TestDatabase};
 

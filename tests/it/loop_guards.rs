@@ -4,6 +4,7 @@
 //! `remind_budget` adds its note only when configured.
 
 use crate::common::open;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! `tools/call`, offers what the subagent's scope allows and calls through
 //! the same path as a model's (events, refusals as `isError` results).
 
+use crate::common::TreeOps;
 use crate::mcp_tools::npm_server;
 use serde_json::Value;
 use std::sync::Arc;

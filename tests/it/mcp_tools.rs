@@ -6,6 +6,7 @@
 //! observed, and a crashed server restarted.
 
 use crate::common::eventually;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::future::ready;

@@ -5,6 +5,7 @@
 //! itself, and a bad value stops start-up naming the route.
 
 use crate::common::open;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -12,6 +12,7 @@ use subagent_host::wire::{SpawnRequest, SubagentConfig, SubagentStatus};
 use subagent_host::{ApprovalPolicy, ErrorCode, Given, Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::common::TreeOps;
 use crate::common::{delegate, eventually, open, script_task, test_limits, wait_for_status};
 use crate::protocol::Client;
 

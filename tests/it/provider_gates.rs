@@ -14,6 +14,7 @@ use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
 use crate::common::eventually;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 
 /// Failure guard for anything that should finish promptly.

@@ -10,6 +10,7 @@
 //! Without the install the tier says so and is skipped, unless
 //! `REAL_MODEL=required` (as `.ci/run` sets): then it fails, naming why.
 
+use crate::common::TreeOps;
 use crate::common::{eventually, eventually_blocking};
 use crate::mcp_tools::npm_server;
 use serde_json::{json, Value};

@@ -18,6 +18,7 @@ use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
 use crate::common::session_row;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use crate::test_database::TestDatabase;
 
@@ -408,10 +409,10 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
 #[actix_rt::test]
 async fn a_replayed_spawn_frame_answers_with_the_subagent_it_spawned() {
     let tree = Host::new(HostConfig::default()).open_tree(Arc::new(NullSink));
-    let first = tree.spawn_once(top_level("a"), "in:7".into(), false).await.expect("spawn");
-    let again = tree.spawn_once(top_level("a"), "in:7".into(), true).await.expect("replayed spawn");
+    let first = tree.spawn_in_frame(top_level("a"), 7, false).await.expect("spawn");
+    let again = tree.spawn_in_frame(top_level("a"), 7, true).await.expect("replayed spawn");
     assert_eq!(again.subagent_id, first.subagent_id);
-    let other = tree.spawn_once(top_level("b"), "in:8".into(), true).await.expect("a new frame");
+    let other = tree.spawn_in_frame(top_level("b"), 8, true).await.expect("a new frame");
     assert_ne!(other.subagent_id, first.subagent_id);
     assert_eq!(tree.list().await.expect("list").subagents.len(), 2);
     tree.close().await;

@@ -13,6 +13,7 @@ use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::{Host, HostConfig, Tree};
 
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 
 const GUARD: Duration = Duration::from_secs(30);

@@ -4,6 +4,7 @@
 //! descendants' too) must match the fake's numbers exactly, in the await
 //! reply, the list rows and the `completed` events.
 
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;

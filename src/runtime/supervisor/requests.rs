@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::forward::Forward;
-use super::root::Queued;
 use super::record::{Entry, SharedAddr, Slot};
+use super::root::Queued;
 use super::root::{AwaitReply, Supervisor};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};

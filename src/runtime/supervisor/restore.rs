@@ -7,8 +7,8 @@
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::root::Queued;
 use super::record::{Caps, Entry, Slot, SpawnOrder};
+use super::root::Queued;
 use super::root::Supervisor;
 use crate::error::HostError;
 use crate::protocol::wire::*;

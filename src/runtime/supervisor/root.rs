@@ -7,8 +7,8 @@ use actix::WeakAddr;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
 use super::dozing::Dozing;
+use super::record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
 use super::retired::Retired;
 use crate::error::HostError;
 use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};

@@ -7,8 +7,8 @@ use super::session_tables::{inbound, journal_lines, journal_trims, session_rows,
 use super::statement::{deletes, end_session, Dialect, Op};
 use super::subagent_tables::{mailboxes, memory_updates, subagent_patches, subagent_rows};
 use super::task_tables::{checkpoint_parts, task_ops};
-use crate::store::clock::now_ms;
 use crate::store::change::Change;
+use crate::store::clock::now_ms;
 
 /// `batch` folded per row, for [`compile`].
 pub(crate) fn fold(batch: &[Change]) -> Folded<'_> {
@@ -24,12 +24,7 @@ pub(crate) fn fold(batch: &[Change]) -> Folded<'_> {
 /// where they are (a statement's values borrow from `folded`). `retried`:
 /// the batch follows a failed commit, whose outcome may be unknown, and
 /// every statement must find what it would write already written.
-pub(crate) fn compile<'f>(
-    folded: &'f Folded<'_>,
-    retained: u64,
-    dialect: Dialect,
-    retried: bool,
-) -> Vec<Op<'f>> {
+pub(crate) fn compile<'f>(folded: &'f Folded<'_>, retained: u64, dialect: Dialect, retried: bool) -> Vec<Op<'f>> {
     let mut ops = Vec::new();
     for session in &folded.ended {
         end_session(dialect, session, &mut ops);
@@ -93,13 +88,7 @@ pub(super) mod testing {
         Change::TaskStarted { session: session.clone(), id, task, task_no: 2, attempt: 1, fresh }
     }
 
-    pub(crate) fn appended(
-        session: &Arc<str>,
-        id: SubagentId,
-        step: u32,
-        from: u64,
-        items: &[&str],
-    ) -> Change {
+    pub(crate) fn appended(session: &Arc<str>, id: SubagentId, step: u32, from: u64, items: &[&str]) -> Change {
         Change::Checkpoint {
             session: session.clone(),
             id,

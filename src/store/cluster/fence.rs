@@ -100,8 +100,8 @@ pub(crate) fn fenced_sessions(err: &sqlx::Error) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::cluster::cluster_settings::ClusterSettings;
     use crate::store::change::SessionRow;
+    use crate::store::cluster::cluster_settings::ClusterSettings;
 
     fn opened(id: &str) -> Change {
         Change::SessionOpened(SessionRow {

@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::queries::{self, CHANNEL};
 use super::ownership::Cluster;
+use super::queries::{self, CHANNEL};
 
 /// Hands a session's lease back once everything recorded of it is
 /// committed (the writer does it in order with the changes).

@@ -39,12 +39,7 @@ impl Cluster {
     /// at once when it is free, its lease lapsed or its owner died; else it
     /// asks the owner to hand it off and waits for the release (or the
     /// lease's end), for at most the lease time and a second.
-    pub(crate) async fn acquire(
-        &self,
-        pool: &PgPool,
-        id: &str,
-        mode: Acquire,
-    ) -> Result<Acquired, StoreError> {
+    pub(crate) async fn acquire(&self, pool: &PgPool, id: &str, mode: Acquire) -> Result<Acquired, StoreError> {
         let waiter = self.waiter(id);
         let outcome = self.try_acquire(pool, id, &waiter, mode).await;
         self.stop_waiting(id);
@@ -54,11 +49,7 @@ impl Cluster {
     /// Stored sessions with a running task that no live node serves (see
     /// [`crate::store::StoreHandle::orphaned_sessions`]).
     /// Also says how many nodes are alive to share them.
-    pub(crate) async fn orphaned(
-        &self,
-        pool: &PgPool,
-        limit: i64,
-    ) -> Result<(Vec<String>, usize), StoreError> {
+    pub(crate) async fn orphaned(&self, pool: &PgPool, limit: i64) -> Result<(Vec<String>, usize), StoreError> {
         let found = async {
             let ids = queries::orphaned(pool, self.node_id(), self.lease_ms(), limit).await?;
             let nodes = if ids.is_empty() { 1 } else { queries::live_nodes(pool, self.lease_ms()).await? };

@@ -11,8 +11,8 @@ use crate::entries::InboxMessage;
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
 use crate::protocol::wire::{SubagentStatus, Usage};
-use crate::store::batch;
 use crate::store::backend::StoreError;
+use crate::store::batch;
 use crate::store::change::{Checkpoint, SessionRow, StoredSession, StoredSubagent, StoredTask, SubagentRow};
 
 impl SqlStore {

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use super::cells::{read_row, Cell};
 use super::execute::run_statements;
 use super::sqlite_commits::SqliteCommits;
-use crate::store::batch::{self, Op};
-use crate::store::cluster::{self, Fence};
 use crate::store::backend::{CommitError, CommitFuture, Store, StoreError, StoreFuture};
+use crate::store::batch::{self, Op};
 use crate::store::change::{Change, StoredSession};
+use crate::store::cluster::{self, Fence};
 
 /// The pool of either engine.
 #[derive(Debug, Clone)]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use super::commit_gate::CommitGate;
 use super::writer_settings::WriterSettings;
 use crate::metrics::metrics;
-use crate::store::cluster::Cluster;
 use crate::store::backend::{CommitError, Store};
 use crate::store::change::Change;
+use crate::store::cluster::Cluster;
 
 /// Commit figures, for benches and `/health`.
 #[derive(Debug, Default)]

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::commit::CommitStats;
-use crate::store::cluster::{Acquire, Acquired, Cluster, SessionOwner};
 use crate::store::backend::StoreError;
 use crate::store::change::{Change, FaceQuery, StoredSession};
+use crate::store::cluster::{Acquire, Acquired, Cluster, SessionOwner};
 
 /// What the writer thread is asked to do.
 pub(super) enum Command {

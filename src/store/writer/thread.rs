@@ -10,11 +10,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::commit::{commit, CommitStats};
 use super::store_handle::{Command, HandleInner, StoreHandle};
 use super::writer_settings::WriterSettings;
+use crate::store::backend::Store;
+use crate::store::change::Change;
 use crate::store::clock::now_ms;
 use crate::store::cluster::{self, Acquired, Cluster, ClusterSettings};
 use crate::store::sql::SqlStore;
-use crate::store::backend::Store;
-use crate::store::change::Change;
 use crate::store::url::StoreUrl;
 
 /// Opens the SQL store on a new writer thread; returns once it is connected

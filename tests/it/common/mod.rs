@@ -17,6 +17,10 @@ use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::watch;
 
+#[path = "../../../benches/support/tree_ops.rs"]
+mod tree_ops;
+pub use tree_ops::TreeOps;
+
 /// A stored session's row as a handshaken TCP client opens it.
 pub fn session_row(id: &str) -> subagent_host::store::SessionRow {
     subagent_host::store::SessionRow {
