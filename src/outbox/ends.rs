@@ -92,14 +92,14 @@ impl Drop for OutboxReceiver {
 /// the client and, while an operator's stream watches the session, for the
 /// admin hub.
 #[derive(Debug, Clone)]
-pub struct OutboxSink {
+pub(crate) struct OutboxSink {
     outbox: Arc<Outbox>,
     tap: Tap,
 }
 
 impl OutboxSink {
     /// A sink into `outbox`, tapped by `tap`.
-    pub fn new(outbox: Arc<Outbox>, tap: Tap) -> Self {
+    pub(crate) fn new(outbox: Arc<Outbox>, tap: Tap) -> Self {
         Self { outbox, tap }
     }
 }

@@ -44,7 +44,8 @@ mod tests;
 
 use crate::metrics::metrics;
 use crate::store::{CommitGate, LineMark, SessionLog};
-pub use ends::{OutboxReceiver, OutboxSink};
+pub use ends::OutboxReceiver;
+pub(crate) use ends::OutboxSink;
 
 /// What the outbox and its receiver share.
 #[derive(Debug)]
@@ -119,7 +120,7 @@ struct Sending {
 
 /// The sending side of a session's outbox.
 #[derive(Debug)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     sending: Mutex<Sending>,
     shared: Arc<Shared>,
     // The byte bound (`limits.outbox_max_bytes`).
@@ -133,7 +134,7 @@ pub struct Outbox {
 /// Bytes set aside for one reply that is about to be built; given back when
 /// dropped, or turned into the line's own count by [`Outbox::push_reserved`].
 #[derive(Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     shared: Option<Arc<Shared>>,
     pub(crate) bytes: usize,
 }
@@ -149,7 +150,7 @@ impl Drop for Reservation {
 impl Outbox {
     /// An outbox holding up to `capacity` lines and `max_bytes` bytes, and
     /// its receiving side.
-    pub fn new(capacity: usize, max_bytes: usize) -> (Arc<Self>, OutboxReceiver) {
+    pub(crate) fn new(capacity: usize, max_bytes: usize) -> (Arc<Self>, OutboxReceiver) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let shared = Arc::new(Shared {
             used: AtomicUsize::new(0),
@@ -171,7 +172,7 @@ impl Outbox {
 
     /// Numbers the lines from now on with `log`'s sequence, and journals them
     /// while it records (a resumed session swaps in its stored log).
-    pub fn attach_log(&self, log: Arc<SessionLog>) {
+    pub(crate) fn attach_log(&self, log: Arc<SessionLog>) {
         let mut guard = self.lock();
         guard.log = Some(log);
         guard.mark = LineMark::default();
@@ -201,7 +202,7 @@ impl Outbox {
     /// outbox is full. Returns at once (with nothing reserved) when the
     /// session is overflowed or ending, or the client is gone: the reply is
     /// then pushed, or dropped, as any other line.
-    pub async fn reserve(&self, bytes: usize) -> Reservation {
+    pub(crate) async fn reserve(&self, bytes: usize) -> Reservation {
         loop {
             let room = self.shared.room.notified();
             tokio::pin!(room);
@@ -232,7 +233,7 @@ impl Outbox {
     /// replies until it overflows. Waiting counts toward the stall rule, as
     /// a reservation waiting for room does. Returns at once when the session
     /// is overflowed or ending, or the client is gone.
-    pub async fn room_for_input(&self) {
+    pub(crate) async fn room_for_input(&self) {
         loop {
             let room = self.shared.room.notified();
             tokio::pin!(room);
@@ -264,7 +265,9 @@ impl Outbox {
 
     /// Queues a line built under `reservation`: the line's length replaces
     /// the bytes reserved for it.
-    pub fn push_reserved(&self, line: String, reservation: Reservation) {
+    // The tests' own (the crate's callers name what they answer: `push_reply`).
+    #[cfg(test)]
+    pub(crate) fn push_reserved(&self, line: String, reservation: Reservation) {
         self.queue(line, Some(reservation), None);
     }
 
@@ -272,21 +275,21 @@ impl Outbox {
     /// was one): the frame is marked served in the same commit as the reply,
     /// so a restart replays exactly the frames whose reply was never
     /// committed.
-    pub fn push_reply(&self, line: String, reservation: Option<Reservation>, answers: Option<u64>) {
+    pub(crate) fn push_reply(&self, line: String, reservation: Option<Reservation>, answers: Option<u64>) {
         self.queue(line, reservation, answers);
     }
 
     /// Ends `log`'s session for good in the store (see [`SessionLog::end`]):
     /// under the lock lines are numbered under, so each line is either
     /// recorded before the end or waits for it to be committed.
-    pub fn end_session(&self, log: &SessionLog) {
+    pub(crate) fn end_session(&self, log: &SessionLog) {
         let _guard = self.lock();
         log.end(Some(self.shared.gate.clone()));
     }
 
     /// Queues one line at once; past the hard bounds (twice the byte bound,
     /// or the line capacity) marks the session overflowed and drops it.
-    pub fn push(&self, line: String) {
+    pub(crate) fn push(&self, line: String) {
         self.queue(line, None, None);
     }
 
@@ -340,18 +343,18 @@ impl Outbox {
 
     /// Whether the client went away (the transport stopped taking lines)
     /// rather than fell behind.
-    pub fn client_gone(&self) -> bool {
+    pub(crate) fn client_gone(&self) -> bool {
         self.shared.receiver_gone.load(Ordering::Acquire)
     }
 
     /// Bytes queued or reserved, not yet taken by the transport.
-    pub fn queued_bytes(&self) -> usize {
+    pub(crate) fn queued_bytes(&self) -> usize {
         self.shared.used.load(Ordering::Acquire)
     }
 
     /// True when the outbox is full (or a reply, or the session's input,
     /// waits for room) and the client has taken nothing for `stall`.
-    pub fn stalled(&self, stall: Duration) -> bool {
+    pub(crate) fn stalled(&self, stall: Duration) -> bool {
         let full = self.queued_bytes() >= self.max_bytes || self.shared.waiting.load(Ordering::Acquire) > 0;
         if !full {
             return false;
@@ -361,13 +364,13 @@ impl Outbox {
     }
 
     /// Fires when the outbox overflowed, or its client stalled.
-    pub fn overflowed(&self) -> &CancellationToken {
+    pub(crate) fn overflowed(&self) -> &CancellationToken {
         &self.overflowed
     }
 
     /// Watches for a stalled client until the outbox is closed, checking a
     /// few times per `stall`; a stall marks the outbox overflowed.
-    pub async fn watch_stall(self: Arc<Self>, stall: Duration) {
+    pub(crate) async fn watch_stall(self: Arc<Self>, stall: Duration) {
         let tick = (stall / 4).max(Duration::from_millis(10));
         loop {
             tokio::select! {
@@ -384,12 +387,12 @@ impl Outbox {
     }
 
     /// The session is ending: reservations stop waiting for room.
-    pub fn stop_waiting(&self) {
+    pub(crate) fn stop_waiting(&self) {
         self.ending.cancel();
     }
 
     /// Ends the outbox: the receiver gets what is queued, then the end.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.ending.cancel();
         self.lock().tx.take();
     }

@@ -9,9 +9,9 @@ use crate::protocol::request::HandshakeRequest;
 use crate::protocol::wire::{JsonObject, SubagentConfig};
 
 /// The canonical name of the subagents capability.
-pub const CAPABILITY: &str = "multi_agent";
+pub(crate) const CAPABILITY: &str = "multi_agent";
 /// The alias clients may request it by.
-pub const CAPABILITY_ALIAS: &str = "subagents";
+pub(crate) const CAPABILITY_ALIAS: &str = "subagents";
 
 /// The handshake request's type.
 pub(crate) const HANDSHAKE: &str = "handshake/req";

@@ -32,7 +32,7 @@ pub struct InputSender {
 
 /// The session's end of its input.
 #[derive(Debug)]
-pub struct InputReceiver {
+pub(crate) struct InputReceiver {
     rx: mpsc::Receiver<Frame>,
     queued: Arc<AtomicUsize>,
 }
@@ -91,13 +91,13 @@ impl InputReceiver {
     }
 
     /// The next frame; `None` once every sender is gone.
-    pub async fn recv(&mut self) -> Option<Frame> {
+    pub(crate) async fn recv(&mut self) -> Option<Frame> {
         let frame = self.rx.recv().await?;
         Some(self.taken(frame))
     }
 
     /// The next frame if one is queued now.
-    pub fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
+    pub(crate) fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
         let frame = self.rx.try_recv()?;
         Ok(self.taken(frame))
     }

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 /// from its handshake (or a request's bearer token): the token's principal
 /// with `[auth]` tokens, else the peer's address. A session not handshaken
 /// yet counts against nobody, only against `max_unauthenticated_sessions`.
-pub fn caller_key(principal: Option<&str>, peer: Option<std::net::IpAddr>) -> Option<String> {
+pub(crate) fn caller_key(principal: Option<&str>, peer: Option<std::net::IpAddr>) -> Option<String> {
     match (principal, peer) {
         (Some(principal), _) => Some(format!("token:{principal}")),
         (None, Some(ip)) => Some(format!("addr:{ip}")),

@@ -63,7 +63,7 @@ impl Service {
 }
 
 /// Whether `err` is the refusal of a caller at `max_sessions_per_caller`.
-pub fn is_caller_limit(err: &HostError) -> bool {
+pub(crate) fn is_caller_limit(err: &HostError) -> bool {
     err.detail.as_ref().is_some_and(|detail| detail["limit"] == "max_sessions_per_caller")
 }
 

@@ -25,7 +25,7 @@ use crate::store::{SessionLog, SessionOwner, StoreHandle};
 
 /// Frames a session's input channel holds before the transport waits (TCP,
 /// stdio: they push back through the socket or pipe).
-pub const INPUT_QUEUE: usize = 64;
+pub(crate) const INPUT_QUEUE: usize = 64;
 
 /// Shared state of a running service.
 #[derive(Debug)]

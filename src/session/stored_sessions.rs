@@ -26,14 +26,14 @@ use crate::store::{Acquire, Acquired, SessionLog, SessionOwner, SessionRow};
 const RESTORE_LOAD_BOUND: Duration = Duration::from_secs(10);
 
 /// How long `POST /session` waits for the store to keep a new session.
-pub const NEW_SESSION_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const NEW_SESSION_DEADLINE: Duration = Duration::from_secs(2);
 
 /// `detail.reason` of the error for a session another live node serves.
 const IN_USE: &str = "session_in_use";
 
 /// Whether `err` says another live node serves the session asked for (and
 /// did not hand it off in time).
-pub fn is_in_use(err: &HostError) -> bool {
+pub(crate) fn is_in_use(err: &HostError) -> bool {
     err.detail.as_ref().is_some_and(|detail| detail["reason"] == IN_USE)
 }
 
@@ -298,7 +298,7 @@ impl SessionOwner for Service {
 
 /// The face that serves a session stored with `transport` alone (`a2a`,
 /// `mcp`); `None` for a client's session (A2E over any transport).
-pub fn face_of(transport: &str) -> Option<&'static str> {
+pub(crate) fn face_of(transport: &str) -> Option<&'static str> {
     match transport {
         "a2a" => Some("a2a"),
         "mcp" => Some("mcp"),
