@@ -5,7 +5,7 @@
 //!
 //! - `mcp_tool/direct`: an `rmcp` client calling the server.
 //! - `mcp_tool/in_host`: the host's own path for a subagent's call
-//!   (`subagent_host::tools::call`: schema check, timeout, size cut, cancel,
+//!   (`subagent_host::call`: schema check, timeout, size cut, cancel,
 //!   metrics), made from this thread to a connection the host's `ToolHost`
 //!   keeps on a runtime of its own, as a subagent's call from its session's
 //!   thread is.
@@ -145,7 +145,7 @@ fn mcp_tool(c: &mut Criterion) {
         "[[mcp_servers]]\nname = \"every\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n",
         everything()
     );
-    let tool_host = std::sync::Arc::new(subagent_host::tools::ToolHost::new(
+    let tool_host = std::sync::Arc::new(subagent_host::ToolHost::new(
         subagent_host::config::FileConfig::parse(&config).expect("config").mcp_servers,
     ));
     let starting = tool_host.clone();
@@ -178,7 +178,7 @@ fn mcp_tool(c: &mut Criterion) {
     group.bench_function("in_host", |b| {
         b.iter(|| {
             let answer =
-                runtime.block_on(subagent_host::tools::call(&server, &tool, json!({"message": "bench"}), &cancel));
+                runtime.block_on(subagent_host::call_tool(&server, &tool, json!({"message": "bench"}), &cancel));
             assert!(answer.is_ok(), "{}", answer.text);
         })
     });

@@ -28,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subagent_host::config::Limits;
-use subagent_host::event::NullSink;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio_util::sync::CancellationToken;
 

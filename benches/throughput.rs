@@ -21,8 +21,8 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subagent_host::config::Limits;
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 // The allocator subagentd ships with (src/main.rs), for the floor and the host alike.

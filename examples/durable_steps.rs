@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::config::Limits;
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{self, SessionLog, SessionRow, StoreUrl, WriterSettings};
+use subagent_host::NullSink;
 use subagent_host::{AdapterRouter, Host, HostConfig};
 
 #[path = "../benches/support/tree_ops.rs"]

@@ -5,9 +5,9 @@
 //! operations table is the one way into a tree, as it is for every face.
 
 use std::sync::Arc;
-use subagent_host::event::NullSink;
 use subagent_host::ops::{Caller, Operation, Outcome};
 use subagent_host::wire::*;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig};
 
 #[actix_rt::main]

@@ -1,7 +1,7 @@
 //! The host's MCP client under the official conformance suite's client
 //! scenarios (`tests/mcp-conformance/run.sh`): the suite runs this with a
 //! test server's URL as the last argument; it connects as `[[mcp_servers]]`
-//! does (`subagent_host::tools`, streamable HTTP), lists the tools, and
+//! does (`subagent_host::ToolHost`, streamable HTTP), lists the tools, and
 //! calls each once through the host's own call path, with arguments made
 //! from the tool's input schema, as a subagent's call would go.
 
@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::FileConfig;
-use subagent_host::tools::{call, ToolHost};
+use subagent_host::{call_tool as call, ToolHost};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -48,9 +48,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use subagent_host::config::{ApprovalRule, Limits, Require};
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{self, SessionLog, SessionRow, StoreHandle, StoreUrl, WriterSettings};
+use subagent_host::NullSink;
 use subagent_host::{ApprovalPolicy, Host, HostConfig, SubagentId, Tree};
 
 #[path = "../benches/support/tree_ops.rs"]

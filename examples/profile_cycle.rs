@@ -23,8 +23,8 @@
 use actix::prelude::*;
 use std::sync::Arc;
 use subagent_host::config::Limits;
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, Tree};
 
 // The allocator subagentd ships with (src/main.rs), for the floor and the host alike.

@@ -33,7 +33,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 use subagent_host::config::Limits;
-use subagent_host::event::NullSink;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 // The allocator subagentd ships with (src/main.rs).

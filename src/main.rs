@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use subagent_host::config::{FileConfig, SqliteSync};
-use subagent_host::logging::LogFormat;
+use subagent_host::server::logging::LogFormat;
+use subagent_host::server::Auth;
 use subagent_host::server::{self, Listeners, Settings};
-use subagent_host::session::Auth;
 use subagent_host::store::{self, ClusterSettings, DataDirLock, StoreUrl, WriterSettings};
 
 // The allocator subagentd ships with: subagent churn is allocation heavy
@@ -140,7 +140,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => args,
         Command::Mcp(args) => args.into(),
     };
-    subagent_host::logging::init(match args.log_format {
+    subagent_host::server::logging::init(match args.log_format {
         LogFormatArg::Text => LogFormat::Text,
         LogFormatArg::Json => LogFormat::Json,
     });
@@ -221,7 +221,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let mut settings = Settings::from_file(&file)?;
     // Flushed when `serve` returns (the process exits right after).
-    let _telemetry = subagent_host::telemetry::init_from_env()?;
+    let _telemetry = subagent_host::server::telemetry::init_from_env()?;
     let url = match &args.store {
         Some(text) => StoreUrl::parse(text)?,
         None => match file.store.configured_url()? {

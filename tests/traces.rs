@@ -21,10 +21,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{SessionLog, StoreHandle};
 use subagent_host::AdapterRouter;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::Mutex;
 
@@ -40,7 +40,7 @@ fn exporter() -> &'static InMemorySpanExporter {
     EXPORTER.get_or_init(|| {
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-        subagent_host::telemetry::install(&provider).expect("install the exporter");
+        subagent_host::server::telemetry::install(&provider).expect("install the exporter");
         // Kept for the life of the process.
         std::mem::forget(provider);
         exporter

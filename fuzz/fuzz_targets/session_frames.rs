@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use subagent_host::config::Limits;
 use subagent_host::protocol::codec::{Frame, LineDecoder};
 use subagent_host::protocol::request::decode_line;
-use subagent_host::session::{Auth, ConnectionEnd, Service};
+use subagent_host::server::{Auth, ConnectionEnd, Service};
 use subagent_host::{Host, HostConfig};
 use subagent_host::{IdRegistry, IdSource};
 

@@ -10,7 +10,7 @@ use crate::protocol::encode;
 use crate::protocol::wire::{JsonObject, SubagentEvent};
 
 /// The wire value of a stopped list (`content.stopped` of a cancel/terminate reply).
-pub fn stopped_content(target: SubagentId, stopped: &[SubagentId]) -> JsonObject {
+pub(crate) fn stopped_content(target: SubagentId, stopped: &[SubagentId]) -> JsonObject {
     let mut content = JsonObject::new();
     content.insert("subagent_id".into(), json!(target));
     content.insert("stopped".into(), Value::from(stopped.iter().map(|id| json!(id)).collect::<Vec<_>>()));
@@ -20,7 +20,7 @@ pub fn stopped_content(target: SubagentId, stopped: &[SubagentId]) -> JsonObject
 
 /// The reply to a cancel or terminate: a `SUBAGENT_EVENT` with `req_id`,
 /// `event` `cancelled` / `terminated` and the list of what was stopped.
-pub fn stopped_reply(event: &str, req_id: &str, target: SubagentId, stopped: &[SubagentId]) -> String {
+pub(crate) fn stopped_reply(event: &str, req_id: &str, target: SubagentId, stopped: &[SubagentId]) -> String {
     let body =
         SubagentEvent { subagent_id: target, event: event.to_owned(), content: stopped_content(target, stopped) };
     encode::message("SUBAGENT_EVENT", Some(req_id), &body)

@@ -21,5 +21,6 @@ mod wire_event;
 pub use event_kind::EventKind;
 pub use event_sink::{EventSink, NullSink};
 pub use lifecycle_event::{Event, EventDetail, TaskUsage, ToolDetail, ToolEnded};
-pub use lines::{line, stopped_content, stopped_reply};
+pub use lines::line;
+pub(crate) use lines::stopped_reply;
 pub use wire_event::{WireEvent, MERGED_IDS_ON_THE_WIRE};

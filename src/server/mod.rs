@@ -10,6 +10,12 @@
 //!   (`crate::transport::http`) and every face's routes (`crate::faces`).
 //! - `metrics_listener`: `--metrics ADDR`, the metrics (and, without an
 //!   HTTP listener, the operator's page and API) on a listener of their own.
+//! - [`logging`] (feature `cli`): the binary's non-blocking stderr logger.
+//! - [`telemetry`] (feature `otlp`): the OTLP span exporter.
+//!
+//! It re-exports the protocol session service it runs on ([`Service`] and
+//! what driving a session takes), for callers that serve sessions
+//! themselves.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,13 +27,21 @@ use crate::faces::operator::AdminApi;
 use crate::runtime::task::AdapterRouter;
 use crate::runtime::{Host, HostConfig};
 use crate::session::{adopt_orphans, HttpSessions};
-use crate::session::{Auth, Service};
 use crate::store::StoreHandle;
 use crate::tools::ToolHost;
 use crate::transport::{stdio, tcp};
 
 mod http;
+#[cfg(feature = "cli")]
+pub mod logging;
 mod metrics_listener;
+#[cfg(feature = "otlp")]
+pub mod telemetry;
+
+// The protocol session service the server runs, for a caller that serves
+// sessions itself (a test, a fuzz target, an embedder with its own
+// transport): open one on a `Service` and drive its input and output.
+pub use crate::session::{Auth, ConnectionEnd, InputSender, OutboxReceiver, Service, SHUTTING_DOWN};
 
 /// Where sessions' actor trees live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

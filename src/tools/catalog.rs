@@ -6,10 +6,10 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// Between a server's name and its tool's: `fs__read_file`.
-pub const SEPARATOR: &str = "__";
+pub(crate) const SEPARATOR: &str = "__";
 
 /// The name a model calls a server's tool by.
-pub fn qualified_name(server: &str, tool: &str) -> String {
+pub(crate) fn qualified_name(server: &str, tool: &str) -> String {
     format!("{server}{SEPARATOR}{tool}")
 }
 

@@ -19,7 +19,9 @@ mod connection;
 mod invoke;
 mod tool_host;
 
-pub use catalog::{qualified_name, Hints, McpTool, SEPARATOR};
-pub use connection::{McpServer, Met, ServerState};
+pub use catalog::McpTool;
+pub(crate) use catalog::{qualified_name, Hints};
+pub use connection::{McpServer, ServerState};
 pub use invoke::{call, ToolAnswer};
-pub use tool_host::{ListedServer, SessionAlive, ToolHost};
+pub use tool_host::ToolHost;
+pub(crate) use tool_host::{ListedServer, SessionAlive};

@@ -16,7 +16,7 @@ use crate::config::{McpClientConfig, McpScope, McpServerConfig, McpTransportKind
 /// What shows that a session still lives: a weak handle to something the
 /// session holds for its whole life (its log). When it no longer upgrades,
 /// the session's own servers are stopped.
-pub type SessionAlive = Weak<dyn Any + Send + Sync>;
+pub(crate) type SessionAlive = Weak<dyn Any + Send + Sync>;
 
 struct SessionServers {
     alive: SessionAlive,

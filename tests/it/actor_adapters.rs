@@ -5,9 +5,9 @@ use crate::common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use subagent_host::adapter::ScriptedAdapter;
-use subagent_host::event::{EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::{AdapterRouter, AgentAdapter, TaskContext, TaskFuture};
+use subagent_host::{EventDetail, EventKind};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 
 /// Answers with its own name, to see which adapter the router picked.
@@ -127,7 +127,7 @@ async fn script_progress_emits_a_progress_event_with_its_text() {
     let progress: Vec<_> = drain_events(&mut events).into_iter().filter(|e| e.kind == EventKind::Progress).collect();
     assert_eq!(progress.len(), 1);
     assert_eq!(progress[0].detail, EventDetail::Progress("halfway".into()));
-    let wire = serde_json::to_value(subagent_host::event::WireEvent(&progress[0])).unwrap();
+    let wire = serde_json::to_value(subagent_host::WireEvent(&progress[0])).unwrap();
     assert_eq!(wire["content"]["message"], json!("halfway"));
 }
 

@@ -4,8 +4,8 @@
 use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
-use subagent_host::event::EventKind;
 use subagent_host::protocol::wire::*;
+use subagent_host::EventKind;
 use subagent_host::{ErrorCode, SubagentId};
 
 #[actix_rt::test]

@@ -4,8 +4,8 @@
 use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
-use subagent_host::event::EventKind;
 use subagent_host::protocol::wire::*;
+use subagent_host::EventKind;
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
 use subagent_host::{MergeInput, MergeStrategy, StrategyRegistry};
 

@@ -223,7 +223,7 @@ async fn terminating_a_never_used_subtree_retires_every_member() {
         assert_eq!(session.await_result(id).await.unwrap().status, SubagentStatus::Terminated);
     }
     let terminated =
-        drain_events(&mut events).into_iter().filter(|e| e.kind == subagent_host::event::EventKind::Terminated).count();
+        drain_events(&mut events).into_iter().filter(|e| e.kind == subagent_host::EventKind::Terminated).count();
     assert_eq!(terminated, 5, "one terminated event each");
     // They no longer count toward the quota and take no work.
     let refused = session.delegate(child, TaskDefinition::new("late", "x")).await.unwrap();

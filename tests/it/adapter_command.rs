@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::command::{CommandAdapter, CommandConfig};
 use subagent_host::config::Limits;
-use subagent_host::event::{Event, EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::AdapterRouter;
+use subagent_host::{Event, EventDetail, EventKind};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
@@ -139,7 +139,7 @@ async fn bad_exits_and_bad_output_fail_the_task_with_a_clear_error() {
         ("cmd-logs", sh(r#"echo "log line"; echo '{"answer": 42}'"#)),
     ];
     let host = host(routes, Limits::default());
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let task = || TaskDefinition::new("t", "go");
     let error_of = |done: AwaitResponse| {
         assert_eq!(done.status, SubagentStatus::Failed);

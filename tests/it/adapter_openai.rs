@@ -13,9 +13,9 @@ use subagent_host::adapter::build_route;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::config::Limits;
 use subagent_host::config::{FileConfig, RetryConfig, RouteConfig};
-use subagent_host::event::{Event, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::AdapterRouter;
+use subagent_host::{Event, NullSink};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 
@@ -322,7 +322,7 @@ async fn the_api_key_is_sent_but_never_appears_in_events_or_errors() {
     let mut count = 0;
     while let Ok(event) = events.try_recv() {
         count += 1;
-        let wire = serde_json::to_string(&subagent_host::event::WireEvent(&event)).expect("wire");
+        let wire = serde_json::to_string(&subagent_host::WireEvent(&event)).expect("wire");
         assert!(!wire.contains(KEY) && !format!("{event:?}").contains(KEY), "key leaked: {wire}");
     }
     assert!(count >= 3, "spawned, delegated, progress (retry), failed");
@@ -569,7 +569,7 @@ fn streaming_host(server: &FakeServer) -> Host {
 fn progress_texts(events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<(std::time::Instant, String)> {
     let mut texts = Vec::new();
     while let Ok(event) = events.try_recv() {
-        if let subagent_host::event::EventDetail::Progress(text) = event.detail {
+        if let subagent_host::EventDetail::Progress(text) = event.detail {
             texts.push((std::time::Instant::now(), text));
         }
     }
@@ -595,7 +595,7 @@ async fn a_streamed_reply_arrives_as_coalesced_progress_events_and_counts_its_us
         let done = loop {
             tokio::select! {
                 Some(event) = events.recv() => {
-                    if let subagent_host::event::EventDetail::Progress(text) = &event.detail {
+                    if let subagent_host::EventDetail::Progress(text) = &event.detail {
                         seen.push((std::time::Instant::now(), text.clone()));
                     }
                 }
@@ -652,7 +652,7 @@ async fn cancel_aborts_a_stream_at_once() {
     let first_text = async {
         loop {
             match events.recv().await.expect("open") {
-                Event { detail: subagent_host::event::EventDetail::Progress(text), .. } if text == "thinking" => break,
+                Event { detail: subagent_host::EventDetail::Progress(text), .. } if text == "thinking" => break,
                 _ => continue,
             }
         }

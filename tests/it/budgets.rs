@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::config::Limits;
-use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::AdapterRouter;
 use subagent_host::{ErrorCode, Host, HostConfig, SubagentId, Tree};
+use subagent_host::{Event, EventKind, NullSink};
 use tokio::sync::mpsc;
 
 const GUARD: Duration = Duration::from_secs(30);

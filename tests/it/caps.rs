@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
-use subagent_host::event::{Event, EventKind};
 use subagent_host::protocol::wire::*;
+use subagent_host::{Event, EventKind};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

@@ -6,11 +6,11 @@
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::{SpawnRequest, SubagentConfig};
 use subagent_host::store::{
     self, Acquired, ClusterSettings, SessionLog, SessionOwner, StoreHandle, StoreUrl, WriterSettings,
 };
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig};
 
 use crate::common::TreeOps;

@@ -14,7 +14,7 @@
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU32, Ordering};
 use subagent_host::config::Limits;
-use subagent_host::session::{Auth, Service};
+use subagent_host::server::{Auth, Service};
 use subagent_host::{Host, HostConfig};
 use subagent_host::{IdRegistry, IdSource};
 

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
 use subagent_host::config::{Limits, RetryConfig};
-use subagent_host::event::{Event, EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::{AdapterRouter, Host, HostConfig, SubagentId, Tree};
+use subagent_host::{Event, EventDetail, EventKind};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const GUARD: Duration = Duration::from_secs(30);
@@ -182,7 +182,7 @@ async fn remind_budget_adds_one_note_from_the_second_call_only_when_configured()
 async fn past_max_offered_the_mcp_tools_wait_behind_find_tools_and_descriptions_are_cut() {
     use subagent_host::adapter::openai::OfferLimits;
     use subagent_host::config::FileConfig;
-    use subagent_host::tools::ToolHost;
+    use subagent_host::ToolHost;
 
     let dir = std::env::temp_dir().join(format!("subagentd-find-tools-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -209,7 +209,7 @@ async fn past_max_offered_the_mcp_tools_wait_behind_find_tools_and_descriptions_
     // Wait for the server's tool list before the task looks at it.
     let server_state = tools.shared_servers()[0].clone();
     crate::common::eventually("the filesystem server is ready", GUARD, || {
-        std::future::ready((server_state.state() == subagent_host::tools::ServerState::Ready).then_some(()))
+        std::future::ready((server_state.state() == subagent_host::ServerState::Ready).then_some(()))
     })
     .await;
     let mut agent = SubagentConfig::new("finder", "fake-model");

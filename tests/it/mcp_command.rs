@@ -11,10 +11,10 @@ use std::time::Duration;
 use subagent_host::adapter::command::{CommandAdapter, CommandConfig};
 use subagent_host::adapter::openai::ToolPolicy;
 use subagent_host::config::FileConfig;
-use subagent_host::event::{EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
-use subagent_host::tools::ToolHost;
+use subagent_host::ToolHost;
 use subagent_host::{AdapterRouter, Host, HostConfig};
+use subagent_host::{EventDetail, EventKind};
 use tokio::sync::mpsc;
 
 /// A program that lists its tools, reads the file its instruction names,

@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig, RetryPolicy};
 use subagent_host::config::{FileConfig, McpServerConfig};
-use subagent_host::event::{Event, EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
-use subagent_host::tools::{ServerState, ToolHost};
 use subagent_host::AdapterRouter;
+use subagent_host::{Event, EventDetail, EventKind};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
+use subagent_host::{ServerState, ToolHost};
 use tokio::sync::mpsc;
 
 const GUARD: Duration = Duration::from_secs(60);
@@ -213,7 +213,7 @@ async fn a_restricted_leaf_reads_through_the_filesystem_server_and_is_refused_a_
         }
     });
     let host = host_with(&model, &tools, None);
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let mut root = agent("AGENT:root", ToolScope::Shared);
     root.capabilities = vec!["multi_agent".into()];
     let (_, done) = run(&session, root, "delegate a read").await;
@@ -238,7 +238,7 @@ async fn isolated_gets_only_the_named_tools_and_host_globs_decide_restricted() {
     let tools = tool_host(servers(&everything("every")));
     let model = one_round(vec![("every__echo", json!({"message": "x"}))]);
     let host = host_with(&model, &tools, Some(&["every__get-*", "list_subagents"]));
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let mut isolated = agent("AGENT:iso", ToolScope::Isolated);
     isolated.metadata.insert("tools".into(), json!(["every__echo"]));
     run(&session, isolated, "go").await;
@@ -260,7 +260,7 @@ async fn a_call_past_its_timeout_answers_the_model_and_a_cancel_stops_a_call_at_
     let tools = tool_host(servers(&config));
     let model = one_round(vec![("every__trigger-long-running-operation", json!({"duration": 20, "steps": 4}))]);
     let host = host_with(&model, &tools, None);
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let (_, done) = run(&session, agent("AGENT:slow", ToolScope::Shared), "wait").await;
     assert!(summary(&done).contains("did not answer within 300 ms"), "{}", summary(&done));
 
@@ -308,7 +308,7 @@ async fn a_streamable_http_server_serves_the_same_tools() {
     eventually("the http server is ready", GUARD, || ready((server.state() == ServerState::Ready).then_some(()))).await;
     let model = one_round(vec![("web__echo", json!({"message": "over http"}))]);
     let host = host_with(&model, &tools, None);
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let (_, done) = run(&session, agent("AGENT:web", ToolScope::Shared), "echo").await;
     assert_eq!(summary(&done), "Echo: over http");
 }
@@ -344,7 +344,7 @@ async fn a_crashed_stdio_server_is_restarted_and_serves_again() {
     .await;
     let model = one_round(vec![("every__echo", json!({"message": "again"}))]);
     let host = host_with(&model, &tools, None);
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let (_, done) = run(&session, agent("AGENT:again", ToolScope::Shared), "echo").await;
     assert_eq!(summary(&done), "Echo: again");
     std::fs::remove_file(&pid_file).ok();
@@ -443,7 +443,7 @@ async fn max_tool_calls_is_a_budget_and_a_spent_one_ends_the_task() {
     let tools = tool_host(servers(&everything("every")));
     let model = one_round(vec![("every__echo", json!({"message": "one"})), ("every__echo", json!({"message": "two"}))]);
     let host = host_with(&model, &tools, None);
-    let session = host.open_tree(Arc::new(subagent_host::event::NullSink));
+    let session = host.open_tree(Arc::new(subagent_host::NullSink));
     let mut capped = agent("AGENT:capped", ToolScope::Shared);
     capped.metadata.insert("budget".into(), json!({"max_tool_calls": 1}));
     let (_, done) = run(&session, capped, "echo twice").await;

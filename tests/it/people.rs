@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::{ApprovalRule, Limits, Require};
-use subagent_host::event::{Event, EventDetail, EventKind};
-use subagent_host::session::{Auth, Service};
+use subagent_host::server::{Auth, Service};
 use subagent_host::wire::{SpawnRequest, SubagentConfig, SubagentStatus};
 use subagent_host::{ApprovalPolicy, ErrorCode, Given, Host, HostConfig, SubagentId, Tree};
+use subagent_host::{Event, EventDetail, EventKind};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::common::TreeOps;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::Limits;
 use subagent_host::protocol::codec::{Frame, LineDecoder};
-use subagent_host::session::{Auth, ConnectionEnd, InputSender, OutboxReceiver, Service, SHUTTING_DOWN};
+use subagent_host::server::{Auth, ConnectionEnd, InputSender, OutboxReceiver, Service, SHUTTING_DOWN};
 use subagent_host::{Host, HostConfig, Tree};
 use tokio::task::JoinHandle;
 

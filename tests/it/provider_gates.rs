@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subagent_host::config::{FileConfig, Limits};
-use subagent_host::event::{Event, EventDetail, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
+use subagent_host::{Event, EventDetail, EventKind, NullSink};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subagent_host::adapter::router_with_tools;
 use subagent_host::config::FileConfig;
-use subagent_host::event::{Event, EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
-use subagent_host::tools::ToolHost;
+use subagent_host::ToolHost;
+use subagent_host::{Event, EventDetail, EventKind};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::time::Duration;
 use subagent_host::config::Limits;
+use subagent_host::server::Auth;
 use subagent_host::server::{self, Listeners, Settings, Workers};
-use subagent_host::session::Auth;
 use subagent_host::store::{self, ClusterSettings, StoreUrl, WriterSettings};
 use subagent_host::AdapterRouter;
 

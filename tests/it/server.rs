@@ -7,8 +7,8 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 use subagent_host::config::Limits;
+use subagent_host::server::Auth;
 use subagent_host::server::{self, Listeners, Settings, Workers};
-use subagent_host::session::Auth;
 use subagent_host::AdapterRouter;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;

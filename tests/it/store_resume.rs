@@ -7,13 +7,13 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use subagent_host::event::{Event, EventKind, NullSink};
 use subagent_host::protocol::wire::*;
 use subagent_host::store::{
     self, Checkpoint, CommitGate, LineMark, SessionLog, StoreHandle, StoreUrl, StoredSession, StoredSubagent,
     StoredTask, SubagentRow, WriterSettings,
 };
 use subagent_host::AdapterRouter;
+use subagent_host::{Event, EventKind, NullSink};
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::mpsc;
 

@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::config::FileConfig;
-use subagent_host::event::NullSink;
 use subagent_host::protocol::wire::*;
+use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, Tree};
 
 use crate::common::TreeOps;

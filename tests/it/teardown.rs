@@ -7,9 +7,9 @@ use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
 use subagent_host::config::Limits;
-use subagent_host::event::{EventDetail, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::SubagentId;
+use subagent_host::{EventDetail, EventKind};
 
 /// Spawns `n` top-level subagents and lets each finish a task.
 async fn finished(session: &subagent_host::Tree, n: usize) -> Vec<SubagentId> {

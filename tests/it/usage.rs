@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use subagent_host::adapter::openai::{OpenAiAdapter, OpenAiConfig};
-use subagent_host::event::{Event, EventKind};
 use subagent_host::protocol::wire::*;
 use subagent_host::AdapterRouter;
+use subagent_host::{Event, EventKind};
 use subagent_host::{Host, HostConfig};
 use tokio::sync::mpsc;
 

@@ -6,9 +6,9 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::sync::Arc;
-use subagent_host::event::{Event, EventDetail, EventKind, TaskUsage, WireEvent};
 use subagent_host::protocol::wire::{SubagentStatus, Usage};
 use subagent_host::SubagentId;
+use subagent_host::{Event, EventDetail, EventKind, TaskUsage, WireEvent};
 
 /// Text with the characters that need escaping, unicode, and plain ASCII.
 fn text() -> impl Strategy<Value = String> {
@@ -109,7 +109,7 @@ fn an_encoded_event_line_is_its_envelope_and_the_serde_fields() {
         detail: EventDetail::Progress("line\nbreak".into()),
         usage: None,
     };
-    let line: serde_json::Value = serde_json::from_str(&subagent_host::event::line(&event)).unwrap();
+    let line: serde_json::Value = serde_json::from_str(&subagent_host::event_line(&event)).unwrap();
     let mut fields = serde_json::to_value(WireEvent(&event)).unwrap();
     let fields = fields.as_object_mut().unwrap();
     assert_eq!(line["type"], "SUBAGENT_EVENT");
@@ -135,7 +135,7 @@ fn a_merged_event_lists_at_most_64_sources_on_the_wire_and_counts_them_all() {
         usage: None,
     };
     let content = |n: u32| {
-        let line: serde_json::Value = serde_json::from_str(&subagent_host::event::line(&merged(n))).unwrap();
+        let line: serde_json::Value = serde_json::from_str(&subagent_host::event_line(&merged(n))).unwrap();
         line["content"].clone()
     };
     let small = content(3);
@@ -145,7 +145,7 @@ fn a_merged_event_lists_at_most_64_sources_on_the_wire_and_counts_them_all() {
     let large = content(10_000);
     assert_eq!(large["sources"], 10_000);
     let listed = large["subagent_ids"].as_array().unwrap();
-    assert_eq!(listed.len(), subagent_host::event::MERGED_IDS_ON_THE_WIRE);
+    assert_eq!(listed.len(), subagent_host::MERGED_IDS_ON_THE_WIRE);
     assert_eq!(listed[0], "sub_00000001", "the first sources, in request order");
     assert_eq!(large["truncated"], true);
 }
