@@ -13,6 +13,7 @@ mod common;
 #[path = "it/fake_openai/mod.rs"]
 mod fake_openai;
 
+use common::TreeOps;
 use fake_openai::*;
 use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -27,10 +28,6 @@ use subagent_host::AdapterRouter;
 use subagent_host::NullSink;
 use subagent_host::{Host, HostConfig, SubagentId, Tree};
 use tokio::sync::Mutex;
-
-#[path = "../benches/support/tree_ops.rs"]
-mod tree_ops;
-use tree_ops::TreeOps;
 
 const GUARD: Duration = Duration::from_secs(30);
 
