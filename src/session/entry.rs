@@ -59,7 +59,7 @@ pub(crate) struct HttpEntry {
     pub(crate) keep_stored: std::sync::atomic::AtomicBool,
     // A face's session: its events, typed, for the face (a client's
     // session has them as lines in its outbox).
-    pub(super) events: Option<super::FaceEvents>,
+    pub(super) events: Option<super::face_events::FaceEvents>,
     // Fires once the session has stopped being served here (it ended, or
     // moved to another node): its face stops listening to it.
     pub(crate) ended: CancellationToken,

@@ -1,66 +1,19 @@
 //! The sessions a face serves itself (an A2A context, an MCP client's
 //! session), opened as that face's own: handshaken by construction (the
 //! face checked its caller's token on the request that opens it), stored
-//! as handshaken at once, and with typed events ([`FaceEvents`]) where a
+//! as handshaken at once, and with typed events (`face_events`) where a
 //! client's session has `SUBAGENT_EVENT` lines in its outbox. No A2E text
 //! passes between a face and its session: the face runs operations on the
-//! session's tree and reads these events.
+//! session's tree and reads these events. (Named by its path, not through
+//! `session`'s map: no import circle runs through it.)
 
 use std::sync::Arc;
-use tokio::sync::broadcast;
 
 use super::handshake::{Grant, CAPABILITY};
+use super::owner::caller_key;
 use super::service::{OpenedConnection, Service, INPUT_QUEUE};
 use crate::error::HostError;
-use crate::event::{Event, EventSink};
-use crate::outbox::{Outbox, OutboxSink};
 use crate::store::SessionRow;
-
-/// Events kept for a face session's slowest listener; one that falls
-/// further behind reads its task's record again instead.
-const FACE_EVENTS_KEPT: usize = 1024;
-
-/// A face session's events, typed, for every listener of its face (its
-/// waiting requests and streams).
-pub(crate) type FaceEvents = broadcast::Sender<Arc<Event>>;
-
-/// Where a face session's events go: to its face, typed; as a line only
-/// for an operator's stream that watches the session (the live view shows
-/// face sessions as it shows a client's).
-struct FaceSink {
-    // The face's listeners.
-    events: FaceEvents,
-    // The operator's live view.
-    tap: crate::admin::Tap,
-}
-
-impl EventSink for FaceSink {
-    fn emit(&self, event: Event) {
-        if self.tap.is_wanted() {
-            self.tap.event(&crate::event::line(&event));
-        }
-        // No listener now loses nothing: a listener reads the record first.
-        let _ = self.events.send(Arc::new(event));
-    }
-}
-
-/// The event sink of session `id`, served for `face` (`None`: a client's
-/// session, whose events are lines in `outbox`), and a face's typed events.
-pub(super) fn sink_for(
-    service: &Service,
-    outbox: &Arc<Outbox>,
-    id: &str,
-    face: Option<&str>,
-) -> (Arc<dyn EventSink>, Option<FaceEvents>) {
-    let tap = service.admin.tap(id);
-    match face {
-        None => (Arc::new(OutboxSink::new(outbox.clone(), tap)), None),
-        Some(_) => {
-            let (events, _) = broadcast::channel(FACE_EVENTS_KEPT);
-            (Arc::new(FaceSink { events: events.clone(), tap }), Some(events))
-        }
-    }
-}
 
 /// Who opens a face's session: the token holder it is stored with, and
 /// the peer it counts against without tokens.
@@ -92,7 +45,7 @@ impl Service {
         let mut opened = self.open_tree_as(queue, true, Some(id), Some(face))?;
         let slot = opened.connection.slot();
         let address = peer.filter(|_| !self.auth().is_enabled());
-        slot.charge(super::caller_key(principal.as_deref(), address))?;
+        slot.charge(caller_key(principal.as_deref(), address))?;
         slot.owner().opened_by_bearer(principal.clone());
         slot.owner().handshaken(principal.clone());
         let id = opened.session_id.clone();

@@ -28,7 +28,8 @@
 //!   sessions the A2A and MCP faces host), their lifecycle; `adopt`:
 //!   serving stored sessions that no client came back for.
 //! - `face_open`: opening a session a face serves itself (A2A, MCP):
-//!   handshaken by construction, its events typed for the face.
+//!   handshaken by construction; `face_events`: its events, typed for the
+//!   face.
 //! - `auth`: token checking; `owner`: whose a session is, and the
 //!   caller it counts against (`max_sessions_per_caller`).
 //! - `crate::outbox`: the bounded outbox and the slow-client rule.
@@ -43,7 +44,8 @@ mod auth;
 mod connection;
 mod drain;
 mod entry;
-mod face_open;
+mod face_events;
+pub(crate) mod face_open;
 mod frames;
 mod handshake;
 mod input;
@@ -64,7 +66,6 @@ pub use auth::Auth;
 pub use connection::{Connection, ConnectionEnd};
 pub use drain::SHUTTING_DOWN;
 pub(crate) use entry::{lock, HttpEntry, ReaderHold};
-pub(crate) use face_open::{FaceEvents, FaceOpener};
 pub use handshake::{CAPABILITY, CAPABILITY_ALIAS};
 pub use input::{InputReceiver, InputSender};
 pub use owner::{caller_key, Owner, Refusal};

@@ -116,7 +116,7 @@ pub struct OpenedConnection {
     /// The token holder it belongs to, for a restored session.
     pub principal: Option<String>,
     /// A face's session: its events, typed (see `face_open`).
-    pub(crate) events: Option<super::face_open::FaceEvents>,
+    pub(crate) events: Option<super::face_events::FaceEvents>,
 }
 
 impl Service {
@@ -267,7 +267,7 @@ impl Service {
         let session_id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         let log = SessionLog::new(session_id.as_str(), self.store.clone());
         outbox.attach_log(log.clone());
-        let (sink, events) = super::face_open::sink_for(self, &outbox, &session_id, face);
+        let (sink, events) = super::face_events::sink_for(self.admin.tap(&session_id), &outbox, face);
         let tree = self.host.open_logged_tree(sink, log.clone());
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();

@@ -180,7 +180,7 @@ impl Service {
         outbox.attach_log(log.clone());
         // A face's session tells its face its events, typed, as it did
         // before the restart.
-        let (sink, events) = super::face_open::sink_for(self, &outbox, id, face);
+        let (sink, events) = super::face_events::sink_for(self.admin.tap(id), &outbox, face);
         let tree = self.host.open_logged_tree(sink, log.clone());
         // Its own MCP servers first: its tasks resume calling them.
         crate::faces::a2e::restore_servers(&tree).await;

@@ -299,15 +299,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "session/service.rs",
         "session/stored_sessions.rs",
     ],
-    // 6 files (measured after the faces moved, 2026-12-07).
-    &[
-        "faces/a2a/card.rs",
-        "faces/a2a/listing.rs",
-        "faces/a2a/methods.rs",
-        "faces/a2a/mod.rs",
-        "faces/a2a/stream.rs",
-        "faces/a2a/tasks.rs",
-    ],
     // 5 files (measured after the faces moved, 2026-12-07).
     &["event/event_sink.rs", "event/lifecycle_event.rs", "event/lines.rs", "event/mod.rs", "event/wire_event.rs"],
     // 4 files (measured after the faces moved, 2026-12-07).
@@ -319,8 +310,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     ],
     // 4 files (measured after the faces moved, 2026-12-07).
     &["config/file.rs", "config/mcp.rs", "config/mod.rs", "config/providers.rs"],
-    // 4 files (measured after the faces moved, 2026-12-07).
-    &["faces/mcp_server/calls.rs", "faces/mcp_server/http.rs", "faces/mcp_server/mod.rs", "faces/mcp_server/stdio.rs"],
     // 3 files (measured after the faces moved, 2026-12-07).
     &["adapter/openai/client.rs", "adapter/openai/retry.rs", "adapter/openai/stream.rs"],
     // 3 files (measured after the faces moved, 2026-12-07).

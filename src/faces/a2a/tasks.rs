@@ -20,7 +20,7 @@ use crate::ops::{Caller, InputBounds, Operation, Outcome};
 use crate::protocol::wire::{SpawnRequest, SubagentMessagePayload, TaskDefinition};
 use crate::runtime::inspect::SubagentDetail;
 use crate::runtime::people::{AskKind, Given, PersonRequest};
-use crate::session::FaceOpener;
+use crate::session::face_open::FaceOpener;
 
 /// A task found: its context's session, its root subagent, its context id.
 #[derive(Debug, Clone)]

@@ -18,8 +18,9 @@ use crate::error::{ErrorCode, HostError};
 use crate::event::{Event, EventDetail};
 use crate::ids::SubagentId;
 use crate::runtime::RetiredTask;
+use crate::session::face_open::FaceOpener;
 use crate::session::HttpSessions;
-use crate::session::{lock, FaceOpener, HttpEntry};
+use crate::session::{lock, HttpEntry};
 use crate::store::FaceQuery;
 use followups::Followups;
 

@@ -39,8 +39,8 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use crate::faces::jsonrpc;
+use crate::session::face_open::FaceOpener;
 use crate::session::lock;
-use crate::session::FaceOpener;
 use incoming::{Incoming, RpcError};
 use outlet::Outlet;
 use session::{Asker, ClientInfo, McpSession, VERSIONS};
