@@ -201,6 +201,11 @@ impl Writer {
             return true;
         }
         self.state = snapshot.state;
+        if is_terminal(snapshot.state) {
+            // Committed before the client is told it ended (events reach
+            // the face before their commit, unlike a client's lines).
+            self.found.context.commit().await;
+        }
         if let Some(result) = snapshot.result.as_ref().filter(|_| is_terminal(snapshot.state)) {
             let artifact = json!({ "artifactUpdate": {
                 "taskId": snapshot.task_id,

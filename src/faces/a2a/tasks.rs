@@ -197,6 +197,9 @@ impl A2aFace {
         loop {
             let snapshot = self.snapshot(found).await?;
             if is_terminal(snapshot.state) || snapshot.state == "TASK_STATE_INPUT_REQUIRED" {
+                // Committed before the client is told (events reach the
+                // face before their commit).
+                found.context.commit().await;
                 return Ok(snapshot);
             }
             if tokio::time::Instant::now() >= deadline {
