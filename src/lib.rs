@@ -31,7 +31,8 @@
 //!   the Host/Origin check, SSE bodies). → session, admin, store.
 //! - `session`: one protocol connection (`session::Connection`):
 //!   handshake and auth, the session pools, the registry of sessions served
-//!   over HTTP (A2E's and the hosted faces'), byte bounds on requests,
+//!   over HTTP (A2E's and the hosted faces', which a face opens as its own:
+//!   handshaken at once, their events typed), byte bounds on requests,
 //!   resuming stored sessions, the bounded input. → faces::a2e, outbox, ops,
 //!   admin, runtime, store.
 //! - `faces::a2e`: the A2E face: both subagent namespaces (`SUBAGENT_*`,

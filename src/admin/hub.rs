@@ -117,6 +117,12 @@ impl Tap {
         Self { hub, session: session.into(), prefix: prefix.into() }
     }
 
+    /// Whether a stream watches this session now: a sink that has no line
+    /// of its own (a face's session) builds one only then.
+    pub fn is_wanted(&self) -> bool {
+        self.hub.wants(&self.session)
+    }
+
     /// Publishes one `SUBAGENT_EVENT` line (as the client gets it), when a
     /// stream watches this session.
     pub fn event(&self, line: &str) {

@@ -78,6 +78,10 @@ impl Operation {
                     None => Ok(()),
                 }
             }
+            Self::RunTask { request, task } => {
+                within("the subagent config", &request.agent, input_len, "max_config_bytes", bounds.max_config_bytes)?;
+                bounds.task(task, input_len)
+            }
             Self::Delegate { task, .. } => bounds.task(task, input_len),
             Self::Message { payload, .. } => {
                 within("the message", payload, input_len, "max_message_bytes", bounds.max_message_bytes)

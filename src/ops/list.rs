@@ -1,5 +1,9 @@
 //! `list`: every subagent of the session, by id (the same shared rows until
-//! something changes); and a subagent's children, oldest first.
+//! something changes); and a subagent's children, oldest first. A row as
+//! compact JSON ([`list_row`]) is written here once, for the faces that do
+//! not send the whole `SubagentInfo` (the MCP face, the model's tools).
+
+use serde_json::{json, Value};
 
 use crate::error::HostError;
 use crate::ids::SubagentId;
@@ -32,4 +36,24 @@ impl TaskContext {
     pub async fn children(&self) -> Result<Vec<SubagentId>, HostError> {
         self.supervisor.send(msg::ChildrenOf(self.subagent_id)).await?
     }
+}
+
+/// One subagent of a list as a compact JSON row: its id, name, status,
+/// parent and depth; `with_usage` adds its own and its subtree's token
+/// usage and what it waits for (the MCP face's rows; a model is shown the
+/// short row).
+pub(crate) fn list_row(info: &SubagentInfo, with_usage: bool) -> Value {
+    let mut row = json!({
+        "subagent_id": info.subagent_id,
+        "name": info.name,
+        "status": info.status,
+        "parent_agent_id": info.parent_agent_id,
+        "depth": info.depth,
+    });
+    if with_usage {
+        row["usage"] = json!(info.usage);
+        row["subtree_usage"] = json!(info.subtree_usage);
+        row["waiting_for"] = json!(info.waiting_for);
+    }
+    row
 }

@@ -16,6 +16,7 @@
 //! | operation | file | reply | errors (besides `runtime_error`) |
 //! |---|---|---|---|
 //! | spawn | `spawn.rs` | `SpawnResponse` | `depth_exceeded`, `quota_exceeded`, `schema_violation` (its budget), `invalid_state` (closing session, terminated parent) |
+//! | run a task (spawn, delegate, terminate if refused) | `run_task.rs` | `SpawnResponse`, `DelegateResponse` | those of spawn and delegate |
 //! | delegate | `delegate.rs` | `DelegateResponse` (a refusal is `accepted: false`) | `unknown_subagent` |
 //! | await | `await_result.rs` | `AwaitResponse` | `unknown_subagent` |
 //! | message | `message.rs` | `MessageResponse` | `unknown_subagent`, `mailbox_full`, `quota_exceeded`, `invalid_state` (terminated) |
@@ -39,8 +40,10 @@ mod mailbox;
 mod merge;
 mod message;
 mod operation;
+mod run_task;
 mod spawn;
 mod terminate;
 
 pub use input_bounds::InputBounds;
+pub(crate) use list::list_row;
 pub use operation::{Caller, FrameKey, Operation, Outcome};

@@ -71,6 +71,15 @@ pub enum Operation {
         /// A first task.
         task: Option<TaskDefinition>,
     },
+    /// Spawn a subagent and hand it a task, as one step; a refused task
+    /// leaves no subagent behind (see `run_task.rs`). A client's (a hosted
+    /// face's task); a task spawns with its first task instead.
+    RunTask {
+        /// The subagent (a client's request: it names the parent).
+        request: SpawnRequest,
+        /// Its task.
+        task: TaskDefinition,
+    },
     /// Hand a subagent a task.
     Delegate {
         /// The subagent.
@@ -130,6 +139,14 @@ pub enum Outcome {
     Spawned(SpawnResponse),
     /// [`Operation::Delegate`].
     Delegated(DelegateResponse),
+    /// [`Operation::RunTask`]: the subagent spawned, and how its task was
+    /// taken (not `accepted`: it was terminated again).
+    TaskRun {
+        /// The subagent.
+        spawned: SpawnResponse,
+        /// The handover.
+        delegated: DelegateResponse,
+    },
     /// [`Operation::Await`].
     Awaited(AwaitResponse),
     /// [`Operation::Message`].
@@ -168,6 +185,7 @@ impl Operation {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Spawn { .. } => "spawn",
+            Self::RunTask { .. } => "run_task",
             Self::Delegate { .. } => "delegate",
             Self::Await { .. } => "await",
             Self::Message { .. } => "message",
@@ -219,6 +237,10 @@ impl Operation {
             Self::Spawn { task: Some(_), .. } => {
                 return Err(HostError::new(ErrorCode::InvalidState, "a client spawns, then delegates"))
             }
+            Self::RunTask { request, task } => {
+                let (spawned, delegated) = tree.run_task(request, task).await?;
+                Outcome::TaskRun { spawned, delegated }
+            }
             Self::Delegate { target, task } => Outcome::Delegated(tree.delegate(target, task).await?),
             Self::Await { target } => Outcome::Awaited(tree.await_result(target).await?),
             Self::Message { from, to, payload } => Outcome::Messaged(match frame {
@@ -244,6 +266,9 @@ impl Operation {
             Self::Spawn { request, task } => {
                 let key: Option<Arc<str>> = call.map(|call| ctx.idempotency_key(&format!("call:{call}")));
                 Outcome::Spawned(ctx.spawn_once(request.agent, task, key).await?)
+            }
+            Self::RunTask { .. } => {
+                return Err(HostError::new(ErrorCode::InvalidState, "a task spawns with its first task"))
             }
             Self::Delegate { target, task } => Outcome::Delegated(ctx.delegate(target, task).await?),
             Self::Await { target } => Outcome::Awaited(ctx.await_result(target).await?),

@@ -59,6 +59,12 @@ pub(crate) struct HttpEntry {
     // An A2A context's: idle, it is let go but stays stored (its tasks are
     // found again later), and it is never idle while a task runs.
     pub(crate) keep_stored: std::sync::atomic::AtomicBool,
+    // A face's session: its events, typed, for the face (a client's
+    // session has them as lines in its outbox).
+    pub(super) events: Option<super::face_events::FaceEvents>,
+    // Fires once the session has stopped being served here (it ended, or
+    // moved to another node): its face stops listening to it.
+    pub(crate) ended: CancellationToken,
 }
 
 /// The lines last written to a stream, oldest first, with their numbers.
@@ -101,6 +107,15 @@ impl HttpEntry {
     pub(crate) fn close(&self) {
         self.keep_stored.store(false, Ordering::Release);
         self.stop.cancel();
+    }
+
+    /// The typed events of a face's session from now on. A client's
+    /// session has none: the receiver is closed at once.
+    pub(crate) fn events(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<crate::event::Event>> {
+        match &self.events {
+            Some(events) => events.subscribe(),
+            None => tokio::sync::broadcast::channel(1).1,
+        }
     }
 
     /// Whether it is closing (idle, or a client ended it).

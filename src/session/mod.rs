@@ -28,6 +28,9 @@
 //! - `registry`: the sessions served over HTTP (A2E's `/session`, and the
 //!   sessions the A2A and MCP faces host), their lifecycle; `adopt`:
 //!   serving stored sessions that no client came back for.
+//! - `face_open`: opening a session a face serves itself (A2A, MCP):
+//!   handshaken by construction; `face_events`: its events, typed for the
+//!   face.
 //! - `auth`: token checking; `owner`: whose a session is, and the
 //!   caller it counts against (`max_sessions_per_caller`).
 //! - `crate::outbox`: the bounded outbox and the slow-client rule.
@@ -42,6 +45,8 @@ mod auth;
 mod connection;
 mod drain;
 mod entry;
+mod face_events;
+pub(crate) mod face_open;
 mod frames;
 mod handshake;
 mod input;

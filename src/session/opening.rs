@@ -13,7 +13,7 @@ use super::input::{self, InputSender};
 use super::pool_slot::{full, PoolSlot};
 use super::service::{Service, INPUT_QUEUE};
 use crate::error::HostError;
-use crate::outbox::{Outbox, OutboxReceiver, OutboxSink};
+use crate::outbox::{Outbox, OutboxReceiver};
 use crate::store::SessionLog;
 
 /// A freshly opened session and the transport's ends of it.
@@ -35,6 +35,8 @@ pub struct OpenedConnection {
     pub journal: Vec<(u64, String)>,
     /// The token holder it belongs to, for a restored session.
     pub principal: Option<String>,
+    /// A face's session: its events, typed (see `face_open`).
+    pub(crate) events: Option<super::face_events::FaceEvents>,
 }
 
 impl Service {
@@ -72,18 +74,21 @@ impl Service {
         authorized: bool,
         id: String,
     ) -> Result<OpenedConnection, HostError> {
-        self.open_tree_as(input_queue, authorized, Some(id))
+        self.open_tree_as(input_queue, authorized, Some(id), None)
     }
 
     fn open_tree(self: &Arc<Self>, input_queue: usize, authorized: bool) -> Result<OpenedConnection, HostError> {
-        self.open_tree_as(input_queue, authorized, None)
+        self.open_tree_as(input_queue, authorized, None, None)
     }
 
-    fn open_tree_as(
+    // Opens a session (named `id`, else a fresh id) for a client, or for
+    // `face` (its events typed for the face, not lines in its outbox).
+    pub(super) fn open_tree_as(
         self: &Arc<Self>,
         input_queue: usize,
         authorized: bool,
         id: Option<String>,
+        face: Option<&'static str>,
     ) -> Result<OpenedConnection, HostError> {
         if self.shutdown.is_cancelled() {
             return Err(HostError::runtime("the host is shutting down"));
@@ -112,12 +117,12 @@ impl Service {
         let session_id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         let log = SessionLog::new(session_id.as_str(), self.store.clone());
         outbox.attach_log(log.clone());
-        let tree = self
-            .host
-            .open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(&session_id))), log.clone());
+        let (sink, events) = super::face_events::sink_for(self.admin.tap(&session_id), &outbox, face);
+        let tree = self.host.open_logged_tree(sink, log.clone());
         let (input, input_rx) = input::channel(input_queue, self.limits().input_max_bytes);
         let stop = self.shutdown.child_token();
         let connection = Connection::new(self.clone(), tree, log.clone(), outbox, stop.clone(), input_rx, slot);
-        Ok(OpenedConnection { session_id, connection, input, output, stop, log, journal: Vec::new(), principal: None })
+        let journal = Vec::new();
+        Ok(OpenedConnection { session_id, connection, input, output, stop, log, journal, principal: None, events })
     }
 }

@@ -205,6 +205,8 @@ impl HttpSessions {
             // A face's session idle is let go but kept stored, whoever
             // named it last: its face finds it again.
             keep_stored: std::sync::atomic::AtomicBool::new(face.is_some()),
+            events: opened.events,
+            ended: CancellationToken::new(),
         });
         let id = opened.session_id;
         lock(&self.map).insert(id.clone(), entry.clone());
@@ -247,6 +249,7 @@ impl HttpSessions {
             }
         };
         log::debug!("http session {id} ended: {end:?}");
+        entry.ended.cancel();
         if released {
             // Stored, and no longer this node's: any node may serve it again.
             self.service.give_back(&id);

@@ -17,7 +17,6 @@ use super::pool_slot::PoolSlot;
 use super::service::{Served, Service};
 use crate::error::HostError;
 use crate::outbox::Outbox;
-use crate::outbox::OutboxSink;
 use crate::protocol::codec::Frame;
 use crate::store::{Acquire, Acquired, SessionLog, SessionOwner, SessionRow};
 
@@ -181,8 +180,10 @@ impl Service {
         // Served over HTTP from now on: its stream can replay.
         log.keep_lines(true);
         outbox.attach_log(log.clone());
-        let tree =
-            self.host.open_logged_tree(Arc::new(OutboxSink::new(outbox.clone(), self.admin.tap(id))), log.clone());
+        // A face's session tells its face its events, typed, as it did
+        // before the restart.
+        let (sink, events) = super::face_events::sink_for(self.admin.tap(id), &outbox, face);
+        let tree = self.host.open_logged_tree(sink, log.clone());
         // Its own MCP servers first: its tasks resume calling them.
         crate::faces::a2e::restore_servers(&tree).await;
         let resumed = tree.restore(stored.subagents).await?;
@@ -219,6 +220,7 @@ impl Service {
             log,
             journal: stored.journal,
             principal: stored.row.principal,
+            events,
         }))
     }
     /// How long a restore may take to own and load a session: a handoff
@@ -227,8 +229,8 @@ impl Service {
     pub fn restore_deadline(&self) -> Duration {
         self.store.lease().unwrap_or_default() + RESTORE_LOAD_BOUND
     }
-    /// Stores an HTTP session as `POST /session` (or a face, naming itself
-    /// as `transport`) creates it, before its handshake, so that every node can serve its first request; and
+    /// Stores an HTTP session as `POST /session` creates it, before its
+    /// handshake, so that every node can serve its first request; and
     /// claims it as served here. With a durable store this waits for the
     /// commit, up to [`NEW_SESSION_DEADLINE`]: a store that cannot keep it
     /// now refuses it (`runtime_error`, retryable), and it is closed.
@@ -238,13 +240,7 @@ impl Service {
         principal: Option<String>,
         transport: &str,
     ) -> Result<(), HostError> {
-        if !self.store.is_durable() {
-            return Ok(());
-        }
-        let id = opened.session_id.as_str();
-        self.claim_session(id);
-        let _ = self.serve_session(id, &opened.log, &opened.stop);
-        opened.log.open(SessionRow {
+        let row = SessionRow {
             id: opened.log.id().clone(),
             agent_id: String::new(),
             capabilities: Vec::new(),
@@ -252,7 +248,19 @@ impl Service {
             // (Kept as first stored: a later handshake does not change it.)
             transport: transport.to_owned(),
             handshaken: false,
-        });
+        };
+        self.store_opened(opened, row).await
+    }
+    /// [`Service::store_new_session`] with the row to store (a face's
+    /// session is stored handshaken).
+    pub(super) async fn store_opened(&self, opened: &OpenedConnection, row: SessionRow) -> Result<(), HostError> {
+        if !self.store.is_durable() {
+            return Ok(());
+        }
+        let id = opened.session_id.as_str();
+        self.claim_session(id);
+        let _ = self.serve_session(id, &opened.log, &opened.stop);
+        opened.log.open(row);
         if tokio::time::timeout(NEW_SESSION_DEADLINE, self.store.flush()).await.is_ok() {
             return Ok(());
         }

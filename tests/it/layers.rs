@@ -247,17 +247,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "runtime/task/context.rs",
         "runtime/task/router.rs",
     ],
-    // 6 files (measured after the faces moved, 2026-12-07).
-    &[
-        "faces/a2a/card.rs",
-        "faces/a2a/listing.rs",
-        "faces/a2a/methods.rs",
-        "faces/a2a/mod.rs",
-        "faces/a2a/stream.rs",
-        "faces/a2a/tasks.rs",
-    ],
-    // 4 files (measured after the faces moved, 2026-12-07).
-    &["faces/mcp_server/calls.rs", "faces/mcp_server/http.rs", "faces/mcp_server/mod.rs", "faces/mcp_server/stdio.rs"],
 ];
 
 #[test]

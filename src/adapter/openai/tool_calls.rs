@@ -184,24 +184,14 @@ fn encode(outcome: Outcome) -> Value {
             json!({ "messages": messages })
         }
         Outcome::Listed(list) => {
-            let rows: Vec<Value> = list
-                .subagents
-                .iter()
-                .map(|info| {
-                    json!({
-                        "subagent_id": info.subagent_id,
-                        "name": info.name,
-                        "status": info.status,
-                        "parent_agent_id": info.parent_agent_id,
-                        "depth": info.depth,
-                    })
-                })
-                .collect();
+            let rows: Vec<Value> = list.subagents.iter().map(|info| crate::ops::list_row(info, false)).collect();
             json!({ "subagents": rows })
         }
         Outcome::Cancelled { stopped, .. } => json!({ "cancelled": stopped }),
         Outcome::Terminated { stopped, .. } => json!({ "terminated": stopped }),
         Outcome::Merged(merged) => json!({ "merged_result": merged.merged_result }),
         Outcome::Decided { id, outcome } => json!({ "id": id, "decision": outcome.decision }),
+        // (A client's: a task spawns with its task.)
+        Outcome::TaskRun { spawned, .. } => json!({ "subagent_id": spawned.subagent_id, "status": spawned.status }),
     }
 }

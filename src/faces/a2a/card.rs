@@ -5,7 +5,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
-use super::A2aFace;
+use super::face::A2aFace;
 use crate::transport::http::host_check::{request_host, HostCheck};
 
 /// How long a client may cache the card.

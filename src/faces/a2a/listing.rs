@@ -7,10 +7,10 @@
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
+use super::face::A2aFace;
 use super::model::TaskSnapshot;
 use super::rpc::{bool_field, history_length, int_field, string_field, RpcError};
 use super::tasks::{pending_for, session_of, snapshot_of, status_filter, task_id, Asker, Found};
-use super::A2aFace;
 use crate::faces::hosted::Context;
 use crate::ids::SubagentId;
 use crate::runtime::inspect::{SubagentDetail, SubagentView};

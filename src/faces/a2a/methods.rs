@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
+use super::face::A2aFace;
 use super::model::{agent_message, is_terminal, read_message};
 use super::rpc::{bool_field, failure, history_length, read_call, string_field, success, Call, RpcError};
 use super::tasks::{Asker, Found};
-use super::{stream, tck, A2aFace};
+use super::{stream, tck};
+use crate::event::Event;
 use crate::transport::http::request_info::bearer;
 
 /// What a method answers: a JSON-RPC result, or a stream of them.
@@ -22,7 +24,7 @@ enum Answer {
     /// The task, its events since the request came, whether the stream
     /// ends when the task waits for its person, whether this request
     /// started it.
-    Stream(Found, broadcast::Receiver<Arc<Value>>, bool, bool),
+    Stream(Found, broadcast::Receiver<Arc<Event>>, bool, bool),
 }
 
 pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aFace>) -> HttpResponse {
@@ -49,8 +51,7 @@ pub(super) async fn rpc(req: HttpRequest, body: web::Bytes, face: web::Data<A2aF
     if let Err(err) = check_version(&req, face.config.strict_version) {
         return reply(&failure(&call.id, &err));
     }
-    let asker =
-        Asker { principal: auth.principal(token.as_deref()), token, peer: req.peer_addr().map(|addr| addr.ip()) };
+    let asker = Asker { principal: auth.principal(token.as_deref()), peer: req.peer_addr().map(|addr| addr.ip()) };
     let id = call.id.clone();
     let (mut response, session) = match serve(&face, call, &asker).await {
         Ok(Answer::Result(result)) => {
@@ -133,7 +134,7 @@ async fn serve(face: &Arc<A2aFace>, call: Call, asker: &Asker) -> Result<Answer,
                     found.task_id
                 )));
             }
-            let events = found.context.events.subscribe();
+            let events = found.context.events();
             Ok(Answer::Stream(found, events, false, false))
         }
         "ListTasks" => super::listing::list(face, params, asker).await.map(Answer::Result),
@@ -173,7 +174,7 @@ async fn send(
             if message.context_id.as_ref().is_some_and(|context| *context != found.context_id) {
                 return Err(RpcError::invalid_params(format!("task {id} is not of context the message names")));
             }
-            let events = found.context.events.subscribe();
+            let events = found.context.events();
             face.follow_up(&found, &message).await?;
             (found, events)
         }

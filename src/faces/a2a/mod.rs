@@ -7,13 +7,16 @@
 //!   `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask` and
 //!   `SubscribeToTask` (`methods`; streams in `stream`, lists in `listing`).
 //!
-//! A context is a session (`../hosted.rs`), a task a root subagent made from
+//! The face itself (`face`) is defined apart from this map and its routes,
+//! so its files import it from where it is defined, with no circle through
+//! this file. A context is a session (`../hosted/`), a task a root subagent made from
 //! `[a2a] agent` (`tasks`), written as A2A's objects (`model`) over
 //! JSON-RPC (`rpc`). The `[auth]` tokens and every `[limits]` bound apply:
 //! a context takes a `max_sessions` place like any session, and its tasks
 //! count against the session's limits.
 
 mod card;
+mod face;
 mod listing;
 mod methods;
 mod model;
@@ -25,26 +28,7 @@ mod tck;
 use actix_web::web;
 use std::sync::Arc;
 
-use crate::config::A2aConfig;
-use crate::session::HttpSessions;
-
-/// The A2A face of an HTTP listener.
-#[derive(Debug)]
-pub(crate) struct A2aFace {
-    sessions: Arc<HttpSessions>,
-    config: A2aConfig,
-    contexts: crate::faces::hosted::Contexts,
-    // When the face started (the card's `Last-Modified`).
-    started: std::time::SystemTime,
-}
-
-impl A2aFace {
-    /// The face of `sessions`, as `config` describes it.
-    pub(crate) fn new(sessions: Arc<HttpSessions>, config: A2aConfig) -> Arc<Self> {
-        let started = std::time::SystemTime::now();
-        Arc::new(Self { sessions, config, contexts: crate::faces::hosted::Contexts::default(), started })
-    }
-}
+pub(crate) use face::A2aFace;
 
 /// Adds the face's routes (none when `[a2a] enabled = false`).
 pub(crate) fn routes(cfg: &mut web::ServiceConfig, face: &Arc<A2aFace>) {

@@ -14,11 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
+use super::face::A2aFace;
 use super::model::{agent_message, is_terminal, now, result_artifact, timestamp, TaskSnapshot};
 use super::rpc::success;
-use super::tasks::{Found, RECHECK};
-use super::A2aFace;
+use super::tasks::Found;
+use crate::event::{Event, EventKind};
+use crate::faces::hosted::{asked_path, message_of};
 use crate::ids::SubagentId;
+use crate::protocol::wire::SubagentStatus;
 
 /// Events written ahead of a slow reader before the stream waits for it.
 const AHEAD: usize = 64;
@@ -34,7 +37,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub(super) fn respond(
     face: Arc<A2aFace>,
     found: Found,
-    events: broadcast::Receiver<Arc<Value>>,
+    events: broadcast::Receiver<Arc<Event>>,
     id: Value,
     until_input: bool,
     fresh: bool,
@@ -69,7 +72,7 @@ struct Writer {
 }
 
 impl Writer {
-    async fn run(&mut self, mut events: broadcast::Receiver<Arc<Value>>, until_input: bool, fresh: bool) {
+    async fn run(&mut self, mut events: broadcast::Receiver<Arc<Event>>, until_input: bool, fresh: bool) {
         self.parents.insert(self.found.subagent, None);
         let Ok(mut first) = self.face.snapshot(&self.found).await else { return };
         if fresh {
@@ -85,20 +88,14 @@ impl Writer {
         }
         let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
         keep_alive.reset();
+        let context = self.found.context.clone();
         loop {
             let alive = tokio::select! {
-                event = events.recv() => match event {
-                    Ok(event) => self.event(&event).await,
-                    // Fell behind, or the session's reader stopped: the
-                    // record says where the task is.
-                    Err(broadcast::error::RecvError::Lagged(_)) => self.recheck().await,
-                    Err(broadcast::error::RecvError::Closed) => {
-                        tokio::time::sleep(RECHECK).await;
-                        self.recheck().await
-                    }
+                event = context.next_event(&mut events) => match event {
+                    Some(event) => self.event(&event).await,
+                    // Events cannot tell: the record says where the task is.
+                    None => self.recheck().await,
                 },
-                // Quiet: read the record (an event may have been missed).
-                _ = tokio::time::sleep(RECHECK) => self.recheck().await,
                 _ = keep_alive.tick() => self.tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_ok(),
             };
             if !alive || self.tx.is_closed() || self.ends(until_input) {
@@ -113,16 +110,15 @@ impl Writer {
 
     // One event of the session, written when it is of the task's subtree;
     // false once the reader has gone.
-    async fn event(&mut self, event: &Value) -> bool {
-        let Some(subagent) = event["subagent_id"].as_str().and_then(SubagentId::parse) else { return true };
-        let kind = event["event"].as_str().unwrap_or_default();
-        let content = &event["content"];
-        if matches!(kind, "approval_requested" | "input_requested") {
-            let root = content["path"].get(0).and_then(Value::as_str).and_then(SubagentId::parse);
+    async fn event(&mut self, event: &Event) -> bool {
+        let subagent = event.subagent_id;
+        let kind = event.kind;
+        if matches!(kind, EventKind::ApprovalRequested | EventKind::InputRequested) {
+            let root = asked_path(event).first().copied();
             return root != Some(self.found.subagent) || self.recheck().await;
         }
-        if kind == "spawned" {
-            let parent = content["parent_agent_id"].as_str().and_then(SubagentId::parse);
+        if kind == EventKind::Spawned {
+            let parent = event.parent_agent_id.as_deref().and_then(SubagentId::parse);
             if parent.is_some_and(|parent| self.parents.contains_key(&parent)) {
                 self.parents.insert(subagent, parent);
             }
@@ -132,19 +128,23 @@ impl Writer {
         }
         if subagent == self.found.subagent {
             match kind {
-                "spawned" | "queued" => return true,
-                "delegated" | "resumed" => return self.set_state("TASK_STATE_WORKING").await,
+                EventKind::Spawned | EventKind::Queued => return true,
+                EventKind::Delegated | EventKind::Resumed => return self.set_state("TASK_STATE_WORKING").await,
                 // Waiting for a person shows with the request's event.
-                "status_changed" if content["status"] == "WAITING" => return true,
-                "status_changed" => return self.set_state("TASK_STATE_WORKING").await,
+                EventKind::StatusChanged if event.status == SubagentStatus::Waiting => return true,
+                EventKind::StatusChanged => return self.set_state("TASK_STATE_WORKING").await,
                 // Its end: the record has the result.
-                "completed" | "failed" | "timeout" | "cancelled" | "terminated" | "budget_exceeded" => {
-                    return self.recheck().await
-                }
+                EventKind::Completed
+                | EventKind::Failed
+                | EventKind::Timeout
+                | EventKind::Cancelled
+                | EventKind::Terminated
+                | EventKind::BudgetExceeded => return self.recheck().await,
                 _ => {}
             }
         }
-        let text = match content["message"].as_str() {
+        let kind = kind.as_str();
+        let text = match message_of(event) {
             Some(message) => message.to_owned(),
             None => format!("{subagent} {kind}"),
         };
@@ -201,6 +201,11 @@ impl Writer {
             return true;
         }
         self.state = snapshot.state;
+        if is_terminal(snapshot.state) {
+            // Committed before the client is told it ended (events reach
+            // the face before their commit, unlike a client's lines).
+            self.found.context.commit().await;
+        }
         if let Some(result) = snapshot.result.as_ref().filter(|_| is_terminal(snapshot.state)) {
             let artifact = json!({ "artifactUpdate": {
                 "taskId": snapshot.task_id,

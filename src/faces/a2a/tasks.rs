@@ -9,20 +9,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
+use super::face::A2aFace;
 use super::model::{is_terminal, now, result_text, state_of, TaskSnapshot, UserMessage};
 use super::rpc::RpcError;
-use super::A2aFace;
+use crate::event::Event;
 pub(super) use crate::faces::hosted::Asker;
-use crate::faces::hosted::{Context, Opener};
+use crate::faces::hosted::Context;
 use crate::ids::SubagentId;
 use crate::ops::{Caller, InputBounds, Operation, Outcome};
 use crate::protocol::wire::{SpawnRequest, SubagentMessagePayload, TaskDefinition};
 use crate::runtime::inspect::SubagentDetail;
 use crate::runtime::people::{AskKind, Given, PersonRequest};
-
-/// How often a waiting request reads its task's record again, events or
-/// not (one it missed, a session that moved).
-pub(super) const RECHECK: Duration = Duration::from_millis(500);
+use crate::session::face_open::FaceOpener;
 
 /// A task found: its context's session, its root subagent, its context id.
 #[derive(Debug, Clone)]
@@ -95,7 +93,7 @@ impl A2aFace {
         &self,
         message: &UserMessage,
         caller: &Asker,
-    ) -> Result<(Found, broadcast::Receiver<Arc<Value>>), RpcError> {
+    ) -> Result<(Found, broadcast::Receiver<Arc<Event>>), RpcError> {
         // The task first: one over `max_task_bytes` is refused before a
         // context is opened or a subagent made for it.
         let mut metadata = message.metadata.clone();
@@ -116,21 +114,15 @@ impl A2aFace {
         InputBounds::of(self.sessions.service.limits()).task(&task, None)?;
         let context_id = message.context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let session = session_of(caller.principal.as_deref(), &context_id);
-        let create = Some(Opener {
-            face: "a2a",
-            principal: caller.principal.as_deref(),
-            token: caller.token.as_deref(),
-            peer: caller.peer,
-        });
+        let create = Some(FaceOpener { face: "a2a", principal: caller.principal.as_deref(), peer: caller.peer });
         let context = self
             .contexts
             .open(&self.sessions, &session, create)
             .await
             .map_err(RpcError::from)?
             .ok_or_else(|| RpcError::internal("the context's session could not be opened"))?;
-        let events = context.events.subscribe();
-        let tree = context.tree();
-        let client = || Caller::Client { tree, frame: None };
+        let events = context.events();
+        let client = Caller::Client { tree: context.tree(), frame: None };
         let mut agent = self.config.agent.clone();
         // The record keeps the message (for `history`, its task id filled in
         // when read) with the subagent's config: stored, restored with it.
@@ -139,29 +131,16 @@ impl A2aFace {
         // One task: it leaves the tree once it has ended.
         agent.metadata.insert(crate::runtime::FACE_TASK.to_owned(), json!("a2a"));
         let request = SpawnRequest { agent, parent_agent_id: None, root_agent_id: None };
-        let spawned = match (Operation::Spawn { request, task: None }).run(client()).await? {
-            Outcome::Spawned(spawned) => spawned,
-            other => return Err(RpcError::internal(format!("spawn answered {other:?}"))),
-        };
-        let subagent = spawned.subagent_id;
-        context.new_task(subagent);
-        let found = Found {
-            context: context.clone(),
-            subagent,
-            context_id: context_id.clone(),
-            task_id: task_id(&session, subagent),
-        };
-        let delegated = match (Operation::Delegate { target: subagent, task }).run(client()).await {
-            Ok(Outcome::Delegated(reply)) if reply.accepted => Ok((found, events)),
+        let started = match (Operation::RunTask { request, task }).run(client).await {
+            Ok(Outcome::TaskRun { spawned, delegated }) if delegated.accepted => Ok(spawned.subagent_id),
             Ok(other) => Err(RpcError::internal(format!("the task was not accepted: {other:?}"))),
             Err(err) => Err(RpcError::from(err)),
         };
-        if delegated.is_err() {
-            // No task: its root is not left behind, holding a place.
-            let _ = (Operation::Terminate { target: subagent }).run(client()).await;
-        }
         context.commit().await;
-        delegated
+        let subagent = started?;
+        context.new_task(subagent);
+        let found = Found { context, subagent, context_id, task_id: task_id(&session, subagent) };
+        Ok((found, events))
     }
 
     /// A message to a task that goes on: the answer to what its person is
@@ -214,21 +193,21 @@ impl A2aFace {
     /// passed); its state then.
     pub(super) async fn settle(&self, found: &Found, limit: Duration) -> Result<TaskSnapshot, RpcError> {
         let deadline = tokio::time::Instant::now() + limit;
-        let mut events = found.context.events.subscribe();
+        let mut events = found.context.events();
         loop {
             let snapshot = self.snapshot(found).await?;
             if is_terminal(snapshot.state) || snapshot.state == "TASK_STATE_INPUT_REQUIRED" {
+                // Committed before the client is told (events reach the
+                // face before their commit).
+                found.context.commit().await;
                 return Ok(snapshot);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(snapshot);
             }
-            // Any event of the session may be this task's: read again then,
-            // or after a while whatever happens.
-            let wait = tokio::time::sleep(RECHECK);
+            // Any event of the session may be this task's: read again then.
             tokio::select! {
-                _ = events.recv() => {}
-                _ = wait => {}
+                _ = found.context.next_event(&mut events) => {}
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }

@@ -88,5 +88,6 @@ pub(super) async fn encode(replies: &Replies<'_>, outcome: Result<Outcome, HostE
         Outcome::Merged(body) => replies.measured("SUBAGENT_MERGE_RESP", Ok(body)).await,
         Outcome::Decided { id, outcome } => decided(replies, (person::APPROVAL_RESP, person::INPUT_RESP), id, outcome),
         Outcome::Mailbox(_) => replies.error(&HostError::runtime("a mailbox read has no SUBAGENT_* reply")),
+        Outcome::TaskRun { .. } => replies.error(&HostError::runtime("a hosted face's task has no SUBAGENT_* reply")),
     }
 }

@@ -8,11 +8,11 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use super::face::McpFace;
 use super::incoming::RpcError;
 use super::outlet::Outlet;
 use super::session::McpSession;
 use super::tools::{self, *};
-use super::McpFace;
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::ops::{InputBounds, Operation, Outcome};
@@ -89,14 +89,31 @@ fn host_error(err: &HostError) -> Value {
     tool_error(&format!("{}: {}", err.code.as_str(), err.message))
 }
 
-// How handing a call's task over ended.
-enum Started {
+// A task a call handed over: its subagent, its status then, when the
+// call made it (seconds), and the call following its subtree.
+struct Started {
+    target: SubagentId,
+    status: crate::protocol::wire::SubagentStatus,
+    made: f64,
+    watching: super::session::Watching,
+}
+
+// How following a call's task ended.
+enum Followed {
     // What the call answers.
     Answer(Value),
-    // The subagent did not take the task.
-    Refused,
     // The client cancelled the call (which is not answered).
     Cancelled,
+}
+
+impl Followed {
+    // The call's answer (none for a call the client cancelled).
+    fn into_answer(self) -> Option<Value> {
+        match self {
+            Self::Answer(answer) => Some(answer),
+            Self::Cancelled => None,
+        }
+    }
 }
 
 /// A subagent from the call's arguments, over the configured agent.
@@ -247,24 +264,29 @@ impl McpFace {
         // `spawn_subagent` made stays until terminated).
         agent.metadata.insert(crate::runtime::FACE_TASK.to_owned(), json!("mcp"));
         let request = SpawnRequest { agent, parent_agent_id: call.text("parent_id"), root_agent_id: None };
+        let task = task_of(&call);
         // The task is checked first: a subagent is made only for one it takes.
-        if let Err(err) = self.bounds().task(&task_of(&call), None) {
+        if let Err(err) = self.bounds().task(&task, None) {
             return Ok(Some(host_error(&err)));
         }
-        let target = match self.run_checked(session, Operation::Spawn { request, task: None }).await {
-            Ok(Outcome::Spawned(spawned)) => spawned.subagent_id,
-            Ok(other) => return Err(RpcError::internal(format!("spawn answered {other:?}"))),
+        let made = crate::faces::hosted::now();
+        // Followed from before its subagent is spawned: no event is missed.
+        let watching = session.watch_unstarted(call.progress.clone(), outlet.clone());
+        let (target, status) = match self.run_checked(session, Operation::RunTask { request, task }).await {
+            Ok(Outcome::TaskRun { spawned, delegated }) if delegated.accepted => {
+                (spawned.subagent_id, delegated.status)
+            }
+            // Refused: the subagent made for it is not left behind.
+            Ok(Outcome::TaskRun { spawned, .. }) => {
+                let target = spawned.subagent_id;
+                return Ok(Some(tool_error(&format!("the task was refused: {target} could not take it"))));
+            }
+            Ok(other) => return Err(RpcError::internal(format!("run_task answered {other:?}"))),
             Err(err) => return Ok(Some(host_error(&err))),
         };
-        match self.start_task(session, &call, target, outlet, cancel).await? {
-            Started::Answer(answer) => Ok(Some(answer)),
-            Started::Cancelled => Ok(None),
-            // Refused: the subagent made for it is not left behind.
-            Started::Refused => {
-                let _ = (Operation::Terminate { target }).run(session.caller()).await;
-                Ok(Some(tool_error(&format!("the task was refused: {target} could not take it"))))
-            }
-        }
+        watching.follow(target);
+        let started = Started { target, status, made, watching };
+        Ok(self.follow_task(session, &call, started, cancel).await?.into_answer())
     }
 
     // `delegate_task`: hand the task over, then (unless `wait` is false)
@@ -280,40 +302,38 @@ impl McpFace {
             Ok(target) => target,
             Err(error) => return Ok(Some(error)),
         };
-        Ok(match self.start_task(session, &call, target, outlet, cancel).await? {
-            Started::Answer(answer) => Some(answer),
-            Started::Cancelled => None,
-            Started::Refused => Some(tool_error(&format!("invalid_state: {target} is busy or cannot take tasks"))),
-        })
-    }
-
-    // Delegates the call's task to `target` and answers: a task handle (a
-    // task-augmented call), at once (`wait: false`), or the task's outcome.
-    async fn start_task(
-        &self,
-        session: &Arc<McpSession>,
-        call: &ToolCall,
-        target: SubagentId,
-        outlet: &Arc<Outlet>,
-        cancel: &CancellationToken,
-    ) -> Result<Started, RpcError> {
-        let task = task_of(call);
         let made = crate::faces::hosted::now();
         // Followed from before it starts, so that no event is missed.
         let watching = session.watch(target, call.progress.clone(), outlet.clone());
-        let delegated = self.run_checked(session, Operation::Delegate { target, task }).await;
+        let delegated = self.run_checked(session, Operation::Delegate { target, task: task_of(&call) }).await;
         let status = match delegated {
             Ok(Outcome::Delegated(delegated)) if delegated.accepted => delegated.status,
-            Ok(Outcome::Delegated(_)) => return Ok(Started::Refused),
+            Ok(Outcome::Delegated(_)) => {
+                return Ok(Some(tool_error(&format!("invalid_state: {target} is busy or cannot take tasks"))))
+            }
             Ok(other) => return Err(RpcError::internal(format!("delegate answered {other:?}"))),
-            Err(err) => return Ok(Started::Answer(host_error(&err))),
+            Err(err) => return Ok(Some(host_error(&err))),
         };
+        let started = Started { target, status, made, watching };
+        Ok(self.follow_task(session, &call, started, cancel).await?.into_answer())
+    }
+
+    // What a call answers for a task it started: a task handle (a
+    // task-augmented call), at once (`wait: false`), or the task's outcome.
+    async fn follow_task(
+        &self,
+        session: &Arc<McpSession>,
+        call: &ToolCall,
+        started: Started,
+        cancel: &CancellationToken,
+    ) -> Result<Followed, RpcError> {
+        let Started { target, status, made, watching } = started;
         if let Some(ttl) = call.task {
             drop(watching);
-            return self.created_task(session, target, made, ttl).await.map(Started::Answer);
+            return self.created_task(session, target, made, ttl).await.map(Followed::Answer);
         }
         if call.arguments.get("wait").and_then(Value::as_bool) == Some(false) {
-            return Ok(Started::Answer(tool_result(json!({ "subagent_id": target.to_string(), "status": status }))));
+            return Ok(Followed::Answer(tool_result(started_json(target, status))));
         }
         let awaited = tokio::select! {
             awaited = (Operation::Await { target }).run(session.caller()) => awaited,
@@ -323,23 +343,28 @@ impl McpFace {
                 log::debug!("mcp session {}: call on {target} cancelled by the client", session.id);
                 let _ = (Operation::Cancel { target }).run(session.caller()).await;
                 let _ = (Operation::Await { target }).run(session.caller()).await;
-                return Ok(Started::Cancelled);
+                return Ok(Followed::Cancelled);
             }
         };
         drop(watching);
-        Ok(Started::Answer(match awaited {
+        Ok(Followed::Answer(match awaited {
             Ok(outcome) => tool_result(structured_of(outcome)),
             Err(err) => host_error(&err),
         }))
     }
 }
 
-/// An outcome as a tool's structured content.
+// A subagent made or handed a task, and its status then (`spawn_subagent`,
+// and a call that does not wait).
+fn started_json(target: SubagentId, status: crate::protocol::wire::SubagentStatus) -> Value {
+    json!({ "subagent_id": target.to_string(), "status": status })
+}
+
+/// An outcome as a tool's structured content: the MCP face's one encoder.
 pub(super) fn structured_of(outcome: Outcome) -> Value {
     match outcome {
-        Outcome::Spawned(spawned) => {
-            json!({ "subagent_id": spawned.subagent_id.to_string(), "status": spawned.status })
-        }
+        Outcome::Spawned(spawned) => started_json(spawned.subagent_id, spawned.status),
+        Outcome::TaskRun { spawned, delegated } => started_json(spawned.subagent_id, delegated.status),
         Outcome::Awaited(awaited) => {
             let mut value = serde_json::to_value(&awaited).unwrap_or_else(|_| json!({}));
             if let Some(object) = value.as_object_mut() {
@@ -349,22 +374,7 @@ pub(super) fn structured_of(outcome: Outcome) -> Value {
             value
         }
         Outcome::Listed(listed) => {
-            let rows: Vec<Value> = listed
-                .subagents
-                .iter()
-                .map(|row| {
-                    json!({
-                        "subagent_id": row.subagent_id.to_string(),
-                        "name": row.name,
-                        "status": row.status,
-                        "parent_agent_id": row.parent_agent_id,
-                        "depth": row.depth,
-                        "usage": row.usage,
-                        "subtree_usage": row.subtree_usage,
-                        "waiting_for": row.waiting_for,
-                    })
-                })
-                .collect();
+            let rows: Vec<Value> = listed.subagents.iter().map(|row| crate::ops::list_row(row, true)).collect();
             json!({ "subagents": rows })
         }
         Outcome::Messaged(sent) => serde_json::to_value(&sent).unwrap_or_else(|_| json!({ "delivered": true })),

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+use super::face::McpFace;
 use super::incoming::{self as jsonrpc, Incoming, RpcError};
 use super::outlet::{Next, Outlet};
 use super::session::{Asker, McpSession, VERSIONS};
-use super::McpFace;
 use crate::transport::http::request_info::bearer;
 
 /// The session header.
@@ -107,7 +107,7 @@ fn gate(req: &HttpRequest, face: &McpFace) -> Result<Asker, Refused> {
             ));
         }
     }
-    Ok(Asker { principal: auth.principal(token.as_deref()), token, peer: req.peer_addr().map(|addr| addr.ip()) })
+    Ok(Asker { principal: auth.principal(token.as_deref()), peer: req.peer_addr().map(|addr| addr.ip()) })
 }
 
 // Whether `authority` (`name` or `name:port`) is a loopback name or one of

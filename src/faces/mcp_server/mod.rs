@@ -8,7 +8,7 @@
 //!   (the session's stream), `DELETE`, `Mcp-Session-Id`, and
 //!   `Last-Event-ID` to resume any stream (`outlet.rs`).
 //!
-//! An MCP session is a host session (`../hosted.rs`): stored,
+//! An MCP session is a host session (`../hosted/`): stored,
 //! restored after a restart, bounded by every `[limits]` bound, its
 //! `Mcp-Session-Id` the session's id. The tools (`tools.rs`, run by
 //! `calls.rs`), MCP tasks (`tasks.rs`), `subagent://` resources
@@ -25,6 +25,7 @@
 
 mod calls;
 mod elicitation;
+mod face;
 mod http;
 mod incoming;
 mod outlet;
@@ -35,39 +36,23 @@ mod tasks;
 mod tools;
 
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::config::McpFaceConfig;
-use crate::faces::hosted::{Contexts, Opener};
 use crate::faces::jsonrpc;
+use crate::session::face_open::FaceOpener;
 use crate::session::lock;
-use crate::session::HttpSessions;
 use incoming::{Incoming, RpcError};
 use outlet::Outlet;
 use session::{Asker, ClientInfo, McpSession, VERSIONS};
 
+pub(crate) use face::McpFace;
 pub(crate) use http::routes;
 pub(crate) use stdio::serve as serve_stdio;
 
 /// What `initialize` says the host is for.
 const INSTRUCTIONS: &str = "This server runs trees of AI subagents. run_subagent starts one on a task and waits for its result (it may spawn children of its own); spawn_subagent, delegate_task and await_subagent do the same in steps. list_subagents shows the tree; send_message, cancel_subagent, terminate_subagent and merge_results act on it. Each subagent is also a resource, subagent://{session}/{subagent_id}.";
 
-/// The MCP face of a host.
-#[derive(Debug)]
-pub(crate) struct McpFace {
-    sessions: Arc<HttpSessions>,
-    config: McpFaceConfig,
-    contexts: Contexts,
-    live: Mutex<HashMap<String, Arc<McpSession>>>,
-}
-
 impl McpFace {
-    /// The face of `sessions`, as `config` describes it.
-    pub(crate) fn new(sessions: Arc<HttpSessions>, config: McpFaceConfig) -> Arc<Self> {
-        Arc::new(Self { sessions, config, contexts: Contexts::default(), live: Mutex::default() })
-    }
-
     /// `initialize`: a new session for `asker`, its messages that belong to
     /// no request on `general`; with the result to answer.
     async fn initialize(
@@ -86,12 +71,7 @@ impl McpFace {
             capabilities: params.get("capabilities").cloned().unwrap_or(json!({})),
         };
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let opener = Opener {
-            face: "mcp",
-            principal: asker.principal.as_deref(),
-            token: asker.token.as_deref(),
-            peer: asker.peer,
-        };
+        let opener = FaceOpener { face: "mcp", principal: asker.principal.as_deref(), peer: asker.peer };
         let context = self
             .contexts
             .open(&self.sessions, &id, Some(opener))

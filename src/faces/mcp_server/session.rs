@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 use super::elicitation::{elicitation, given_of};
 use super::incoming::{self as jsonrpc, id_key};
 use super::outlet::Outlet;
+use crate::event::{Event, EventKind};
 pub(super) use crate::faces::hosted::Asker;
-use crate::faces::hosted::Context;
+use crate::faces::hosted::{message_of, Context};
 use crate::ids::SubagentId;
 use crate::ops::{Caller, Operation};
 use crate::runtime::people::PersonRequest;
@@ -48,6 +49,10 @@ impl ClientInfo {
     }
 }
 
+/// Events a call that follows a task not started yet holds, until it
+/// learns the task's subagent.
+const EARLY_EVENTS_KEPT: usize = 1024;
+
 /// A tool call that follows a subtree: its progress goes to `outlet`.
 #[derive(Debug)]
 pub(super) struct Watch {
@@ -55,6 +60,59 @@ pub(super) struct Watch {
     token: Option<Value>,
     members: Mutex<HashSet<SubagentId>>,
     sent: AtomicU64,
+    // A call whose task's subagent is not spawned yet holds the session's
+    // events here (in order) until it knows its root; `None` once it does.
+    // The pump and `follow` both take this lock first: no event falls
+    // between them, or out of order.
+    early: Mutex<Option<Vec<Arc<Event>>>>,
+}
+
+impl Watch {
+    // One event of the session: progress when it is of the subtree
+    // followed (held while the root is not known yet).
+    fn see(&self, event: &Arc<Event>) {
+        let mut early = lock(&self.early);
+        if let Some(held) = early.as_mut() {
+            if held.len() < EARLY_EVENTS_KEPT {
+                held.push(event.clone());
+            }
+            return;
+        }
+        self.progress(event);
+    }
+
+    // The subtree's root is `root`: the events held meanwhile are followed now.
+    fn follow(&self, root: SubagentId) {
+        let mut early = lock(&self.early);
+        lock(&self.members).insert(root);
+        for event in early.take().unwrap_or_default() {
+            self.progress(&event);
+        }
+    }
+
+    // A `notifications/progress` for an event of the subtree followed
+    // (with a progress token).
+    fn progress(&self, event: &Event) {
+        let subagent = event.subagent_id;
+        let parent = event.parent_agent_id.as_deref().and_then(SubagentId::parse);
+        let follows = {
+            let mut members = lock(&self.members);
+            if members.contains(&subagent) || parent.is_some_and(|parent| members.contains(&parent)) {
+                members.insert(subagent);
+                true
+            } else {
+                false
+            }
+        };
+        let Some(token) = self.token.as_ref().filter(|_| follows) else { return };
+        let progress = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut message = format!("{subagent} {}", event.kind.as_str());
+        if let Some(text) = message_of(event).or(event.error.as_deref()) {
+            message = format!("{message}: {text}");
+        }
+        let params = json!({ "progressToken": token, "progress": progress, "message": message });
+        self.outlet.push(&jsonrpc::notification("notifications/progress", params));
+    }
 }
 
 /// Keeps a [`Watch`] registered while it lives.
@@ -62,6 +120,16 @@ pub(super) struct Watch {
 pub(super) struct Watching {
     session: Arc<McpSession>,
     watch: Arc<Watch>,
+}
+
+impl Watching {
+    /// The task followed has started on `root` (a call that began to
+    /// follow it before its subagent was spawned).
+    pub(super) fn follow(&self, root: SubagentId) {
+        self.watch.follow(root);
+        // Asked before the call knew its root: put to the client now.
+        self.session.elicit_pending();
+    }
 }
 
 impl Drop for Watching {
@@ -135,7 +203,7 @@ impl McpSession {
             general_reader: Mutex::default(),
             closed: CancellationToken::new(),
         });
-        let events = session.context.events.subscribe();
+        let events = session.context.events();
         actix_rt::spawn(session.clone().pump(events));
         session
     }
@@ -243,11 +311,28 @@ impl McpSession {
     /// Follows `root`'s subtree for a call: with a progress token, each of
     /// its events is a `notifications/progress` on `outlet`.
     pub(super) fn watch(self: &Arc<Self>, root: SubagentId, token: Option<Value>, outlet: Arc<Outlet>) -> Watching {
-        let watch =
-            Arc::new(Watch { outlet, token, members: Mutex::new(HashSet::from([root])), sent: AtomicU64::new(0) });
-        lock(&self.watches).push(watch.clone());
+        let watching = self.watch_from(Some(root), token, outlet);
         // Asked before the call started following: put to the client now.
         self.elicit_pending();
+        watching
+    }
+
+    /// [`McpSession::watch`] for a task whose subagent is not spawned yet:
+    /// the session's events from now on are followed once
+    /// [`Watching::follow`] names it.
+    pub(super) fn watch_unstarted(self: &Arc<Self>, token: Option<Value>, outlet: Arc<Outlet>) -> Watching {
+        self.watch_from(None, token, outlet)
+    }
+
+    fn watch_from(self: &Arc<Self>, root: Option<SubagentId>, token: Option<Value>, outlet: Arc<Outlet>) -> Watching {
+        let watch = Arc::new(Watch {
+            outlet,
+            token,
+            members: Mutex::new(root.into_iter().collect()),
+            sent: AtomicU64::new(0),
+            early: Mutex::new(root.is_none().then(Vec::new)),
+        });
+        lock(&self.watches).push(watch.clone());
         Watching { session: self.clone(), watch }
     }
 
@@ -262,7 +347,7 @@ impl McpSession {
     }
 
     // Reads the host session's events until it ends here.
-    async fn pump(self: Arc<Self>, mut events: broadcast::Receiver<Arc<Value>>) {
+    async fn pump(self: Arc<Self>, mut events: broadcast::Receiver<Arc<Event>>) {
         loop {
             let event = tokio::select! {
                 event = events.recv() => event,
@@ -270,7 +355,7 @@ impl McpSession {
                 _ = self.context.ended.cancelled() => return,
             };
             match event {
-                Ok(event) => self.on_event(&event),
+                Ok(event) => self.on_event(event),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     log::warn!("mcp session {}: {missed} events missed (a slow client)", self.id);
                 }
@@ -279,33 +364,14 @@ impl McpSession {
         }
     }
 
-    fn on_event(self: &Arc<Self>, event: &Value) {
-        let Some(subagent) = event["subagent_id"].as_str().and_then(SubagentId::parse) else { return };
-        let kind = event["event"].as_str().unwrap_or_default();
-        let content = &event["content"];
-        let parent = content["parent_agent_id"].as_str().and_then(SubagentId::parse);
+    fn on_event(self: &Arc<Self>, event: Arc<Event>) {
+        let subagent = event.subagent_id;
+        let parent = event.parent_agent_id.as_deref().and_then(SubagentId::parse);
         let watches = lock(&self.watches).clone();
         for watch in watches {
-            let follows = {
-                let mut members = lock(&watch.members);
-                if members.contains(&subagent) || parent.is_some_and(|parent| members.contains(&parent)) {
-                    members.insert(subagent);
-                    true
-                } else {
-                    false
-                }
-            };
-            if let (true, Some(token)) = (follows, &watch.token) {
-                let progress = watch.sent.fetch_add(1, Ordering::Relaxed) + 1;
-                let mut message = format!("{subagent} {kind}");
-                if let Some(text) = content["message"].as_str().or_else(|| content["error"].as_str()) {
-                    message = format!("{message}: {text}");
-                }
-                let params = json!({ "progressToken": token, "progress": progress, "message": message });
-                watch.outlet.push(&jsonrpc::notification("notifications/progress", params));
-            }
+            watch.see(&event);
         }
-        let root = content["root_agent_id"].as_str().and_then(SubagentId::parse);
+        let root = event.root_agent_id.as_deref().and_then(SubagentId::parse);
         let updated: Vec<SubagentId> = {
             let subscriptions = lock(&self.subscriptions);
             [Some(subagent), parent, root].into_iter().flatten().filter(|id| subscriptions.contains(id)).collect()
@@ -314,7 +380,7 @@ impl McpSession {
             let params = json!({ "uri": super::resources::uri_of(&self.id, id) });
             self.general.push(&jsonrpc::notification("notifications/resources/updated", params));
         }
-        if matches!(kind, "approval_requested" | "input_requested") {
+        if matches!(event.kind, EventKind::ApprovalRequested | EventKind::InputRequested) {
             self.elicit_pending();
         }
     }

@@ -13,10 +13,10 @@ use std::io::Write;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+use super::face::McpFace;
 use super::incoming::{self as jsonrpc, Incoming, RpcError};
 use super::outlet::{Next, Outlet};
 use super::session::{Asker, McpSession};
-use super::McpFace;
 use crate::protocol::codec::Frame;
 
 /// The environment variable that holds the bearer token (with `[auth]` tokens).
@@ -32,7 +32,7 @@ pub(crate) async fn serve(face: Arc<McpFace>) -> std::io::Result<()> {
     // client's MCP config puts one in the environment.
     let token = std::env::var(TOKEN_ENV).ok().filter(|token| !token.is_empty());
     let refused = !auth.check(token.as_deref());
-    let asker = Asker { principal: auth.principal(token.as_deref()), token, peer: None };
+    let asker = Asker { principal: auth.principal(token.as_deref()), peer: None };
     let limit = face.sessions.service.limits().max_line_bytes;
     let (lines, mut incoming) = mpsc::channel(READ_AHEAD);
     std::thread::Builder::new()

@@ -12,20 +12,16 @@
 
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::calls::{structured_of, tool_result};
+use super::face::McpFace;
 use super::incoming::RpcError;
 use super::session::{Asker, McpSession};
-use super::McpFace;
 use crate::faces::hosted::{now, timestamp};
 use crate::ids::SubagentId;
 use crate::ops::{Operation, Outcome};
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::inspect::SubagentDetail;
-
-/// How often `tasks/result` reads a task's record again.
-const RECHECK: Duration = Duration::from_millis(100);
 
 /// The `_meta` key naming the task a message belongs to.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -125,8 +121,16 @@ impl McpFace {
         params: &Map<String, Value>,
     ) -> Result<Value, RpcError> {
         let mut found = self.find_task(session, asker, params).await?;
+        // Subscribed before the record is read again: no end falls between.
+        let mut events = found.session.context.events();
+        found = self.found_in(found.session.clone(), &found.task_id).await?;
         while !ended(found.detail.view.status) {
-            tokio::time::sleep(RECHECK).await;
+            // The subagent's events say when to look again (or, where they
+            // cannot tell, the shared recheck does).
+            match found.session.context.next_event(&mut events).await {
+                Some(event) if event.subagent_id != found.key.subagent || !event.kind.ends_task() => continue,
+                _ => {}
+            }
             found = self.found_in(found.session.clone(), &found.task_id).await?;
         }
         let awaited = (Operation::Await { target: found.key.subagent })

@@ -7,7 +7,11 @@ use serde_json::{json, Map, Value};
 
 /// Spawns a subagent, hands it a task and waits for its result.
 pub(super) const RUN_SUBAGENT: &str = "run_subagent";
-/// Spawns a subagent.
+/// Spawns a subagent, without a task, as its description says. (The
+/// model's tool of this name spawns a child and hands it its task at once:
+/// a model has no `run_subagent`. Here that is `run_subagent`, the shared
+/// `run_task` operation, and the two steps stay apart for a client that
+/// wants them so.)
 pub(super) const SPAWN_SUBAGENT: &str = "spawn_subagent";
 /// Hands a subagent a task (and by default waits for its result).
 pub(super) const DELEGATE_TASK: &str = "delegate_task";

@@ -1,40 +1,44 @@
 //! The sessions a face serves itself (an A2A context, an MCP client's
 //! session): HTTP sessions like any other (stored, restored after a
 //! restart, handed between cluster nodes, closed after
-//! `session_idle_seconds` unused), whose events the face reads (no other
-//! client does) and shares with its waiting requests and streams.
+//! `session_idle_seconds` unused), opened as the face's own
+//! (`Service::open_for_face`: no handshake line), whose typed events its
+//! waiting requests and streams read. The face runs operations on the
+//! session's tree; no A2E text passes between them. (`followups`: the
+//! messages that followed each task's first, for `history`.)
 
-use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorCode, HostError};
+use crate::event::{Event, EventDetail};
 use crate::ids::SubagentId;
-use crate::protocol::codec::Frame;
 use crate::runtime::RetiredTask;
+use crate::session::face_open::FaceOpener;
 use crate::session::HttpSessions;
-use crate::session::INPUT_QUEUE;
 use crate::session::{lock, HttpEntry};
 use crate::store::FaceQuery;
+use followups::Followups;
 
-/// Events kept for a context's slowest listener; one that falls further
-/// behind reads the task's record again instead.
-const EVENT_BUFFER: usize = 1024;
-/// Follow-up messages kept per task, tasks with any, and their bytes (as
-/// JSON), per context: past them the oldest task's go first.
-const FOLLOWUPS_KEPT: usize = 64;
-const TASKS_WITH_FOLLOWUPS: usize = 1024;
-const FOLLOWUP_BYTES: usize = 8 << 20;
+mod followups;
 
-/// Who asks a hosted face (A2A, MCP): their principal (when `[auth]` has tokens) and token.
+/// How often a listener reads its task's record again where events cannot
+/// tell it what changed: the task's session stopped being served here (it
+/// moved to another node, whose events these are not, or ended). One
+/// figure for both faces; while the session is served here, its events
+/// say when to look.
+pub(crate) const RECHECK: Duration = Duration::from_millis(500);
+
+/// Who asks a hosted face (A2A, MCP): their principal (when `[auth]` has
+/// tokens; the face checked their token).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Asker {
     /// The token holder's name.
     pub(crate) principal: Option<String>,
-    /// The bearer token (for a new session's handshake).
-    pub(crate) token: Option<String>,
     /// The peer's address (its caller key without tokens).
     pub(crate) peer: Option<std::net::IpAddr>,
 }
@@ -44,9 +48,8 @@ pub(crate) struct Asker {
 pub(crate) struct Context {
     /// The session.
     pub(crate) entry: Arc<HttpEntry>,
-    /// Every `SUBAGENT_EVENT` the session sends.
-    pub(crate) events: broadcast::Sender<Arc<Value>>,
-    // Fires when the reader stops (the session ended or moved away).
+    /// Fires when the session stops being served here (it ended, or moved
+    /// away): the session's own token.
     pub(crate) ended: CancellationToken,
     // The messages that followed each task's first (answers, mail), for
     // `history`: kept here only, not stored (see docs/a2a.md).
@@ -65,6 +68,33 @@ impl Context {
     /// The session's tree.
     pub(crate) fn tree(&self) -> &crate::runtime::Tree {
         &self.entry.tree
+    }
+
+    /// The session's events from now on, typed.
+    pub(crate) fn events(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.entry.events()
+    }
+
+    /// The session's next event from `events`; `None` when the listener
+    /// must read its task's record instead: it fell behind the events, or
+    /// the session stopped being served here (at once the first time, then
+    /// every [`RECHECK`]: its events are another node's now, or none).
+    pub(crate) async fn next_event(&self, events: &mut broadcast::Receiver<Arc<Event>>) -> Option<Arc<Event>> {
+        if self.ended.is_cancelled() {
+            tokio::time::sleep(RECHECK).await;
+            return None;
+        }
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(event) => Some(event),
+                Err(broadcast::error::RecvError::Lagged(_)) => None,
+                Err(broadcast::error::RecvError::Closed) => {
+                    tokio::time::sleep(RECHECK).await;
+                    None
+                }
+            },
+            _ = self.ended.cancelled() => None,
+        }
     }
 
     /// The messages that followed task `root`'s first, oldest first: kept
@@ -96,8 +126,9 @@ impl Context {
     }
 
     /// Keeps a message that followed task `root`'s first (the last
-    /// [`FOLLOWUPS_KEPT`] of each task; past [`TASKS_WITH_FOLLOWUPS`] tasks
-    /// or [`FOLLOWUP_BYTES`], the oldest task's are forgotten here first),
+    /// `FOLLOWUPS_KEPT` of each task; past `TASKS_WITH_FOLLOWUPS` tasks or
+    /// `FOLLOWUP_BYTES`, the oldest task's are forgotten here first: see
+    /// `followups`),
     /// and stores the task's list (durable stores): what a client told a
     /// task is part of its `history` on any node, after any restart.
     pub(crate) async fn add_followup(&self, root: SubagentId, message: Value) {
@@ -118,105 +149,6 @@ impl Context {
             self.entry.log.store().flush().await;
         }
     }
-}
-
-/// The follow-up messages a context keeps for `history`, bounded.
-#[derive(Debug, Default)]
-struct Followups {
-    // Each task's messages, oldest first, with their sizes.
-    by_task: HashMap<SubagentId, VecDeque<(Value, usize)>>,
-    // Tasks in the order they first had one.
-    order: VecDeque<SubagentId>,
-    // Bytes kept, over every task.
-    bytes: usize,
-}
-
-impl Followups {
-    // Task `root`'s messages, when known here.
-    fn get(&self, root: SubagentId) -> Option<Vec<Value>> {
-        self.by_task.get(&root).map(|kept| kept.iter().map(|(m, _)| m.clone()).collect())
-    }
-
-    // Task `root`'s messages are `messages` (read from the store, or none).
-    fn known(&mut self, root: SubagentId, messages: Vec<Value>) {
-        if self.by_task.contains_key(&root) {
-            return;
-        }
-        let mut messages = messages.into_iter();
-        match messages.next() {
-            // Known to have none: an empty entry, which the bound counts.
-            None => {
-                self.order.push_back(root);
-                self.by_task.insert(root, VecDeque::new());
-                self.trim(root);
-            }
-            Some(first) => {
-                self.add(root, first);
-                for message in messages {
-                    self.add(root, message);
-                }
-            }
-        }
-    }
-
-    fn add(&mut self, root: SubagentId, message: Value) {
-        let size = crate::protocol::encode::encoded_len(&message);
-        if !self.by_task.contains_key(&root) {
-            self.order.push_back(root);
-        }
-        let kept = self.by_task.entry(root).or_default();
-        kept.push_back((message, size));
-        self.bytes += size;
-        if kept.len() > FOLLOWUPS_KEPT {
-            if let Some((_, old)) = kept.pop_front() {
-                self.bytes -= old;
-            }
-        }
-        self.trim(root);
-    }
-
-    // Forgets the oldest tasks' (another's than `root` first) past the bounds.
-    fn trim(&mut self, root: SubagentId) {
-        while self.by_task.len() > TASKS_WITH_FOLLOWUPS || self.bytes > FOLLOWUP_BYTES {
-            match self.order.front().copied() {
-                // Another task's go first, the oldest of them.
-                Some(oldest) if oldest != root || self.order.len() == 1 => {
-                    if oldest == root {
-                        // Alone past the bound: its own oldest go.
-                        let Some(kept) = self.by_task.get_mut(&root) else { break };
-                        if kept.len() <= 1 {
-                            break;
-                        }
-                        if let Some((_, old)) = kept.pop_front() {
-                            self.bytes -= old;
-                        }
-                        continue;
-                    }
-                    self.order.pop_front();
-                    let freed: usize = self.by_task.remove(&oldest).map_or(0, |kept| kept.iter().map(|(_, n)| n).sum());
-                    self.bytes -= freed;
-                }
-                Some(_) => {
-                    // The newest task is first in line: move it back.
-                    self.order.rotate_left(1);
-                }
-                None => break,
-            }
-        }
-    }
-}
-
-/// Who opens a new session, and for which face.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Opener<'a> {
-    /// The face (`a2a`, `mcp`): the session's transport and handshake agent.
-    pub(crate) face: &'static str,
-    /// The token holder's name, stored with the session.
-    pub(crate) principal: Option<&'a str>,
-    /// The bearer token, for the session's handshake.
-    pub(crate) token: Option<&'a str>,
-    /// The peer's address (its caller key without tokens).
-    pub(crate) peer: Option<std::net::IpAddr>,
 }
 
 /// The sessions a face serves here.
@@ -240,7 +172,7 @@ impl Contexts {
         &self,
         sessions: &Arc<HttpSessions>,
         id: &str,
-        create: Option<Opener<'_>>,
+        create: Option<FaceOpener<'_>>,
     ) -> Result<Option<Arc<Context>>, HostError> {
         if let Some(context) = self.current(sessions, id) {
             return Ok(Some(context));
@@ -258,7 +190,7 @@ impl Contexts {
         &self,
         sessions: &Arc<HttpSessions>,
         id: &str,
-        create: Option<Opener<'_>>,
+        create: Option<FaceOpener<'_>>,
     ) -> Result<Option<Arc<Context>>, HostError> {
         let entry = match sessions.get(id).filter(|entry| !entry.log.is_detached() && !entry.is_closing()) {
             Some(entry) => entry,
@@ -283,11 +215,11 @@ impl Contexts {
             .tree
             .retire_finished(Self::stored_retired(&entry, id, sessions.service.limits().retired_kept).await)
             .await;
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let context = Arc::new(Context { entry, events, ended: CancellationToken::new(), followups: Mutex::default() });
+        let ended = entry.ended.clone();
+        let context = Arc::new(Context { entry, ended, followups: Mutex::default() });
         lock(&self.live).retain(|_, context| !context.ended.is_cancelled());
         lock(&self.live).insert(id.to_owned(), context.clone());
-        actix_rt::spawn(read_events(context.clone()));
+        actix_rt::spawn(touch_on_events(context.clone()));
         Ok(Some(context))
     }
 
@@ -323,43 +255,15 @@ impl Contexts {
         })
     }
 
-    // Opens and stores session `id`, handshaken with the caller's token.
-    async fn create(sessions: &Arc<HttpSessions>, id: &str, opener: Opener<'_>) -> Result<Arc<HttpEntry>, HostError> {
-        let Opener { face, principal, token, peer } = opener;
-        let service = &sessions.service;
-        let queue = service.limits().max_inflight_requests.max(INPUT_QUEUE);
-        let opened = service.open_named(queue, true, id.to_owned())?;
-        // Its opener's alone, counted against them.
-        let slot = opened.connection.slot();
-        let address = peer.filter(|_| !service.auth().is_enabled());
-        slot.charge(crate::session::caller_key(principal, address))?;
-        slot.owner().opened_by_bearer(principal.map(str::to_owned));
-        service.store_new_session(&opened, principal.map(str::to_owned), face).await?;
-        let mut opened = opened;
-        opened.connection = opened.connection.with_transport(face);
+    // Opens and stores session `id` for the opener's face.
+    async fn create(
+        sessions: &Arc<HttpSessions>,
+        id: &str,
+        opener: FaceOpener<'_>,
+    ) -> Result<Arc<HttpEntry>, HostError> {
+        let opened = sessions.service.open_for_face(id.to_owned(), opener).await?;
         let id = sessions.insert(opened);
-        let entry = sessions
-            .get(&id)
-            .ok_or_else(|| HostError::new(ErrorCode::RuntimeError, "the new session ended at once"))?;
-        // Its handshake, as a client's: the session is then served as any
-        // handshaken one (and restored as one).
-        let hello = json!({
-            "type": "handshake/req",
-            "id": format!("{face}-handshake"),
-            "agent_id": face,
-            "agent_caps": ["multi_agent"],
-            "auth_token": token,
-        });
-        let line = hello.to_string().into_bytes();
-        let frame = match entry.log.journal_inbound(&line) {
-            Some(seq) => Frame::Journaled { seq, line },
-            None => Frame::Line(line),
-        };
-        entry
-            .input
-            .try_send(frame)
-            .map_err(|_| HostError::new(ErrorCode::RuntimeError, "the new session took no handshake"))?;
-        Ok(entry)
+        sessions.get(&id).ok_or_else(|| HostError::new(ErrorCode::RuntimeError, "the new session ended at once"))
     }
 }
 
@@ -389,23 +293,42 @@ impl Drop for Gate<'_> {
     }
 }
 
-// Reads the session's lines until it ends here: events go to the context's
-// listeners (and count as activity); replies (to the handshake) are dropped.
-async fn read_events(context: Arc<Context>) {
-    let output = context.entry.output.clone();
-    let mut receiver = tokio::select! {
-        receiver = output.lock_owned() => receiver,
-        _ = context.ended.cancelled() => return,
-    };
-    while let Some(line) = receiver.recv().await {
-        log::trace!("face session {}: {line}", context.tree().session_id());
-        let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
-        if value["type"] == "SUBAGENT_EVENT" {
-            context.entry.touch();
-            let _ = context.events.send(Arc::new(value));
+// Counts each of the session's events as activity (its idle deadline
+// moves), until it stops being served here.
+async fn touch_on_events(context: Arc<Context>) {
+    let mut events = context.events();
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => context.entry.touch(),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = context.ended.cancelled() => return,
         }
     }
-    context.ended.cancel();
+}
+
+/// The message an event carries (`progress`, or a note's or a request's
+/// `message` field), if any.
+pub(crate) fn message_of(event: &Event) -> Option<&str> {
+    match &event.detail {
+        EventDetail::Progress(message) => Some(message),
+        EventDetail::Asked(fields) | EventDetail::Noted(fields) => fields.get("message").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// The path from its task's root to the subagent that asks its person
+/// (`approval_requested`, `input_requested`), as its event has it.
+pub(crate) fn asked_path(event: &Event) -> Vec<SubagentId> {
+    match &event.detail {
+        EventDetail::Asked(fields) => fields
+            .get("path")
+            .and_then(Value::as_array)
+            .map(|path| path.iter().filter_map(Value::as_str).filter_map(SubagentId::parse).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
 }
 
 /// A moment as RFC 3339 in UTC (`2026-12-04T09:30:00.25Z`), from seconds
@@ -421,29 +344,4 @@ pub(crate) fn timestamp(unix_seconds: f64) -> String {
 /// Now, in seconds since the Unix epoch.
 pub(crate) fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |at| at.as_secs_f64())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn followups_are_bounded_by_count_and_bytes_oldest_task_first() {
-        let mut kept = Followups::default();
-        let big = json!({ "text": "x".repeat(3 << 20) });
-        kept.add(SubagentId(1), big.clone());
-        kept.add(SubagentId(2), big.clone());
-        kept.add(SubagentId(3), big.clone());
-        assert!(kept.bytes <= FOLLOWUP_BYTES, "{}", kept.bytes);
-        assert!(!kept.by_task.contains_key(&SubagentId(1)), "the oldest task's went first");
-        assert!(kept.by_task.contains_key(&SubagentId(3)), "the newest is kept");
-        for n in 0..(FOLLOWUPS_KEPT + 5) {
-            kept.add(SubagentId(3), json!({ "n": n }));
-        }
-        let three = &kept.by_task[&SubagentId(3)];
-        assert_eq!(three.len(), FOLLOWUPS_KEPT);
-        assert_eq!(three.back().unwrap().0["n"], FOLLOWUPS_KEPT + 4);
-        let total: usize = kept.by_task.values().flatten().map(|(_, n)| n).sum();
-        assert_eq!(total, kept.bytes, "the byte count stays exact");
-    }
 }
