@@ -53,7 +53,9 @@
 //!   mailbox, list, cancel, terminate, merge), one file per verb, with the
 //!   [`Tree`] and [`TaskContext`] methods that carry each out. → runtime.
 //! - `runtime`: the actors. The supervisor (its records are the tree; spawn
-//!   rules; the one stop routine), the subagent actor, memory and
+//!   rules; the one stop routine), the subagent actor, the one transition
+//!   every status change takes to every sink (`runtime/transition.rs`: a
+//!   subagent's status, kept once, that its record and actor share), memory and
 //!   mailboxes, merge strategies, and the task: the [`AgentAdapter`] trait,
 //!   the [`TaskContext`] a running task gets, the model router. Their actor
 //!   messages stand apart from them (`runtime/messages.rs`). → store,

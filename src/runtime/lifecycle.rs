@@ -1,7 +1,8 @@
 //! The lifecycle table, in one place: which status a subagent's record may
 //! move to on each event, and which moves are refused. Every status change
-//! of a record goes through [`next`] (`Entry::apply` in the supervisor),
-//! whose gauges and event follow from the one transition it accepts.
+//! of a subagent goes through [`next`], from the one transition
+//! (`transition::Life::go`), whose gauges, journal, task metrics, span and
+//! event follow from the move it accepts.
 //!
 //! | event | from | to |
 //! |---|---|---|

@@ -156,7 +156,7 @@ pub(crate) struct Report {
     pub id: SubagentId,
     pub kind: EventKind,
     pub status: SubagentStatus,
-    pub result: Option<RawObject>,
+    // Its event's error and payload (the supervisor tells it, `Life::told`).
     pub error: Option<Arc<str>>,
     pub detail: EventDetail,
     // Set when its task ended and it has nothing left to do: it may be put
@@ -207,16 +207,16 @@ pub(crate) struct Idle {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct RunTask {
-    pub task: TaskDefinition,
+    pub task: Arc<TaskDefinition>,
     pub deadline_cap: Option<crate::runtime::clock::DeadlineCap>,
-    pub parent_span: Option<tracing::Span>,
+    // The task's span, opened as its start was recorded (`task_starts`); a
+    // resumed task's opens as it resumes.
+    pub span: Option<tracing::Span>,
     pub reply: DelegateReply,
     // Set when the task ran before the host restarted: it resumes.
     pub resume: Option<Resume>,
     // This task's number in its subagent's record.
     pub ticket: Ticket,
-    // Set when it waited in the queue: its row is stored already.
-    pub queued: bool,
 }
 
 /// Stop: the subagent's task ended and it is idle; its record stands in for

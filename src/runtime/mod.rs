@@ -14,6 +14,9 @@
 //! - `gone`: the signal that an actor has been dropped.
 //! - [`lifecycle`]: the lifecycle table, the one check of every status
 //!   change.
+//! - `transition`: a subagent's status, kept once, and the one transition
+//!   that takes every change of it to every sink (gauges, journal, task
+//!   metrics, trace, events).
 //! - [`memory`]: memory and mailbox.
 //! - [`merge_strategies`]: merge strategies.
 //! - [`task`]: what runs a task: the adapter trait, the task's context, the
@@ -53,6 +56,7 @@ pub(crate) mod subagent;
 pub(crate) mod supervisor;
 pub(crate) mod task;
 pub(crate) mod trace;
+pub(crate) mod transition;
 mod tree;
 pub(crate) mod usage;
 

@@ -4,6 +4,7 @@
 use super::running::RunningTask;
 
 use actix::prelude::*;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -13,13 +14,13 @@ use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::gone::GoneSignal;
 use crate::runtime::host_context::{HostContext, TreeStats};
-use crate::runtime::lifecycle;
-use crate::runtime::memory::{held_now, InboxMessage, Mailbox, Memory};
+use crate::runtime::memory::{InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
 use crate::runtime::supervisor::root::{AwaitReply, Supervisor};
 use crate::runtime::task::adapter::AgentAdapter;
+use crate::runtime::transition::{Journal, Life, Move, TaskSinks};
 use crate::runtime::usage::UsageMeter;
-use crate::store::{Change, Held, SessionLog};
+use crate::store::SessionLog;
 
 /// Counts this actor as live until it is dropped, then fires `gone`.
 struct AliveGuard {
@@ -51,11 +52,9 @@ pub(crate) struct SubagentSeed {
     pub memory_owner: SubagentId,
     // Messages already in its mailbox (a restored subagent's undelivered ones).
     pub inbox: Vec<InboxMessage>,
-    // Its status, last result and error so far (a restored subagent has had
-    // tasks before its actor started).
-    pub status: SubagentStatus,
-    pub result: Option<RawObject>,
-    pub error: Option<Arc<str>>,
+    // Its status (its record's, shared), last result and error so far (a
+    // restored subagent has had tasks before its actor started).
+    pub life: Rc<Life>,
     // Its token counts (the record's meter).
     pub usage: Arc<UsageMeter>,
     // The wall-clock budget its tasks are held to.
@@ -78,10 +77,9 @@ pub(crate) struct SubagentActor {
     pub(super) adapter: Arc<dyn AgentAdapter>,
     pub(super) memory: Memory,
     pub(super) mailbox: Arc<Mailbox>,
-    pub(super) status: SubagentStatus,
-    // The last task's result and error, answered to awaits after it ends.
-    pub(super) result: Option<RawObject>,
-    pub(super) error: Option<Arc<str>>,
+    // Its status, kept once (its record holds the same): every change of it
+    // is `Life::go`.
+    pub(super) life: Rc<Life>,
     pub(super) task: Option<RunningTask>,
     // The task it runs or last ran (the operator's view shows it).
     pub(super) last_task: Option<Arc<TaskDefinition>>,
@@ -126,9 +124,7 @@ impl SubagentActor {
             adapter: seed.adapter,
             memory: seed.memory,
             mailbox,
-            status: seed.status,
-            result: seed.result,
-            error: seed.error,
+            life: seed.life,
             task: None,
             last_task: seed.last_task,
             awaiters: Vec::new(),
@@ -144,45 +140,39 @@ impl SubagentActor {
         }
     }
 
-    /// Records how its task ended, with its memory and mailbox as they are
-    /// now, before anyone is told.
-    pub(super) fn record_task_end(&self) {
+    /// Moves its status as task `ticket` ended, on event `on` to `to`, with
+    /// `error`: journaled with `result` and its memory and mailbox as they
+    /// are now, before anyone is told (`Life::go`). `task`: the task's
+    /// metrics and span, when one ran.
+    pub(super) fn end_task(
+        &self,
+        on: EventKind,
+        to: SubagentStatus,
+        ticket: Ticket,
+        outcome: (Option<RawObject>, Option<Arc<str>>),
+        task: TaskSinks<'_>,
+    ) {
+        let (result, error) = outcome;
         log::debug!(
             "session {} subagent {} ({}): task ended {}{}",
             self.log.id(),
             self.id,
             self.config.name,
-            self.status.as_str(),
-            self.error.as_deref().map(|error| format!(": {error}")).unwrap_or_default()
+            to.as_str(),
+            error.as_deref().map(|error| format!(": {error}")).unwrap_or_default()
         );
-        self.log.record(|session| Change::TaskEnded {
-            session,
-            id: self.id,
-            status: self.status,
-            result: self.result.clone(),
-            error: self.error.clone(),
-            held: held_now(self.memory_owner, &self.memory, &self.mailbox),
-            usage: self.usage.own(),
-        });
-    }
-
-    /// Moves its status on event `on` as the lifecycle table allows (the
-    /// one check the supervisor's record makes too); a move it refuses
-    /// leaves the status as it is, and is logged.
-    #[inline]
-    pub(super) fn apply(&mut self, on: EventKind, to: SubagentStatus) {
-        match lifecycle::next(self.status, on, to) {
-            Ok(status) => self.status = status,
-            Err(refused) => lifecycle::refused(&self.id, refused),
-        }
+        let held = Some((self.memory_owner, &self.memory, &*self.mailbox));
+        let to = Move { on, to, ticket, error };
+        self.life.go_reported(to, Journal::Ended { result, held }, task);
     }
 
     /// The status as it is now: a running task may be waiting (its flag is
     /// set from the task, on this actor's thread).
     pub(super) fn current_status(&self) -> SubagentStatus {
+        let status = self.life.status();
         match &self.task {
-            Some(task) if task.shared.waiting.get() && self.status.is_busy() => SubagentStatus::Waiting,
-            _ => self.status,
+            Some(task) if task.shared.waiting.get() && status.is_busy() => SubagentStatus::Waiting,
+            _ => status,
         }
     }
 
@@ -190,8 +180,8 @@ impl SubagentActor {
         AwaitResponse {
             subagent_id: self.id,
             status: self.current_status(),
-            result: self.result.clone(),
-            error: self.error.clone(),
+            result: self.life.result(),
+            error: self.life.error(),
             usage: self.usage.own(),
             subtree_usage: self.usage.subtree(),
             budget_remaining: budget::remaining(self.id, &self.usage, self.wall.as_deref()),
@@ -202,22 +192,22 @@ impl SubagentActor {
         }
     }
 
-    pub(super) fn report(&self, kind: EventKind, detail: EventDetail) {
-        self.report_with(kind, detail, None);
+    /// Tells the supervisor what moved (`Life::go_reported`) or happened,
+    /// with the event's `error` and `detail`: it tells the event, and its
+    /// record's running slot, budget and sleep follow.
+    pub(super) fn report(&self, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
+        self.report_with(kind, error, detail, None);
     }
 
-    pub(super) fn report_with(&self, kind: EventKind, detail: EventDetail, idle: Option<Idle>) {
-        let terminal = !self.status.is_busy() && self.status != SubagentStatus::Ready;
-        self.supervisor.do_send(Report {
-            id: self.id,
-            kind,
-            status: self.current_status(),
-            result: if terminal { self.result.clone() } else { None },
-            error: if terminal { self.error.clone() } else { None },
-            detail,
-            idle,
-            ticket: self.ticket,
-        });
+    pub(super) fn report_with(
+        &self,
+        kind: EventKind,
+        error: Option<Arc<str>>,
+        detail: EventDetail,
+        idle: Option<Idle>,
+    ) {
+        let status = self.current_status();
+        self.supervisor.do_send(Report { id: self.id, kind, status, error, detail, idle, ticket: self.ticket });
     }
 
     /// Whether it has nothing to do: no task, no await waiting on one, no
@@ -247,13 +237,13 @@ impl SubagentActor {
     /// The report goes first: whoever an answer wakes (a client on another
     /// thread, say) may delegate at once, and the supervisor, which answers
     /// a delegate from its record, must have seen the end by then.
-    pub(super) fn report_task_end(&mut self, kind: EventKind, may_sleep: bool) {
+    pub(super) fn report_task_end(&mut self, kind: EventKind, error: Option<Arc<str>>, may_sleep: bool) {
         let awaiters = std::mem::take(&mut self.awaiters);
         // Idle once these are answered, just below.
         let idle =
             (may_sleep && self.is_idle()).then(|| Idle { handled: self.handled, last_task: self.last_task.clone() });
         self.offered_sleep = idle.is_some();
-        self.report_with(kind, EventDetail::None, idle);
+        self.report_with(kind, error, EventDetail::None, idle);
         self.answer(awaiters);
     }
 
@@ -280,19 +270,49 @@ impl SubagentActor {
         }
     }
 
-    pub(super) fn finish_terminated(&mut self) {
-        self.apply(EventKind::Terminated, SubagentStatus::Terminated);
-        self.error = Some("terminated".into());
-        self.log.record(|session| Change::TaskEnded {
-            session,
-            id: self.id,
-            status: SubagentStatus::Terminated,
-            result: self.result.clone(),
-            error: self.error.clone(),
-            held: Held::default(),
-            usage: self.usage.own(),
-        });
+    /// Ends as `TERMINATED`, once its task (`ended`: its metrics and span,
+    /// if one ran) is gone: journaled, told, its awaits answered.
+    pub(super) fn finish_terminated(&mut self, ended: Option<EndedTask>) {
+        let error: Arc<str> = Arc::from("terminated");
+        // A member of a retiring subtree (a finished face task leaving the
+        // tree) stops without a move: its record, shared, is answered as it
+        // ended until it goes with the subtree's records (and from the
+        // retired task after).
+        if self.life.is_hushed() {
+            self.answer_awaiters();
+            return self.report(EventKind::Terminated, Some(error), EventDetail::None);
+        }
+        let task = match &ended {
+            Some(ended) => ended.sinks(),
+            None => TaskSinks::Untouched,
+        };
+        let to = Move {
+            on: EventKind::Terminated,
+            to: SubagentStatus::Terminated,
+            ticket: self.ticket,
+            error: Some(error.clone()),
+        };
+        self.life.go_reported(to, Journal::Ended { result: self.life.result(), held: None }, task);
         self.answer_awaiters();
-        self.report(EventKind::Terminated, EventDetail::None);
+        self.report(EventKind::Terminated, Some(error), EventDetail::None);
+    }
+}
+
+/// What a stopped task leaves for its end's metrics and span: taken as it
+/// is stopped, used once it is gone.
+pub(crate) struct EndedTask {
+    started: tokio::time::Instant,
+    span: Option<tracing::Span>,
+    usage_before: Usage,
+}
+
+impl EndedTask {
+    /// What `task` leaves.
+    pub(super) fn of(task: &RunningTask) -> Self {
+        Self { started: task.started, span: task.span.clone(), usage_before: task.usage_before }
+    }
+
+    fn sinks(&self) -> TaskSinks<'_> {
+        TaskSinks::Ends { started: self.started, span: self.span.as_ref(), usage_before: self.usage_before }
     }
 }

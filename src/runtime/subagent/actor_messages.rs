@@ -2,14 +2,15 @@
 //! supervisor sends it (a task to run, an await, a mailbox delivery, a
 //! cancel, a stop, sleep).
 
-use super::actor::SubagentActor;
+use super::actor::{EndedTask, SubagentActor};
 use crate::error::{ErrorCode, HostError};
 use crate::event::{EventDetail, EventKind};
-use crate::metrics::{metrics, TaskOutcome};
+use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
 use crate::runtime::supervisor::root::Supervisor;
+use crate::runtime::transition::TaskSinks;
 use crate::store::Change;
 use actix::prelude::*;
 use std::sync::Arc;
@@ -24,13 +25,12 @@ impl Actor for SubagentActor {
             // Stopped without being told to (a handler panicked): still tell
             // everyone the truth. The supervisor stops its descendants.
             log::warn!("{} stopped unexpectedly", self.id);
-            if let Some(task) = self.task.take() {
+            let ended = self.task.take().map(|task| {
                 task.abort();
-                metrics().task_ended(TaskOutcome::Terminated, task.started.elapsed());
-                task.trace_end(self.usage.own(), Some("terminated"));
-            }
+                EndedTask::of(&task)
+            });
             self.terminating = true;
-            self.finish_terminated();
+            self.finish_terminated(ended);
         }
     }
 }
@@ -52,14 +52,13 @@ impl Handler<RunTask> for SubagentActor {
         }
         if msg.resume.is_some() && !self.adapter.resumes() {
             // Its adapter cannot pick up where it was: fail it, retryably.
-            self.apply(EventKind::Failed, SubagentStatus::Failed);
-            self.result = None;
-            self.error = Some("host_restarted".into());
-            self.record_task_end();
-            self.report(EventKind::Failed, EventDetail::None);
+            let error: Arc<str> = Arc::from("host_restarted");
+            let outcome = (None, Some(error.clone()));
+            self.end_task(EventKind::Failed, SubagentStatus::Failed, msg.ticket, outcome, TaskSinks::Untouched);
+            self.report(EventKind::Failed, Some(error), EventDetail::None);
             return msg.reply.send(DelegateResponse { accepted: false, status: SubagentStatus::Failed });
         }
-        self.start_task(msg.task, msg.deadline_cap, msg.parent_span, msg.resume, msg.queued, ctx);
+        self.start_task(msg.task, msg.deadline_cap, msg.span, msg.resume, ctx);
         msg.reply.send(DelegateResponse { accepted: true, status: SubagentStatus::Running });
     }
 }
@@ -139,7 +138,7 @@ impl Handler<Deliver> for SubagentActor {
                 served,
             });
         }
-        self.report(EventKind::MessageReceived, detail);
+        self.report(EventKind::MessageReceived, None, detail);
         Ok(())
     }
 }
@@ -155,13 +154,11 @@ impl Handler<CancelQueued> for SubagentActor {
         // Its report is about that task.
         self.ticket = msg.0;
         // It was queued (`READY` on its record), then cancelled.
-        self.apply(EventKind::Queued, SubagentStatus::Ready);
-        self.apply(EventKind::Cancelled, SubagentStatus::Cancelled);
-        self.result = None;
-        self.error = Some("cancelled".into());
-        self.record_task_end();
+        let error: Arc<str> = Arc::from("cancelled");
+        let outcome = (None, Some(error.clone()));
+        self.end_task(EventKind::Cancelled, SubagentStatus::Cancelled, msg.0, outcome, TaskSinks::Untouched);
         // No sleep offered, as for a cancelled running task (`settle`).
-        self.report_task_end(EventKind::Cancelled, false);
+        self.report_task_end(EventKind::Cancelled, Some(error), false);
     }
 }
 
@@ -204,13 +201,16 @@ impl Handler<StopActor> for SubagentActor {
             return Box::pin(actix::fut::ready(()));
         }
         self.terminating = true;
-        let own = self.task.as_mut().map(|task| {
-            task.cancel();
-            task.abort();
-            metrics().task_ended(TaskOutcome::Terminated, task.started.elapsed());
-            task.trace_end(self.usage.own(), Some("terminated"));
-            task.settled()
-        });
+        // Its end's metrics and span are taken now; they are recorded as the
+        // subagent ends, once the task is gone.
+        let (own, ended) = match self.task.as_mut() {
+            Some(task) => {
+                task.cancel();
+                task.abort();
+                (Some(task.settled()), Some(EndedTask::of(task)))
+            }
+            None => (None, None),
+        };
         Box::pin(
             actix::fut::wrap_future(async move {
                 if let Some(settled) = own {
@@ -219,7 +219,7 @@ impl Handler<StopActor> for SubagentActor {
             })
             .map(|(), act: &mut Self, ctx| {
                 act.task = None;
-                act.finish_terminated();
+                act.finish_terminated(ended);
                 ctx.stop();
             }),
         )

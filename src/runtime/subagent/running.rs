@@ -16,15 +16,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::actor::SubagentActor;
 use crate::event::{EventDetail, EventKind};
-use crate::metrics::{metrics, TaskOutcome};
 use crate::protocol::wire::*;
 use crate::runtime::clock::{self, DeadlineCap, DeadlineClock};
 use crate::runtime::host_context::TreeStats;
 use crate::runtime::messages::{CancelReply, Resume, Ticket};
 use crate::runtime::task::context::TaskContext;
 use crate::runtime::task::shared::{TaskCancel, TaskShared};
-use crate::runtime::trace;
-use crate::store::Change;
+use crate::runtime::transition::{Journal, Move, TaskSinks};
 
 /// Longest task timeout honoured; larger `timeout_seconds` are clamped so the
 /// deadline arithmetic cannot overflow.
@@ -90,17 +88,6 @@ impl RunningTask {
         self.settled.get_or_insert_with(CancellationToken::new).clone()
     }
 
-    /// Records on its span what it used and how it failed, if it did.
-    pub(super) fn trace_end(&self, usage_now: Usage, error: Option<&str>) {
-        let used = Usage {
-            input_tokens: usage_now.input_tokens.saturating_sub(self.usage_before.input_tokens),
-            output_tokens: usage_now.output_tokens.saturating_sub(self.usage_before.output_tokens),
-        };
-        if let Some(span) = &self.span {
-            trace::task_ended(span, used, error);
-        }
-    }
-
     /// Tells whoever waits that the task has ended: the cancels of it (it
     /// was cancelled, whatever it ended as), and a stop.
     pub(super) fn fire_settled(&mut self) {
@@ -133,33 +120,35 @@ impl Drop for LiveTask {
 }
 
 impl SubagentActor {
+    /// Starts `task`, whose start its record has recorded (`span`: its
+    /// span, opened then), or which resumes after a restart (`resume`: its
+    /// start is recorded here).
     pub(super) fn start_task(
         &mut self,
-        task: TaskDefinition,
+        task: Arc<TaskDefinition>,
         deadline_cap: Option<DeadlineCap>,
-        parent_span: Option<tracing::Span>,
+        span: Option<tracing::Span>,
         resume: Option<Resume>,
-        queued: bool,
         ctx: &mut Context<Self>,
     ) {
         // The task's number is its ticket: the supervisor's one count of its
         // subagent's tasks (a resumed task keeps its own).
         let ticket = self.ticket;
         let attempt = resume.as_ref().map_or(1, |resume| resume.attempt);
-        let started_on = if resume.is_some() { EventKind::Resumed } else { EventKind::Delegated };
-        // No row of it is stored yet unless it waited in the queue or ran
-        // before a restart.
-        let fresh = resume.is_none() && !queued;
-        let task = Arc::new(task);
         self.last_task = Some(task.clone());
-        self.log.record(|session| Change::TaskStarted {
-            session,
-            id: self.id,
-            task: task.clone(),
-            task_no: ticket,
-            attempt,
-            fresh,
-        });
+        self.life.set_outcome(None, None);
+        // A new task's start was recorded by the supervisor that sent it
+        // (`Supervisor::task_starts`); a resumed one's is recorded here.
+        let span = match &resume {
+            None => span,
+            Some(_) => {
+                let to = Move { on: EventKind::Resumed, to: SubagentStatus::Running, ticket, error: None };
+                let journal = Journal::Started { task: &task, attempt, fresh: false };
+                let span = self.life.go_reported(to, journal, TaskSinks::Starts { parent: None, config: &self.config });
+                self.report(EventKind::Resumed, None, EventDetail::Resumed { attempt });
+                span
+            }
+        };
         let timeout_seconds = self.config.timeout_seconds;
         let started = Instant::now();
         let mut deadline = started + Duration::from_secs(timeout_seconds).min(MAX_TIMEOUT);
@@ -187,7 +176,6 @@ impl SubagentActor {
             Some(wall) => (wall.base, DeadlineClock::Wall(wall.clock.clone())),
             None => (deadline, DeadlineClock::Own(shared.clone())),
         };
-        let span = trace::invoke_agent(parent_span.as_ref(), self.log.id(), self.id, &self.config);
         let task_ctx = TaskContext {
             subagent_id: self.id,
             parent_id: self.parent_id,
@@ -208,6 +196,7 @@ impl SubagentActor {
             usage: self.usage.clone(),
             span: span.clone(),
             ticket: self.ticket,
+            life: self.life.clone(),
         };
         let adapter = self.adapter.clone();
         let live = LiveTask::new(self.stats.clone());
@@ -252,18 +241,9 @@ impl SubagentActor {
             usage_before: self.usage.own(),
             wall_deadline,
         });
-        metrics().task_started();
         ctx.spawn(actix::fut::wrap_future(run).map(move |ended, act: &mut Self, _ctx| {
             act.settle(ticket, ended);
         }));
-        self.apply(started_on, SubagentStatus::Running);
-        self.result = None;
-        self.error = None;
-        // A new task's start was recorded by the supervisor that sent it
-        // (`Supervisor::task_starts`); a resumed one's is reported.
-        if attempt > 1 {
-            self.report(EventKind::Resumed, EventDetail::Resumed { attempt });
-        }
     }
 
     /// Records how task `ticket` ended; ignores a stale one.
@@ -318,24 +298,15 @@ impl SubagentActor {
             }
             Outcome::Aborted => (SubagentStatus::Failed, EventKind::Failed, None, Some("the task was aborted".into())),
         };
-        let outcome = match (status, kind) {
-            (SubagentStatus::Completed, _) => TaskOutcome::Completed,
-            (SubagentStatus::Cancelled, _) => TaskOutcome::Cancelled,
-            (_, EventKind::Timeout) => TaskOutcome::Timeout,
-            _ => TaskOutcome::Failed,
-        };
-        metrics().task_ended(outcome, task.started.elapsed());
-        task.trace_end(self.usage.own(), error.as_deref());
-        self.apply(kind, status);
-        self.result = result;
-        self.error = error;
-        self.record_task_end();
+        let sinks =
+            TaskSinks::Ends { started: task.started, span: task.span.as_ref(), usage_before: task.usage_before };
+        self.end_task(kind, status, ticket, (result, error.clone()), sinks);
         // A cancelled task's actor offers no sleep: this cancel waits to
         // answer until the actor has seen the task settle, and putting every
         // cancelled actor of a large subtree to sleep would add a third to
         // the cancel's own work (measured on a 10k tree). It keeps its actor
         // until its next task ends.
-        self.report_task_end(kind, !task.cancel_requested);
+        self.report_task_end(kind, error, !task.cancel_requested);
         task.fire_settled();
     }
 }

@@ -54,19 +54,19 @@ impl Supervisor {
             parent: entry.parent,
             name: entry.config.name.as_str().into(),
             model: entry.config.model.as_str().into(),
-            status: entry.status,
-            depth: entry.depth,
+            status: entry.status(),
+            depth: entry.life.depth,
             children: entry.children.len(),
-            usage: entry.usage.own(),
-            subtree_usage: entry.usage.subtree(),
-            budget_remaining: budget::remaining(id, &entry.usage, entry.wall.as_deref()),
+            usage: entry.life.usage.own(),
+            subtree_usage: entry.life.usage.subtree(),
+            budget_remaining: budget::remaining(id, &entry.life.usage, entry.wall.as_deref()),
             task_ms: time.elapsed_ms(now.instant),
             task_started_at: TaskTime::wall(time.started, now.instant, now.ts),
             task_ended_at: TaskTime::wall(time.ended, now.instant, now.ts),
             waiting_for: entry.waiting_for(),
             queued: entry.caps.queued,
-            tasks_started: entry.ticket,
-            error: entry.error.clone(),
+            tasks_started: entry.life.ticket(),
+            error: entry.life.error(),
         }
     }
 
@@ -76,7 +76,7 @@ impl Supervisor {
             view: self.view(id, entry, Now::read()),
             config: entry.config.clone(),
             task,
-            result: entry.result.clone(),
+            result: entry.life.result(),
             child_ids: entry.children.to_vec(),
         }
     }
@@ -120,7 +120,7 @@ impl Handler<CountStatuses> for Supervisor {
     fn handle(&mut self, _msg: CountStatuses, _ctx: &mut Self::Context) -> Self::Result {
         let mut counts = StatusCounts::default();
         for entry in self.index.values() {
-            counts.add(entry.status);
+            counts.add(entry.status());
         }
         MessageResult(counts)
     }
@@ -142,7 +142,7 @@ impl Handler<InspectOne> for Supervisor {
             .queued
             .then(|| self.queue.iter().find(|queued| queued.id == id))
             .flatten()
-            .map(|queued| Arc::new(queued.task.clone()));
+            .map(|queued| queued.task.clone());
         let addr = match &entry.slot {
             Slot::Live { addr, .. } if queued_task.is_none() => Some(Arc::clone(addr)),
             _ => None,

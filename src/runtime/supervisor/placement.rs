@@ -12,6 +12,7 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, Budget, WallBudget};
 use crate::runtime::people::{has_rules, inherit_rules};
+use crate::runtime::transition::{Identity, Life};
 use crate::runtime::usage::UsageMeter;
 use crate::store::Change;
 
@@ -37,7 +38,7 @@ impl Supervisor {
                 .and_then(|parent| parent.children.iter().find(|child| self.index.get(child).is_some_and(keyed)))
         };
         if let Some(id) = existing {
-            let status = self.index[&id].status;
+            let status = self.index[&id].status();
             return Ok((SpawnResponse { subagent_id: id, status }, true));
         }
         self.spawn(request, Some(key)).map(|spawned| (spawned, false))
@@ -66,12 +67,14 @@ impl Supervisor {
                 }
                 // The parent's root (or its own parent) is interned already;
                 // only a parent with neither makes a new string.
-                let root = match parent_entry.root_agent_id.clone().or_else(|| parent_entry.parent_agent_id.clone()) {
-                    Some(root) => root,
-                    None => self.interned.intern(&parent_id.to_string()),
-                };
+                let root =
+                    match parent_entry.life.root_agent_id.clone().or_else(|| parent_entry.life.parent_agent_id.clone())
+                    {
+                        Some(root) => root,
+                        None => self.interned.intern(&parent_id.to_string()),
+                    };
                 let memory = parent_entry.memory.clone().map(|memory| (memory, parent_entry.memory_owner));
-                (parent_entry.depth + 1, memory, Some(root))
+                (parent_entry.life.depth + 1, memory, Some(root))
             }
             None => {
                 let root = request
@@ -136,34 +139,26 @@ impl Supervisor {
                 self.top_level.push(self.next_ord, id);
             }
         }
+        let who = Identity { parent_agent_id, root_agent_id: root, depth, usage };
         let entry = Entry {
             slot: Slot::Dormant,
             config,
-            parent_agent_id,
-            root_agent_id: root,
             parent,
-            depth,
-            status: SubagentStatus::Ready,
-            result: None,
-            error: None,
+            life: Life::new(id, SubagentStatus::Ready, 0, who, self.sinks.clone()),
             memory: Some(memory),
             memory_owner,
             children: SpawnOrder::default(),
             stopping: false,
             ord: self.next_ord,
             spawn_key,
-            usage,
             wall,
             caps: Caps::default(),
             task_time: Default::default(),
             last_task: None,
-            ticket: 0,
-            waiting_for: None,
         };
-        crate::metrics::metrics().subagent_added(entry.status);
         self.next_ord += 1;
         self.log.record(|session| Change::Subagent { session, id, row: entry.row() });
-        self.emit(id, &entry, EventKind::Spawned, None, EventDetail::None);
+        entry.life.tell(EventKind::Spawned, None, EventDetail::None);
         self.index.insert(id, entry);
         self.listed = None;
         self.live += 1;
@@ -222,7 +217,7 @@ impl Supervisor {
     /// charged to, and the wall-clock budget it inherits.
     pub(super) fn budgets_above(&self, parent: Option<SubagentId>) -> (Arc<UsageMeter>, Option<Arc<WallBudget>>) {
         match parent.and_then(|parent| self.index.get(&parent)) {
-            Some(entry) => (entry.usage.clone(), entry.wall.clone()),
+            Some(entry) => (entry.life.usage.clone(), entry.wall.clone()),
             None => (self.usage_root.clone(), None),
         }
     }

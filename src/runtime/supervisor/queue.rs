@@ -11,14 +11,13 @@
 //! deadlocks on its cap.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
 
 use super::root::{AwaitReply, Queued, Supervisor};
-use crate::event::{EventDetail, EventKind};
+use crate::event::EventKind;
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::messages::{AwaitTask, CancelQueued, DelegateReply, RunTask};
-use crate::store::Change;
+use crate::runtime::transition::{Journal, Move, TaskSinks};
 
 /// Queued tasks taken out of the queue for a stop or a cancel, by subagent.
 #[derive(Default)]
@@ -93,15 +92,16 @@ impl Supervisor {
         let id = queued.id;
         let position = self.next_queued;
         self.next_queued += 1;
-        // Accepted: it is stored, and waits again in its place after a restart.
-        self.log.record(|session| Change::TaskQueued { session, id, task: Arc::new(queued.task.clone()), position });
-        self.queue.push_back(queued);
         if let Some(entry) = self.index.get_mut(&id) {
             entry.caps.queued = true;
-            entry.apply(EventKind::Queued, SubagentStatus::Ready);
             self.listed = None;
-            self.emit_now(id, EventKind::Queued, None, EventDetail::None);
+            // Accepted: it is stored, and waits again in its place after a restart.
+            let journal = Journal::Queued { task: &queued.task, position };
+            let ticket = queued.ticket;
+            let to = Move { on: EventKind::Queued, to: SubagentStatus::Ready, ticket, error: None };
+            entry.life.go(to, journal, TaskSinks::Untouched);
         }
+        self.queue.push_back(queued);
     }
 
     /// Starts queued tasks, oldest first, while slots are free.
@@ -123,9 +123,10 @@ impl Supervisor {
         entry.caps.queued = false;
         let Some(addr) = entry.live_addr() else { return };
         self.take_slot(id);
-        self.task_starts(id);
+        // Its row was stored as it was queued: not fresh.
+        let span = self.task_starts(id, ticket, &task, parent_span.as_ref(), false);
         let reply = DelegateReply(None);
-        addr.do_send(RunTask { task, deadline_cap, parent_span, reply, resume: None, ticket, queued: true });
+        addr.do_send(RunTask { task, deadline_cap, span, reply, resume: None, ticket });
         // After the task: each await waits for it.
         for awaiter in awaiters {
             addr.do_send(AwaitTask(awaiter));

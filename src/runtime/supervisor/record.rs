@@ -1,25 +1,23 @@
 //! The supervisor's record of each subagent: where its actor is, its place
-//! in the tree, and the status, result and error mirrored from its reports.
-//! The records are the session's one copy of the tree.
+//! in the tree, and its [`Life`] (its status, what its last task ended
+//! with, whom it waits for), shared with its actor. The records are the
+//! session's one copy of the tree.
 
 use actix::dev::{Request, ToEnvelope};
 use actix::{Addr, Handler, Message};
 use std::collections::HashSet;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::event::EventKind;
 use crate::ids::SubagentId;
-use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::gone::GoneSignal;
-use crate::runtime::lifecycle;
 use crate::runtime::memory::Memory;
-use crate::runtime::messages::Ticket;
 use crate::runtime::people::desk::AskKind;
 use crate::runtime::subagent::actor::SubagentActor;
-use crate::runtime::usage::UsageMeter;
+use crate::runtime::transition::Life;
 
 /// A subagent actor's address, shared so that forwarding a request clones an
 /// `Arc`, not an actix `Addr` (whose clone allocates twice).
@@ -149,15 +147,12 @@ pub(super) enum Slot {
 pub(super) struct Entry {
     pub(super) slot: Slot,
     pub(super) config: Arc<SubagentConfig>,
-    pub(super) parent_agent_id: Option<Arc<str>>,
-    pub(super) root_agent_id: Option<Arc<str>>,
     // The parent subagent, for a nested one.
     pub(super) parent: Option<SubagentId>,
-    pub(super) depth: u32,
-    // Mirror of the actor's status, kept from its reports.
-    pub(super) status: SubagentStatus,
-    pub(super) result: Option<RawObject>,
-    pub(super) error: Option<Arc<str>>,
+    // Its status and newest task's number, kept once, and who it is (its
+    // parent and root agents, depth, token counts): its actor holds the
+    // same `Life`, and every change of its status is `Life::go`.
+    pub(super) life: Rc<Life>,
     // Handed to children spawned with `shared` or `snapshot` memory; dropped
     // (`None`) once the subagent is terminated, as nothing can use it then.
     pub(super) memory: Option<Memory>,
@@ -175,8 +170,6 @@ pub(super) struct Entry {
     pub(super) ord: u64,
     // The idempotency key it was spawned under by its parent's task, if any.
     pub(super) spawn_key: Option<Arc<str>>,
-    // Its token counts and budget, linked to its parent's.
-    pub(super) usage: Arc<UsageMeter>,
     // The wall-clock budget its tasks are held to (its own or an ancestor's).
     pub(super) wall: Option<Arc<WallBudget>>,
     // Its place under the running caps (`queue`).
@@ -187,11 +180,6 @@ pub(super) struct Entry {
     // The task it last ran, once its actor is asleep (the actor keeps it while
     // it runs).
     pub(super) last_task: Option<Arc<TaskDefinition>>,
-    // Its newest task's number (`Ticket`): reports with an older one leave
-    // the record as it is.
-    pub(super) ticket: Ticket,
-    // What its `WAITING` task waits for, when it is a person.
-    pub(super) waiting_for: Option<AskKind>,
 }
 
 /// When a subagent's current or last task started and ended (the operator's
@@ -250,24 +238,15 @@ impl Entry {
         }
     }
 
-    /// Moves its status on event `on`, which asks for `to`, as the
-    /// lifecycle table allows (the `subagentd_subagents` gauges follow); a
-    /// move the table refuses leaves the record as it is, and is logged.
+    /// Its status now.
     #[inline]
-    pub(super) fn apply(&mut self, on: EventKind, to: SubagentStatus) {
-        match lifecycle::next(self.status, on, to) {
-            Ok(status) => {
-                metrics().subagent_moved(self.status, status);
-                self.status = status;
-            }
-            Err(refused) => lifecycle::refused(&self.config.name, refused),
-        }
+    pub(super) fn status(&self) -> SubagentStatus {
+        self.life.status()
     }
 
     /// A task starts: its last result and error are gone, its clock runs.
     pub(super) fn task_starts(&mut self) {
-        self.result = None;
-        self.error = None;
+        self.life.set_outcome(None, None);
         self.task_time.start();
     }
 
@@ -275,12 +254,12 @@ impl Entry {
     pub(super) fn record(&self, id: SubagentId) -> AwaitResponse {
         AwaitResponse {
             subagent_id: id,
-            status: self.status,
-            result: self.result.clone(),
-            error: self.error.clone(),
-            usage: self.usage.own(),
-            subtree_usage: self.usage.subtree(),
-            budget_remaining: budget::remaining(id, &self.usage, self.wall.as_deref()),
+            status: self.status(),
+            result: self.life.result(),
+            error: self.life.error(),
+            usage: self.life.usage.own(),
+            subtree_usage: self.life.usage.subtree(),
+            budget_remaining: budget::remaining(id, &self.life.usage, self.wall.as_deref()),
             waiting_for: self.waiting_for(),
         }
     }
@@ -288,7 +267,7 @@ impl Entry {
     /// What it waits for (`waiting_for` in its rows), while it is `WAITING`
     /// for a person.
     pub(super) fn waiting_for(&self) -> Option<WaitingFor> {
-        self.waiting_for.filter(|_| self.status == SubagentStatus::Waiting).map(AskKind::waiting_for)
+        self.life.waiting_for().map(AskKind::waiting_for)
     }
 
     /// Its stored row.
@@ -296,16 +275,16 @@ impl Entry {
         crate::store::SubagentRow {
             ord: self.ord,
             parent: self.parent,
-            parent_agent_id: self.parent_agent_id.clone(),
-            root_agent_id: self.root_agent_id.clone(),
-            depth: self.depth,
+            parent_agent_id: self.life.parent_agent_id.clone(),
+            root_agent_id: self.life.root_agent_id.clone(),
+            depth: self.life.depth,
             spawn_key: self.spawn_key.clone(),
-            tasks_started: self.ticket,
+            tasks_started: self.life.ticket(),
             config: self.config.clone(),
-            status: self.status,
-            result: self.result.clone(),
-            error: self.error.clone(),
-            usage: self.usage.own(),
+            status: self.status(),
+            result: self.life.result(),
+            error: self.life.error(),
+            usage: self.life.usage.own(),
         }
     }
 
@@ -314,22 +293,16 @@ impl Entry {
         SubagentInfo {
             subagent_id: id,
             name: self.config.name.as_str().into(),
-            status: self.status,
-            parent_agent_id: self.parent_agent_id.clone(),
-            root_agent_id: self.root_agent_id.clone(),
-            depth: self.depth,
+            status: self.status(),
+            parent_agent_id: self.life.parent_agent_id.clone(),
+            root_agent_id: self.life.root_agent_id.clone(),
+            depth: self.life.depth,
             config: self.config.clone(),
-            usage: self.usage.own(),
-            subtree_usage: self.usage.subtree(),
-            budget_remaining: budget::remaining(id, &self.usage, self.wall.as_deref()),
+            usage: self.life.usage.own(),
+            subtree_usage: self.life.usage.subtree(),
+            budget_remaining: budget::remaining(id, &self.life.usage, self.wall.as_deref()),
             waiting_for: self.waiting_for(),
         }
-    }
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        metrics().subagent_removed(self.status);
     }
 }
 

@@ -1,6 +1,8 @@
 //! What subagent actors report (a status change, a task's end, an actor
-//! stopped), folded into the records with its event; and the session's
-//! close.
+//! stopped), folded into the records: the status, the outcome and the event
+//! are the actor's own move (`Life::go`), the rest (the running slot,
+//! an overspent subtree, sleep, retirement) follows here. And the
+//! session's close.
 
 use actix::prelude::*;
 
@@ -10,7 +12,6 @@ use crate::event::EventKind;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::messages::*;
-use crate::runtime::people::AskKind;
 
 impl Supervisor {
     pub(super) fn on_report(&mut self, msg: Report, ctx: &mut Context<Self>) {
@@ -19,34 +20,20 @@ impl Supervisor {
             return self.on_retiring_report(msg.id, msg.kind);
         }
         let Some(entry) = self.index.get_mut(&msg.id) else { return };
+        // Its event: a move its actor made (`Life::go_reported`), told with
+        // the status it moved to, or a note, told with the status now.
+        let status = (!msg.kind.is_note()).then_some(msg.status);
         // Sent before its actor saw the newest task recorded here (a message
         // delivered just before a delegate, a queued task cancelled just
         // before the next delegate): what it says happened, so its event
         // goes out, but the record is the newer task's. Terminated is never
         // stale.
-        if msg.ticket < entry.ticket && msg.kind != EventKind::Terminated {
-            return self.emit_now(msg.id, msg.kind, msg.error, msg.detail);
+        if msg.ticket < entry.life.ticket() && msg.kind != EventKind::Terminated {
+            return entry.life.told(msg.kind, status, msg.error, msg.detail);
         }
-        match msg.kind {
-            EventKind::Progress
-            | EventKind::Throttled
-            | EventKind::ToolCall
-            | EventKind::ToolResult
-            | EventKind::Stuck => {}
-            // Its task waits for a person now (it reported `WAITING` just before).
-            EventKind::ApprovalRequested | EventKind::InputRequested => {
-                let kind = if msg.kind == EventKind::ApprovalRequested { AskKind::Approval } else { AskKind::Question };
-                entry.waiting_for = Some(kind);
-                self.listed = None;
-            }
-            _ => {
-                entry.apply(msg.kind, msg.status);
-                if entry.status != SubagentStatus::Waiting {
-                    entry.waiting_for = None;
-                }
-                self.listed = None;
-            }
-        }
+        // (Its actor moved the status, `Life::go_reported`, and said whom
+        // its task waits for: the list changed.)
+        self.listed = None;
         // A task that waits gives its running slot up; going on, it takes one back.
         let (release, retake) = match (msg.kind, msg.status) {
             (kind, _) if kind.ends_task() => (true, false),
@@ -55,13 +42,13 @@ impl Supervisor {
             _ => (false, false),
         };
         if msg.kind.ends_task() {
-            entry.result = msg.result;
-            entry.error = msg.error.clone();
             entry.task_time.end();
             // What it did not use of its budget flows back to its ancestors.
-            entry.usage.release();
+            entry.life.usage.release();
         } else if msg.kind == EventKind::Resumed {
-            entry.task_starts();
+            // Its clock only: its outcome was cleared as it resumed, and this
+            // report may come after the resumed task has ended.
+            entry.task_time.start();
         }
         // A task stopped by a budget takes its running descendants with it.
         let ends_task = msg.kind.ends_task();
@@ -74,7 +61,9 @@ impl Supervisor {
         if terminated {
             self.record_terminated(msg.id);
         }
-        self.emit_now(msg.id, msg.kind, msg.error, msg.detail);
+        if let Some(entry) = self.index.get(&msg.id) {
+            entry.life.told(msg.kind, status, msg.error, msg.detail);
+        }
         if release {
             self.release_slot(msg.id);
         } else if retake {

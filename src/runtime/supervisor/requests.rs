@@ -63,8 +63,8 @@ impl Supervisor {
         // The record knows whether a task runs: every task is recorded as
         // started here (or by the queue, or a restore) before its actor is
         // told, and an actor reports a task's end before anyone can see it.
-        if entry.status.is_busy() {
-            return Forward::Answer(Ok(DelegateResponse { accepted: false, status: entry.status }));
+        if entry.status().is_busy() {
+            return Forward::Answer(Ok(DelegateResponse { accepted: false, status: entry.status() }));
         }
         if entry.caps.queued {
             // One task queued at a time, as one runs at a time.
@@ -89,7 +89,7 @@ impl Supervisor {
                 let ticket = self.new_ticket(msg.id);
                 self.enqueue(Queued {
                     id: msg.id,
-                    task: msg.task,
+                    task: Arc::new(msg.task),
                     deadline_cap: msg.deadline_cap,
                     parent_span: msg.parent_span,
                     awaiters: Vec::new(),
@@ -100,16 +100,10 @@ impl Supervisor {
             self.take_slot(msg.id);
         }
         let ticket = self.new_ticket(msg.id);
-        self.task_starts(msg.id);
-        let run = RunTask {
-            task: msg.task,
-            deadline_cap: msg.deadline_cap,
-            parent_span: msg.parent_span,
-            reply: DelegateReply(None),
-            resume: None,
-            ticket,
-            queued: false,
-        };
+        let task = Arc::new(msg.task);
+        let span = self.task_starts(msg.id, ticket, &task, msg.parent_span.as_ref(), true);
+        let run =
+            RunTask { task, deadline_cap: msg.deadline_cap, span, reply: DelegateReply(None), resume: None, ticket };
         match actor {
             DelegateTo::Live(addr) => Forward::To(addr, run),
             DelegateTo::Made(actor, gone) => {
@@ -212,7 +206,7 @@ impl Supervisor {
     }
 
     pub(super) fn busy_ids(&mut self) -> MessageResult<BusyIds> {
-        MessageResult(self.index.iter().filter(|(_, e)| e.status.is_busy()).map(|(id, _)| *id).collect())
+        MessageResult(self.index.iter().filter(|(_, e)| e.status().is_busy()).map(|(id, _)| *id).collect())
     }
 
     pub(super) fn cancel(&mut self, msg: Cancel) -> Response<Result<Vec<SubagentId>, HostError>> {
@@ -271,10 +265,8 @@ impl Supervisor {
             // Every source's event names every source: one shared list.
             let (strategy, sources): (Arc<str>, Arc<[SubagentId]>) = (strategy.into(), ids.into());
             for id in sources.iter() {
-                if let Some(entry) = act.index.get(id) {
-                    let detail = EventDetail::Merged { strategy: strategy.clone(), subagent_ids: sources.clone() };
-                    act.emit(*id, entry, EventKind::Merged, None, detail);
-                }
+                let detail = EventDetail::Merged { strategy: strategy.clone(), subagent_ids: sources.clone() };
+                act.tell(*id, EventKind::Merged, None, detail);
             }
             Ok(MergeResponse { merged_result })
         }))

@@ -15,6 +15,7 @@ use crate::protocol::wire::*;
 use crate::runtime::budget::{self, WallBudget};
 use crate::runtime::memory::Memory;
 use crate::runtime::messages::{DelegateReply, Resume, RunTask};
+use crate::runtime::transition::{Identity, Life};
 use crate::runtime::usage::UsageMeter;
 use crate::store::StoredSubagent;
 
@@ -73,32 +74,28 @@ impl Supervisor {
                 Some(length) => Some(Arc::new(WallBudget::starting_now(owner, length))),
                 None => inherited,
             };
+            let parent_agent_id = row.parent_agent_id.map(|text| self.interned.intern(&text));
+            let root_agent_id = row.root_agent_id.map(|text| self.interned.intern(&text));
+            let who = Identity { parent_agent_id, root_agent_id, depth: row.depth, usage };
+            // Task numbers go on from the last one started.
+            let life = Life::new(id, row.status, row.tasks_started, who, self.sinks.clone());
+            life.set_outcome(row.result, row.error);
             let entry = Entry {
                 slot: if terminated { Slot::Gone } else { Slot::Dormant },
                 config: row.config,
-                parent_agent_id: row.parent_agent_id.map(|text| self.interned.intern(&text)),
-                root_agent_id: row.root_agent_id.map(|text| self.interned.intern(&text)),
                 parent,
-                depth: row.depth,
-                status: row.status,
-                result: row.result,
-                error: row.error,
+                life,
                 memory,
                 memory_owner,
                 children: SpawnOrder::default(),
                 stopping: false,
                 ord: row.ord,
                 spawn_key: row.spawn_key,
-                usage,
                 wall,
                 caps: Caps::default(),
                 task_time: Default::default(),
                 last_task: None,
-                waiting_for: None,
-                // Task numbers go on from the last one started.
-                ticket: row.tasks_started,
             };
-            crate::metrics::metrics().subagent_added(entry.status);
             match parent {
                 Some(parent) => self.index.get_mut(&parent).expect("checked above").children.push(row.ord, id),
                 None => {
@@ -134,20 +131,20 @@ impl Supervisor {
             self.take_slot(id);
             let resume = Resume { attempt: stored.attempt.saturating_add(1), checkpoint: stored.checkpoint };
             addr.do_send(RunTask {
-                task: stored.task,
+                task: Arc::new(stored.task),
                 deadline_cap: None,
-                parent_span: None,
+                // Opened as it resumes (`start_task`).
+                span: None,
                 reply: DelegateReply(None),
                 resume: Some(resume),
                 // A resumed task keeps its number (its children's spawn keys
                 // use it), which its record's ticket already is.
                 ticket: stored.task_no,
-                queued: false,
             });
         }
         for (id, stored) in queued {
             let ticket = self.new_ticket(id);
-            let task = stored.task;
+            let task = Arc::new(stored.task);
             self.enqueue(Queued { id, task, deadline_cap: None, parent_span: None, awaiters: Vec::new(), ticket });
         }
         self.start_queued();

@@ -90,7 +90,7 @@ impl Supervisor {
         !self.closing
             && entry.parent.is_none()
             && !entry.stopping
-            && matches!(entry.status, SubagentStatus::Completed | SubagentStatus::Failed | SubagentStatus::Cancelled)
+            && matches!(entry.status(), SubagentStatus::Completed | SubagentStatus::Failed | SubagentStatus::Cancelled)
             && entry.config.metadata.contains_key(FACE_TASK)
     }
 
@@ -100,8 +100,8 @@ impl Supervisor {
         let Some(entry) = self.index.get(&root) else { return };
         let task = RetiredTask {
             detail: self.detail(root, entry, entry.last_task.clone()),
-            parent_agent_id: entry.parent_agent_id.clone(),
-            root_agent_id: entry.root_agent_id.clone(),
+            parent_agent_id: entry.life.parent_agent_id.clone(),
+            root_agent_id: entry.life.root_agent_id.clone(),
         };
         let ended_ms = task.detail.view.task_ended_at.unwrap_or_else(crate::protocol::encode::now_ts);
         let ended_ms = (ended_ms * 1000.0) as i64;
@@ -155,6 +155,7 @@ impl Supervisor {
             self.release_slot(id);
             let Some(entry) = self.index.get_mut(&id) else { continue };
             entry.stopping = true;
+            entry.life.hush();
             match &entry.slot {
                 Slot::Dormant => {
                     dormant.insert(id);
@@ -181,7 +182,7 @@ impl Supervisor {
     pub(super) fn on_retiring_report(&mut self, id: SubagentId, kind: crate::event::EventKind) {
         if kind.ends_task() {
             if let Some(entry) = self.index.get(&id) {
-                entry.usage.release();
+                entry.life.usage.release();
             }
             self.release_slot(id);
         }

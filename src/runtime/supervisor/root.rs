@@ -5,13 +5,14 @@
 use actix::prelude::*;
 use actix::WeakAddr;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use super::dozing::Dozing;
 use super::record::{ActorLink, Entry, Interned, SharedAddr, Slot, SpawnOrder};
 use super::retired::Retired;
 use crate::error::HostError;
-use crate::event::{Event, EventDetail, EventKind, EventSink, TaskUsage};
+use crate::event::{EventDetail, EventKind, EventSink};
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::*;
 use crate::runtime::clock::DeadlineCap;
@@ -20,6 +21,7 @@ use crate::runtime::host_context::{HostContext, TreeStats};
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
 use crate::runtime::subagent::actor::{SubagentActor, SubagentSeed};
+use crate::runtime::transition::{Journal, Move, SessionSinks, TaskSinks};
 use crate::runtime::usage::{self, UsageMeter};
 use crate::store::SessionLog;
 
@@ -30,7 +32,7 @@ pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
 /// that holds it, so that `queue` imports this file and not the reverse.
 pub(super) struct Queued {
     pub id: SubagentId,
-    pub task: TaskDefinition,
+    pub task: Arc<TaskDefinition>,
     pub deadline_cap: Option<DeadlineCap>,
     pub parent_span: Option<tracing::Span>,
     // Awaits that came while it waited: handed to its actor after the task.
@@ -42,10 +44,8 @@ pub(super) struct Queued {
 /// Root actor of one session.
 pub(crate) struct Supervisor {
     pub(super) host: Arc<HostContext>,
-    pub(super) sink: Arc<dyn EventSink>,
-    // Whether the sink takes events (asked once): no event is built for one
-    // that drops them all.
-    pub(super) sink_takes: bool,
+    // Where every subagent's moves and events go (`Life`).
+    pub(super) sinks: Rc<SessionSinks>,
     pub(super) stats: Arc<TreeStats>,
     // Every subagent's record: the tree.
     pub(super) index: HashMap<SubagentId, Entry, IdHash>,
@@ -108,8 +108,7 @@ impl Supervisor {
         };
         Self {
             host,
-            sink_takes: sink.takes_events(),
-            sink,
+            sinks: SessionSinks::new(sink, log.clone()),
             stats,
             index: HashMap::default(),
             top_level: SpawnOrder::default(),
@@ -133,52 +132,12 @@ impl Supervisor {
         }
     }
 
-    /// Emits an event about `id` to the session's sink: inlined, so that
-    /// for a sink that takes none (`sink_takes`) nothing is made or moved.
+    /// Emits event `kind` about `id`, which moves nothing (`Life::tell`).
     #[inline]
-    pub(super) fn emit(
-        &self,
-        id: SubagentId,
-        entry: &Entry,
-        kind: EventKind,
-        error: Option<Arc<str>>,
-        detail: EventDetail,
-    ) {
-        if self.sink_takes {
-            self.emit_to_sink(id, entry, kind, error, detail);
+    pub(super) fn tell(&self, id: SubagentId, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
+        if let Some(entry) = self.index.get(&id) {
+            entry.life.tell(kind, error, detail);
         }
-    }
-
-    /// [`Supervisor::emit`] about `id`, from its record as it is now: the
-    /// record is looked up only for a sink that takes events.
-    #[inline]
-    pub(super) fn emit_now(&self, id: SubagentId, kind: EventKind, error: Option<Arc<str>>, detail: EventDetail) {
-        if self.sink_takes {
-            if let Some(entry) = self.index.get(&id) {
-                self.emit_to_sink(id, entry, kind, error, detail);
-            }
-        }
-    }
-
-    fn emit_to_sink(
-        &self,
-        id: SubagentId,
-        entry: &Entry,
-        kind: EventKind,
-        error: Option<Arc<str>>,
-        detail: EventDetail,
-    ) {
-        self.sink.emit(Event {
-            subagent_id: id,
-            kind,
-            status: entry.status,
-            parent_agent_id: entry.parent_agent_id.clone(),
-            root_agent_id: entry.root_agent_id.clone(),
-            depth: entry.depth,
-            error,
-            detail,
-            usage: kind.ends_task().then(|| TaskUsage { own: entry.usage.own(), subtree: entry.usage.subtree() }),
-        });
     }
 
     pub(super) fn entry(&self, id: SubagentId) -> Result<&Entry, HostError> {
@@ -226,13 +185,11 @@ impl Supervisor {
             log: self.log.clone(),
             memory_owner: entry.memory_owner,
             inbox,
-            status: entry.status,
-            result: entry.result.clone(),
-            error: entry.error.clone(),
-            usage: entry.usage.clone(),
+            life: entry.life.clone(),
+            usage: entry.life.usage.clone(),
             wall: entry.wall.clone(),
             last_task: entry.last_task.take(),
-            ticket: entry.ticket,
+            ticket: entry.life.ticket(),
         };
         (SubagentActor::new(seed), gone)
     }
@@ -278,22 +235,32 @@ impl Supervisor {
     /// Records a new task of `id`, queued or starting now, and returns its
     /// ticket (see [`Ticket`]).
     pub(super) fn new_ticket(&mut self, id: SubagentId) -> Ticket {
-        let Some(entry) = self.index.get_mut(&id) else { return 0 };
-        entry.ticket += 1;
-        entry.ticket
+        let Some(entry) = self.index.get(&id) else { return 0 };
+        entry.life.new_ticket()
     }
 
-    /// Records that a task of `id` starts (its actor is told next): status
-    /// `RUNNING`, the last result gone, the `delegated` event. Said here
-    /// rather than reported by the actor, so that the record is never behind
-    /// on which subagents are busy (a delegate is answered from it) and a
-    /// task's start costs no report.
-    pub(super) fn task_starts(&mut self, id: SubagentId) {
-        let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.apply(EventKind::Delegated, SubagentStatus::Running);
+    /// Records that task `ticket` of `id` starts (its actor is told next):
+    /// status `RUNNING` (`Life::go`: stored, counted, its span opened, the
+    /// `delegated` event), the last result gone. Said here rather than by
+    /// the actor, so that the record is never behind on which subagents are
+    /// busy (a delegate is answered from it) and a task's start costs no
+    /// report. `fresh`: no row of the task is stored yet (it did not wait in
+    /// the queue). The task's span, for its actor.
+    pub(super) fn task_starts(
+        &mut self,
+        id: SubagentId,
+        ticket: Ticket,
+        task: &Arc<TaskDefinition>,
+        parent_span: Option<&tracing::Span>,
+        fresh: bool,
+    ) -> Option<tracing::Span> {
+        let entry = self.index.get_mut(&id)?;
         entry.task_starts();
         self.listed = None;
-        self.emit_now(id, EventKind::Delegated, None, EventDetail::None);
+        let to = Move { on: EventKind::Delegated, to: SubagentStatus::Running, ticket, error: None };
+        let journal = Journal::Started { task, attempt: 1, fresh };
+        let starts = TaskSinks::Starts { parent: parent_span, config: &entry.config };
+        entry.life.go(to, journal, starts)
     }
 
     /// An await routed to the actor, falling back to the record once it is

@@ -50,14 +50,14 @@ impl Supervisor {
         let Some(entry) = self.index.get_mut(&id) else { return };
         let Slot::Live { addr, .. } = &entry.slot else { return };
         let quiet = addr.sent() == idle.handled;
-        if !quiet || entry.stopping || entry.caps.queued || entry.caps.holds_slot || entry.status.is_busy() {
+        if !quiet || entry.stopping || entry.caps.queued || entry.caps.holds_slot || entry.status().is_busy() {
             return;
         }
         let Slot::Live { addr, gone } = std::mem::replace(&mut entry.slot, Slot::Dormant) else { return };
         // The operator's view shows the task a subagent failed (or stopped)
         // at; a completed one shows its result, and keeping every completed
         // task's definition too would cost a tenth of its record.
-        entry.last_task = idle.last_task.filter(|_| entry.status != SubagentStatus::Completed);
+        entry.last_task = idle.last_task.filter(|_| entry.status() != SubagentStatus::Completed);
         // The record's link holds the actor's only address: letting go of
         // it wakes the actor, and actix stops an actor that no address
         // reaches and that has nothing to do, so no `Sleep` message is

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use super::record::Slot;
 use super::root::Supervisor;
-use crate::event::{EventDetail, EventKind};
+use crate::event::EventKind;
 use crate::ids::{IdHash, SubagentId};
 use crate::protocol::wire::SubagentStatus;
 use crate::runtime::messages::{AbortCancelled, AwaitTask, CancelAnswers, CancelTask, StopActor};
-use crate::store::{Change, Held};
+use crate::runtime::transition::{Journal, Move, TaskSinks};
+use crate::store::Change;
 use std::collections::HashSet;
 
 impl Supervisor {
@@ -118,7 +119,7 @@ impl Supervisor {
             }
             if let Some(entry) = self.index.get(&id) {
                 if let Slot::Live { addr, .. } = &entry.slot {
-                    told.push((id, Arc::clone(addr), entry.ticket));
+                    told.push((id, Arc::clone(addr), entry.life.ticket()));
                 }
             }
         }
@@ -150,22 +151,17 @@ impl Supervisor {
     /// nothing else to stop.
     fn retire(&mut self, id: SubagentId, stopped: &mut Vec<SubagentId>) {
         let Some(entry) = self.index.get_mut(&id) else { return };
-        entry.apply(EventKind::Terminated, SubagentStatus::Terminated);
-        entry.error = Some(Arc::from("terminated"));
-        entry.usage.release();
-        let (result, error, usage) = (entry.result.clone(), entry.error.clone(), entry.usage.own());
-        self.log.record(|session| Change::TaskEnded {
-            session,
-            id,
-            status: SubagentStatus::Terminated,
-            result,
-            error,
-            held: Held::default(),
-            usage,
-        });
+        let error: Arc<str> = Arc::from("terminated");
+        entry.life.usage.release();
+        let to = Move {
+            on: EventKind::Terminated,
+            to: SubagentStatus::Terminated,
+            ticket: entry.life.ticket(),
+            error: Some(error),
+        };
+        let journal = Journal::Ended { result: entry.life.result(), held: None };
+        entry.life.go(to, journal, TaskSinks::Untouched);
         self.record_terminated(id);
-        let entry = &self.index[&id];
-        self.emit(id, entry, EventKind::Terminated, entry.error.clone(), EventDetail::None);
         stopped.push(id);
     }
 

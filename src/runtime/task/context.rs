@@ -16,7 +16,9 @@ use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::memory::{held_now, Mailbox, Memory};
 use crate::runtime::messages::{self as msg, Report, Ticket};
+use crate::runtime::people::desk::AskKind;
 use crate::runtime::supervisor::root::Supervisor;
+use crate::runtime::transition::{Journal, Life, Move, TaskSinks};
 use crate::runtime::usage::{Exceeded, UsageMeter};
 use crate::store::{Appended, Change, Checkpoint, SessionLog};
 
@@ -70,6 +72,8 @@ pub struct TaskContext {
     // rows are keyed by it. The supervisor draws it; nothing else numbers a
     // task.
     pub(crate) ticket: Ticket,
+    // Its subagent's status (`Life::go`) and where its events go.
+    pub(crate) life: Rc<Life>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -224,14 +228,24 @@ impl TaskContext {
         self.note(kind, EventDetail::Tool(Box::new(detail)));
     }
 
-    /// Emits an event that reports without moving the subagent's status.
+    /// Emits an event that reports without moving the subagent's status:
+    /// the supervisor tells it (`Life::told`), in the order of the task's
+    /// reports, after what the task records right after it.
     pub(crate) fn note(&self, kind: EventKind, detail: EventDetail) {
+        let asks = match kind {
+            EventKind::ApprovalRequested => Some(AskKind::Approval),
+            EventKind::InputRequested => Some(AskKind::Question),
+            _ => None,
+        };
+        // Its record says whom it waits for before the event tells.
+        if let Some(asks) = asks {
+            self.life.wait_for(asks);
+        }
         self.supervisor.do_send(Report {
             id: self.subagent_id,
             kind,
-            // The supervisor keeps its mirrored status for these reports.
+            // (A note's event carries the status its record has then.)
             status: SubagentStatus::Running,
-            result: None,
             error: None,
             detail,
             idle: None,
@@ -263,20 +277,12 @@ impl TaskContext {
     /// Emits a `throttled` event: a model call waits at `provider`'s gate,
     /// `position` in line (1: next), for about `estimated_wait`.
     pub fn throttled(&self, provider: &Arc<str>, position: usize, estimated_wait: std::time::Duration) {
-        self.supervisor.do_send(Report {
-            id: self.subagent_id,
-            kind: EventKind::Throttled,
-            status: SubagentStatus::Running,
-            result: None,
-            error: None,
-            detail: EventDetail::Throttled {
-                provider: provider.clone(),
-                position: position as u64,
-                estimated_wait_ms: u64::try_from(estimated_wait.as_millis()).unwrap_or(u64::MAX),
-            },
-            idle: None,
-            ticket: self.ticket,
-        });
+        let detail = EventDetail::Throttled {
+            provider: provider.clone(),
+            position: position as u64,
+            estimated_wait_ms: u64::try_from(estimated_wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        self.note(EventKind::Throttled, detail);
     }
 
     /// A loop guard fired on this task's model (event `stuck`): `pattern`
@@ -286,16 +292,7 @@ impl TaskContext {
         fields.insert("pattern".into(), pattern.into());
         fields.insert("tool".into(), tool.into());
         fields.insert("ended".into(), ended.into());
-        self.supervisor.do_send(Report {
-            id: self.subagent_id,
-            kind: EventKind::Stuck,
-            status: SubagentStatus::Running,
-            result: None,
-            error: None,
-            detail: EventDetail::Noted(Arc::new(fields)),
-            idle: None,
-            ticket: self.ticket,
-        });
+        self.note(EventKind::Stuck, EventDetail::Noted(Arc::new(fields)));
     }
 
     /// A name of the session the task runs in, what a provider gate's fair
@@ -315,11 +312,14 @@ impl TaskContext {
         if self.shared.waiting.replace(waiting) == waiting {
             return;
         }
+        let status = if waiting { SubagentStatus::Waiting } else { SubagentStatus::Running };
+        let to = Move { on: EventKind::StatusChanged, to: status, ticket: self.ticket, error: None };
+        self.life.go_reported(to, Journal::Nothing, TaskSinks::Untouched);
+        // Its running slot follows (`Supervisor::on_report`).
         self.supervisor.do_send(Report {
             id: self.subagent_id,
             kind: EventKind::StatusChanged,
-            status: if waiting { SubagentStatus::Waiting } else { SubagentStatus::Running },
-            result: None,
+            status,
             error: None,
             detail: EventDetail::None,
             idle: None,
