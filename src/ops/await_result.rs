@@ -3,16 +3,13 @@
 //! A task's wait that could never end (for itself, an ancestor, or around a
 //! cycle of waits) is refused at once with `invalid_state`: see [`WaitGuard`].
 
-use std::sync::Arc;
-
-use actix::Addr;
-
 use crate::error::HostError;
 use crate::ids::SubagentId;
 use crate::protocol::wire::*;
 use crate::runtime::messages as msg;
-use crate::runtime::supervisor::{Supervisor, WaitToken};
+use crate::runtime::supervisor::WaitToken;
 use crate::runtime::task::TaskContext;
+use crate::runtime::tree_link::TreeLink;
 use crate::runtime::Tree;
 
 impl Tree {
@@ -46,7 +43,7 @@ impl TaskContext {
 /// A task's wait in progress, taken out of the wait-for graph when dropped:
 /// when the wait ends, and also when the task stops while waiting.
 pub(crate) struct WaitGuard {
-    supervisor: Arc<Addr<Supervisor>>,
+    supervisor: TreeLink,
     token: WaitToken,
 }
 

@@ -42,6 +42,8 @@ pub struct HostConfig {
 /// A subagent host: opens sessions and spreads them over worker arbiters.
 pub struct Host {
     shared: Arc<HostContext>,
+    // Which adapter runs which model, for every session's supervisor.
+    router: Arc<AdapterRouter>,
     // Sessions are placed round-robin; empty means "the current arbiter".
     workers: Vec<ArbiterHandle>,
     next_worker: AtomicUsize,
@@ -74,14 +76,13 @@ impl Host {
     pub fn with_workers(config: HostConfig, workers: Vec<ArbiterHandle>) -> Self {
         let shared = HostContext {
             limits: config.limits,
-            router: config.router,
             strategies: config.strategies,
             ids: config.ids,
             tools: config.tools,
             approvals: config.approvals,
             desk: Arc::default(),
         };
-        Self { shared: Arc::new(shared), workers, next_worker: AtomicUsize::new(0) }
+        Self { shared: Arc::new(shared), router: Arc::new(config.router), workers, next_worker: AtomicUsize::new(0) }
     }
 
     /// The limits in force.
@@ -107,12 +108,13 @@ impl Host {
         let stats = Arc::new(TreeStats::default());
         let (tools, session) = (self.shared.tools.clone(), log.id().clone());
         let shared = self.shared.clone();
+        let router = self.router.clone();
         let supervisor_stats = stats.clone();
         let tree_log = log.clone();
         let make = move |ctx: &mut Context<Supervisor>| {
             // Unbounded from the first message (see `SubagentActor`'s start).
             ctx.set_mailbox_capacity(crate::runtime::messages::UNBOUNDED_MAILBOX);
-            Supervisor::new(shared, sink, supervisor_stats, ctx.address(), log)
+            Supervisor::new(shared, router, sink, supervisor_stats, ctx.address(), log)
         };
         let addr = if self.workers.is_empty() {
             Supervisor::create(make)

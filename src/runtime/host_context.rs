@@ -1,6 +1,9 @@
 //! What the actors of a session are handed by the host: [`HostContext`]
-//! (what every session shares: limits, the adapter router, merge
-//! strategies, the desk) and [`TreeStats`] (one session's live counts).
+//! (what every session shares: limits, merge strategies, the desk …) and
+//! [`TreeStats`] (one session's live counts). The adapter router is not
+//! here: a task's context holds this, and an adapter names its task's
+//! context, so the router (which holds the adapters) is handed to each
+//! supervisor apart.
 //! Apart from `host.rs`, which opens trees: the supervisor, the subagent
 //! actors and the task context name these, and would otherwise import the
 //! file that names `Tree` and the supervisor back.
@@ -12,7 +15,6 @@ use super::memory;
 use super::merge_strategies::StrategyRegistry;
 use super::people::desk::Desk;
 use super::people::policy::ApprovalPolicy;
-use super::task::router::AdapterRouter;
 use crate::config::Limits;
 use crate::ids::IdRegistry;
 use crate::tools::ToolHost;
@@ -21,7 +23,6 @@ use crate::tools::ToolHost;
 #[derive(Debug)]
 pub(crate) struct HostContext {
     pub limits: Limits,
-    pub router: AdapterRouter,
     pub strategies: StrategyRegistry,
     pub ids: IdRegistry,
     pub tools: Arc<ToolHost>,

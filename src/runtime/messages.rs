@@ -3,8 +3,7 @@
 //! supervisor routes them to the target `SubagentActor` by one index lookup.
 
 use actix::prelude::*;
-use actix::WeakAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::error::HostError;
 use crate::event::{EventDetail, EventKind};
@@ -247,7 +246,7 @@ pub(crate) struct Resume {
 /// Answer `reply` when the current task ends (at once when there is none).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct AwaitTask<S: AnswersFromRecord>(pub AwaitReply<S>);
+pub(crate) struct AwaitTask(pub AwaitReply);
 
 /// A delegate's reply channel, carried to the subagent actor. Dropped
 /// unanswered (the actor stopped before handling it), it answers "not
@@ -270,24 +269,21 @@ impl Drop for DelegateReply {
     }
 }
 
-/// The actor that answers an await from its record when the subagent's
-/// actor has gone: the supervisor. Named by a bound, not by its type, so that
-/// these messages stand apart from the actors that send them.
-pub(crate) trait AnswersFromRecord: Actor<Context = Context<Self>> + Handler<AnswerFromRecord> {}
-
-impl<S: Actor<Context = Context<S>> + Handler<AnswerFromRecord>> AnswersFromRecord for S {}
-
 /// An await's reply channel, carried to the subagent actor and kept there
 /// until the task ends. Dropped unanswered (the actor stopped before handling
 /// it), it asks the supervisor to answer from its record, which the actor's
 /// final report reached first.
-pub(crate) struct AwaitReply<S: AnswersFromRecord> {
+pub(crate) struct AwaitReply {
     pub tx: Option<tokio::sync::oneshot::Sender<Result<AwaitResponse, HostError>>>,
     pub id: SubagentId,
-    pub supervisor: WeakAddr<S>,
+    /// The supervisor's answers from its records, while it lives (it holds
+    /// the one strong count): named by the message it takes, not by its
+    /// type, so that these messages stand apart from the actors that send
+    /// them.
+    pub supervisor: Weak<Recipient<AnswerFromRecord>>,
 }
 
-impl<S: AnswersFromRecord> AwaitReply<S> {
+impl AwaitReply {
     pub(crate) fn send(mut self, answer: Result<AwaitResponse, HostError>) {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(answer);
@@ -295,7 +291,7 @@ impl<S: AnswersFromRecord> AwaitReply<S> {
     }
 }
 
-impl<S: AnswersFromRecord> Drop for AwaitReply<S> {
+impl Drop for AwaitReply {
     fn drop(&mut self) {
         let Some(tx) = self.tx.take() else { return };
         match self.supervisor.upgrade() {

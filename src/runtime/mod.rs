@@ -26,20 +26,21 @@
 //! - `usage`: token counts per subagent, summed up the tree as they are
 //!   spent, and the budgets they are held to; `budget`: a config's budget.
 //!
-//! One import circle of more than two files is left, and it is the types'
-//! own: the supervisor (`supervisor/root.rs`) holds its records
-//! (`supervisor/record.rs`), a record holds its subagent's actor
-//! (`subagent/actor.rs`, with its running task in `subagent/running.rs`),
-//! and the actor holds the supervisor's address back; the actor runs its
-//! task through an [`AgentAdapter`](task::AgentAdapter) (`task/adapter.rs`), whose
-//! [`TaskContext`](task::TaskContext) (`task/context.rs`) holds the supervisor's address too,
-//! and the supervisor finds the adapter through the host's router
-//! (`task/router.rs`, held by `host_context.rs`). Everything else imports
-//! into that knot, never out of it: the supervisor's routines (`queue`,
-//! `sleep`, `retire`, …) import `root`, whose state they keep apart from
-//! them (`dozing`, `retired`), and [`Tree`] and [`Host`] sit above it.
-//! Untying it means naming the supervisor behind a trait (or a
-//! `Recipient` per message) in the actor and the task context.
+//! - `tree_link`: how the actors and tasks under a supervisor hold it
+//!   without naming its type.
+//!
+//! The types hold each other: the supervisor (`supervisor/root.rs`) holds
+//! its records (`supervisor/record.rs`), a record holds its subagent's actor
+//! (`subagent/actor.rs`), the actor runs its task through an
+//! [`AgentAdapter`](task::AgentAdapter) whose
+//! [`TaskContext`](task::TaskContext) reaches the supervisor, and the
+//! supervisor finds the adapter through the host's router. The files do not
+//! import each other in a circle all the same: the actor and the task's
+//! context hold the supervisor as a `tree_link::TreeLink`, which names no
+//! actor, and only the supervisor's file turns it back into its address.
+//! (An actor and its running task, `subagent/actor.rs` and
+//! `subagent/running.rs`, are one type in two files, and import each
+//! other.)
 
 pub(crate) mod budget;
 pub(crate) mod clock;
@@ -58,6 +59,7 @@ pub(crate) mod task;
 pub(crate) mod trace;
 pub(crate) mod transition;
 mod tree;
+pub(crate) mod tree_link;
 pub(crate) mod usage;
 
 pub use host::{Host, HostConfig};

@@ -193,10 +193,20 @@ impl Life {
         self.outcome.borrow().1.clone()
     }
 
-    /// Sets what its last task ended with (a task starting clears it; a
-    /// restored record has it from the store).
+    /// Sets what its last task ended with (a restored record has it from
+    /// the store).
     pub(crate) fn set_outcome(&self, result: Option<RawObject>, error: Option<Arc<str>>) {
         *self.outcome.borrow_mut() = (result, error);
+    }
+
+    /// Forgets what its last task ended with: a task starts. (Most starts
+    /// are a new subagent's first, with nothing to forget.)
+    #[inline]
+    pub(crate) fn clear_outcome(&self) {
+        let mut outcome = self.outcome.borrow_mut();
+        if outcome.0.is_some() || outcome.1.is_some() {
+            *outcome = (None, None);
+        }
     }
 
     /// What its task waits for, while it is `WAITING` for a person.
@@ -414,53 +424,7 @@ fn outcome_of(on: EventKind) -> TaskOutcome {
     }
 }
 
-/// The test build's count of what reached each sink, per session,
-/// subagent and event: the sink-count test reads it. The release build
-/// keeps none of it.
-pub(crate) mod tally {
-    use super::Life;
-    use crate::event::EventKind;
-
-    /// A sink a move reaches.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-    pub(crate) enum Sink {
-        /// The status gauges.
-        Gauge,
-        /// The journal.
-        Journal,
-        /// The task metrics.
-        TaskMetrics,
-        /// The trace.
-        Trace,
-        /// The event sink.
-        Event,
-    }
-
-    #[cfg(test)]
-    type Seen = Vec<(String, crate::ids::SubagentId, EventKind, Sink)>;
-
-    #[cfg(test)]
-    static SEEN: std::sync::Mutex<Seen> = std::sync::Mutex::new(Vec::new());
-
-    /// Counts that a move of `life` on `on` reached `sink`.
-    #[inline(always)]
-    pub(super) fn reached(life: &Life, on: EventKind, sink: Sink) {
-        #[cfg(test)]
-        {
-            let session = life.sinks.log.id().to_string();
-            SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((session, life.id, on, sink));
-        }
-        #[cfg(not(test))]
-        let _ = (life, on, sink);
-    }
-
-    /// What reached the sinks in session `session`, in order.
-    #[cfg(test)]
-    pub(crate) fn of(session: &str) -> Vec<(crate::ids::SubagentId, EventKind, Sink)> {
-        let seen = SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        seen.iter().filter(|(s, ..)| s == session).map(|(_, id, on, sink)| (*id, *on, *sink)).collect()
-    }
-}
+pub(crate) mod tally;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,6 @@
 
 use super::running::RunningTask;
 
-use actix::prelude::*;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,9 +15,9 @@ use crate::runtime::gone::GoneSignal;
 use crate::runtime::host_context::{HostContext, TreeStats};
 use crate::runtime::memory::{InboxMessage, Mailbox, Memory};
 use crate::runtime::messages::*;
-use crate::runtime::supervisor::root::{AwaitReply, Supervisor};
 use crate::runtime::task::adapter::AgentAdapter;
 use crate::runtime::transition::{Journal, Life, Move, TaskSinks};
+use crate::runtime::tree_link::TreeLink;
 use crate::runtime::usage::UsageMeter;
 use crate::store::SessionLog;
 
@@ -40,7 +39,7 @@ pub(crate) struct SubagentSeed {
     pub id: SubagentId,
     pub parent_id: Option<SubagentId>,
     pub host: Arc<HostContext>,
-    pub supervisor: Arc<Addr<Supervisor>>,
+    pub supervisor: TreeLink,
     pub stats: Arc<TreeStats>,
     pub config: Arc<SubagentConfig>,
     pub adapter: Arc<dyn AgentAdapter>,
@@ -71,7 +70,7 @@ pub(crate) struct SubagentActor {
     pub(super) parent_id: Option<SubagentId>,
     pub(super) host: Arc<HostContext>,
     // Where status reports go; the supervisor outlives every subagent.
-    pub(super) supervisor: Arc<Addr<Supervisor>>,
+    pub(super) supervisor: TreeLink,
     pub(super) stats: Arc<TreeStats>,
     pub(super) config: Arc<SubagentConfig>,
     pub(super) adapter: Arc<dyn AgentAdapter>,

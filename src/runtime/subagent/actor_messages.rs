@@ -9,7 +9,6 @@ use crate::metrics::metrics;
 use crate::protocol::wire::*;
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
-use crate::runtime::supervisor::root::Supervisor;
 use crate::runtime::transition::TaskSinks;
 use crate::store::Change;
 use actix::prelude::*;
@@ -87,10 +86,10 @@ impl Handler<CurrentTask> for SubagentActor {
     }
 }
 
-impl Handler<AwaitTask<Supervisor>> for SubagentActor {
+impl Handler<AwaitTask> for SubagentActor {
     type Result = ();
 
-    fn handle(&mut self, msg: AwaitTask<Supervisor>, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: AwaitTask, _ctx: &mut Self::Context) {
         self.handled += 1;
         let reply = msg.0;
         if self.task.is_none() && !self.terminating {

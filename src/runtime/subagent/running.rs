@@ -136,12 +136,13 @@ impl SubagentActor {
         let ticket = self.ticket;
         let attempt = resume.as_ref().map_or(1, |resume| resume.attempt);
         self.last_task = Some(task.clone());
-        self.life.set_outcome(None, None);
         // A new task's start was recorded by the supervisor that sent it
-        // (`Supervisor::task_starts`); a resumed one's is recorded here.
+        // (`Supervisor::task_starts`, which cleared the last outcome); a
+        // resumed one's is recorded here.
         let span = match &resume {
             None => span,
             Some(_) => {
+                self.life.clear_outcome();
                 let to = Move { on: EventKind::Resumed, to: SubagentStatus::Running, ticket, error: None };
                 let journal = Journal::Started { task: &task, attempt, fresh: false };
                 let span = self.life.go_reported(to, journal, TaskSinks::Starts { parent: None, config: &self.config });

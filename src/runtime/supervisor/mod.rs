@@ -55,5 +55,4 @@ pub(crate) use inspection::{CountStatuses, InspectOne, InspectTree};
 pub(crate) use retire::RetireFinished;
 pub use retire::FACE_TASK;
 pub use retired::RetiredTask;
-pub(crate) use root::Supervisor;
 pub(crate) use waits::WaitToken;

@@ -246,7 +246,7 @@ impl Entry {
 
     /// A task starts: its last result and error are gone, its clock runs.
     pub(super) fn task_starts(&mut self) {
-        self.life.set_outcome(None, None);
+        self.life.clear_outcome();
         self.task_time.start();
     }
 

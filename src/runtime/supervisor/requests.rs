@@ -120,7 +120,7 @@ impl Supervisor {
         if self.has_queued_task(id) {
             // Waits for the queued task, not for the one before it.
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
+            let reply = AwaitReply { tx: Some(tx), id, supervisor: Arc::downgrade(&self.answers) };
             if self.await_queued(id, reply).is_ok() {
                 return Forward::Later(rx);
             }
@@ -137,7 +137,7 @@ impl Supervisor {
                 Forward::Later(rx)
             }
             Ok(Entry { slot: Slot::Live { addr, .. }, .. }) => {
-                Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: self.weak_self.clone() })
+                Forward::To(Arc::clone(addr), AwaitReply { tx: None, id, supervisor: Arc::downgrade(&self.answers) })
             }
             // Never delegated, or gone: the record is the answer.
             Ok(entry) => Forward::Answer(Ok(entry.record(id))),

@@ -3,7 +3,6 @@
 //! subagent up, waking its actor, emitting an event.
 
 use actix::prelude::*;
-use actix::WeakAddr;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -21,12 +20,14 @@ use crate::runtime::host_context::{HostContext, TreeStats};
 use crate::runtime::memory::InboxMessage;
 use crate::runtime::messages::*;
 use crate::runtime::subagent::actor::{SubagentActor, SubagentSeed};
+use crate::runtime::task::router::AdapterRouter;
 use crate::runtime::transition::{Journal, Move, SessionSinks, TaskSinks};
+use crate::runtime::tree_link::TreeLink;
 use crate::runtime::usage::{self, UsageMeter};
 use crate::store::SessionLog;
 
 /// An await's reply channel, falling back on this supervisor's records.
-pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply<Supervisor>;
+pub(crate) type AwaitReply = crate::runtime::messages::AwaitReply;
 
 /// A delegated task waiting for a slot (`queue`). Here, with the state
 /// that holds it, so that `queue` imports this file and not the reverse.
@@ -44,6 +45,8 @@ pub(super) struct Queued {
 /// Root actor of one session.
 pub(crate) struct Supervisor {
     pub(super) host: Arc<HostContext>,
+    // Which adapter runs which model (the host's).
+    pub(super) router: Arc<AdapterRouter>,
     // Where every subagent's moves and events go (`Life`).
     pub(super) sinks: Rc<SessionSinks>,
     pub(super) stats: Arc<TreeStats>,
@@ -57,12 +60,13 @@ pub(crate) struct Supervisor {
     // TERMINATED records, oldest first, forgotten past `max_retained_records`.
     pub(super) retained: VecDeque<SubagentId>,
     pub(super) closing: bool,
-    // This supervisor's own address, weak (cloning it allocates nothing), for
-    // the reply channels handed to subagent actors.
-    pub(super) weak_self: WeakAddr<Supervisor>,
+    // Where the reply channels handed to subagent actors fall back on the
+    // records: this supervisor, held here only (they hold it weakly, and
+    // cloning a `Weak` allocates nothing).
+    pub(super) answers: Arc<Recipient<AnswerFromRecord>>,
     // The address every subagent actor and task reports to, shared: cloning
-    // an actix `Addr` allocates twice, cloning this `Arc` does not.
-    pub(super) strong_self: Arc<Addr<Supervisor>>,
+    // an actix `Addr` allocates twice, cloning this link does not.
+    pub(super) link: TreeLink,
     // Agent ids (parent, root) shared between the records that name them.
     pub(super) interned: Interned,
     // The last list, shared by every list request until something changes:
@@ -97,6 +101,7 @@ pub(crate) struct Supervisor {
 impl Supervisor {
     pub(crate) fn new(
         host: Arc<HostContext>,
+        router: Arc<AdapterRouter>,
         sink: Arc<dyn EventSink>,
         stats: Arc<TreeStats>,
         own: Addr<Supervisor>,
@@ -108,6 +113,7 @@ impl Supervisor {
         };
         Self {
             host,
+            router,
             sinks: SessionSinks::new(sink, log.clone()),
             stats,
             index: HashMap::default(),
@@ -115,8 +121,8 @@ impl Supervisor {
             live: 0,
             retained: VecDeque::new(),
             closing: false,
-            weak_self: own.downgrade(),
-            strong_self: Arc::new(own),
+            answers: Arc::new(own.clone().recipient()),
+            link: TreeLink::new(own),
             interned: Interned::default(),
             listed: None,
             next_ord: 0,
@@ -176,9 +182,9 @@ impl Supervisor {
             id,
             parent_id: entry.parent,
             host: self.host.clone(),
-            supervisor: self.strong_self.clone(),
+            supervisor: self.link.clone(),
             stats: self.stats.clone(),
-            adapter: self.host.router.select(&entry.config.model),
+            adapter: self.router.select(&entry.config.model),
             config: entry.config.clone(),
             memory: entry.memory.clone().unwrap_or_else(|| self.host.new_memory()),
             gone: gone.clone(),
@@ -268,7 +274,7 @@ impl Supervisor {
     /// the `Await` handler does), not for the one before it.
     pub(super) fn await_future(&mut self, id: SubagentId) -> ResponseFuture<Result<AwaitResponse, HostError>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let reply = AwaitReply { tx: Some(tx), id, supervisor: self.weak_self.clone() };
+        let reply = AwaitReply { tx: Some(tx), id, supervisor: Arc::downgrade(&self.answers) };
         let unqueued = if self.has_queued_task(id) { self.await_queued(id, reply).err() } else { Some(reply) };
         if let Some(reply) = unqueued {
             self.route_await(id, reply);
@@ -285,6 +291,17 @@ impl Supervisor {
             // Never delegated, or gone: the record is the answer.
             Ok(entry) => reply.send(Ok(entry.record(id))),
         }
+    }
+}
+
+/// The supervisor's side of its [`TreeLink`]: the address it holds.
+impl std::ops::Deref for TreeLink {
+    type Target = Addr<Supervisor>;
+
+    #[inline]
+    fn deref(&self) -> &Addr<Supervisor> {
+        // Only `Supervisor::new` makes a link, of its own address.
+        self.get().expect("a tree link holds its supervisor's address")
     }
 }
 

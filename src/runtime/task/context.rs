@@ -3,7 +3,6 @@
 //! operations it may ask of its tree (spawn, delegate, await …) are its
 //! methods in `ops/`, one file each.
 
-use actix::Addr;
 use serde_json::Value;
 use std::cell::Cell;
 use std::fmt;
@@ -17,8 +16,8 @@ use crate::protocol::wire::*;
 use crate::runtime::memory::{held_now, Mailbox, Memory};
 use crate::runtime::messages::{self as msg, Report, Ticket};
 use crate::runtime::people::desk::AskKind;
-use crate::runtime::supervisor::root::Supervisor;
 use crate::runtime::transition::{Journal, Life, Move, TaskSinks};
+use crate::runtime::tree_link::TreeLink;
 use crate::runtime::usage::{Exceeded, UsageMeter};
 use crate::store::{Appended, Change, Checkpoint, SessionLog};
 
@@ -53,7 +52,7 @@ pub struct TaskContext {
     // overspent (one allocation for both).
     pub(crate) shared: Rc<TaskShared>,
     pub(crate) steps: Cell<u32>,
-    pub(crate) supervisor: Arc<Addr<Supervisor>>,
+    pub(crate) supervisor: TreeLink,
     // Where checkpoints are recorded.
     pub(crate) log: Arc<SessionLog>,
     // Whose memory `memory` is (for its stored copy).
@@ -300,7 +299,7 @@ impl TaskContext {
     /// without one, its supervisor's address.
     pub fn session_key(&self) -> Arc<str> {
         match self.log.id() {
-            id if id.is_empty() => format!("tree@{:p}", Arc::as_ptr(&self.supervisor)).into(),
+            id if id.is_empty() => format!("tree@{:p}", self.supervisor.as_ptr()).into(),
             id => id.clone(),
         }
     }

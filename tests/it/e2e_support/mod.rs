@@ -72,7 +72,10 @@ impl LineClient {
     /// The reply with `req_id`, skipping other lines.
     pub fn reply(&mut self, req_id: &str) -> Value {
         loop {
-            let line = self.next().expect("reply before EOF");
+            let line = self.next().unwrap_or_else(|| {
+                let patience = self.reader.get_ref().read_timeout().ok().flatten();
+                panic!("no reply {req_id}: the connection ended, or no line came for {patience:?}")
+            });
             if line["req_id"] == req_id {
                 return line;
             }
