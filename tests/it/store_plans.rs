@@ -42,7 +42,9 @@ fn a_grown_subagents_table_is_never_scanned_whole_by_a_batch() {
         }
         let subagents: Vec<String> = ids
             .iter()
-            .map(|id| client.reply(&format!("s{id}"))["subagent_id"].as_str().expect("spawned").to_owned())
+            .map(|id| {
+                reply(&mut client, &mut server, &format!("s{id}"))["subagent_id"].as_str().expect("spawned").to_owned()
+            })
             .collect();
         for (id, sub) in ids.iter().zip(&subagents) {
             let task = json!({"name": "unit", "instruction": "do it"});
@@ -52,7 +54,7 @@ fn a_grown_subagents_table_is_never_scanned_whole_by_a_batch() {
             client.send(&json!({"type": "SUBAGENT_AWAIT_REQ", "id": format!("a{id}"), "subagent_id": sub}));
         }
         for id in &ids {
-            assert_eq!(client.reply(&format!("a{id}"))["status"], "COMPLETED");
+            assert_eq!(reply(&mut client, &mut server, &format!("a{id}"))["status"], "COMPLETED");
         }
     }
     // Its connections close with it: the server has their counts then.
@@ -71,4 +73,24 @@ fn a_grown_subagents_table_is_never_scanned_whole_by_a_batch() {
     let hot = count("SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'subagents'");
     eprintln!("subagents: {hot} of {updates} updates HOT");
     assert!(hot * 10 >= updates * 7, "{hot} of {updates} updates HOT");
+}
+
+/// The reply `req_id`; when none comes, the failure shows what the server
+/// logged (a store that cannot commit says why there).
+fn reply(client: &mut LineClient, server: &mut Server, req_id: &str) -> serde_json::Value {
+    loop {
+        match client.next() {
+            Some(line) if line["req_id"] == req_id => return line,
+            Some(_) => {}
+            None => {
+                let logged = server.stop_and_collect_stderr();
+                let tail = &logged[logged.len().saturating_sub(40)..];
+                panic!(
+                    "no reply {req_id} (connection ended or silent for {:?}); the server's last lines:\n{}",
+                    PATIENCE * 4,
+                    tail.join("\n")
+                )
+            }
+        }
+    }
 }
