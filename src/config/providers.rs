@@ -9,7 +9,7 @@ use super::file::FileConfig;
 /// One `[[providers]]` entry: the limits a provider enforces on the account
 /// the host calls it with. Every model call of every session through a
 /// route naming it passes one gate that keeps to them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The name routes give in `provider = "…"`.
@@ -29,6 +29,10 @@ pub struct ProviderConfig {
     /// its reply arrives (default 1000).
     #[serde(default)]
     pub estimated_tokens: Option<u64>,
+    /// What calls through it cost, for routes naming it without a `price`
+    /// of their own.
+    #[serde(default)]
+    pub price: Option<super::PriceConfig>,
 }
 
 /// A route's `retry = { max_attempts, initial_ms, max_ms, jitter }`: how a
@@ -71,6 +75,7 @@ pub enum Jitter {
 /// blank, limits above zero, `max_attempts` at least 1, each route's
 /// `provider` a configured one.
 pub(super) fn check(config: &FileConfig) -> Result<(), String> {
+    super::price::check(config)?;
     for (index, provider) in config.providers.iter().enumerate() {
         let fail = |text: String| Err(format!("invalid config: providers[{index}] `{}`: {text}", provider.name));
         if provider.name.trim().is_empty() {
