@@ -8,6 +8,7 @@
 //! a priced route, and with the fake model server.
 
 use crate::common::eventually;
+use crate::common::TreeOps;
 use crate::fake_openai::*;
 use crate::test_database::TestDatabase;
 use serde_json::{json, Value};

@@ -222,7 +222,12 @@ impl UsageMeter {
         }
         self.count(usage);
         self.check(Resource::Tokens)?;
-        self.check(Resource::Cost)
+        // Only a spend that cost something can cross a dollar budget: tokens
+        // on a route without a price spend none of it.
+        match usage.cost_usd {
+            Some(cost) if cost > CostUsd::ZERO => self.check(Resource::Cost),
+            _ => Ok(()),
+        }
     }
 
     // Counts `usage` here and up the tree, against the budgets too.

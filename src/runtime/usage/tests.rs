@@ -140,5 +140,6 @@ fn a_dollar_budget_is_reserved_spent_and_flows_back_like_tokens() {
     assert_eq!(session.remaining(Resource::Cost), Some(dollars(0.9)));
     let over = session.add(priced(0, 1, 0.95)).unwrap_err();
     assert_eq!(over.text(), "budget_exceeded: max_cost_usd of session (1.0) is spent");
+    session.add(tokens(1_000, 0)).expect("unpriced tokens spend no dollars, even past the budget");
     assert_eq!(Resource::Cost.amount(dollars(0.25)), serde_json::json!(0.25));
 }
