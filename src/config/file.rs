@@ -273,7 +273,7 @@ pub struct RouteConfig {
     pub provider: Option<String>,
     /// `openai`, `scripted`: what its calls cost (else its provider's).
     #[serde(default)]
-    pub price: Option<super::PriceConfig>,
+    pub price: Option<super::price::PriceConfig>,
     /// `openai`: how failed calls are retried (default: five attempts,
     /// 500 ms doubling up to 8 s, full jitter).
     #[serde(default)]

@@ -24,5 +24,5 @@ pub use mcp::{
     DEFAULT_MAX_CLIENT_SERVERS, DEFAULT_MAX_RESULT_BYTES, FORBIDDEN_CLIENT_HEADERS,
 };
 pub use mcp_face::{McpFaceConfig, DEFAULT_MCP_POLL_INTERVAL_MS, DEFAULT_MCP_TASK_TTL_MS};
-pub use price::{route_price, PriceConfig};
-pub use providers::{Jitter, ProviderConfig, RetryConfig};
+pub use price::PriceConfig;
+pub use providers::{route_price, Jitter, ProviderConfig, RetryConfig};

@@ -5,7 +5,6 @@
 
 use serde::Deserialize;
 
-use super::file::FileConfig;
 use crate::protocol::cost::CostUsd;
 
 /// A price list entry, US dollars per million tokens.
@@ -41,7 +40,7 @@ impl PriceConfig {
 
     /// Checks each rate is a non-negative finite number; the error names
     /// the key.
-    fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), String> {
         let rates = [
             ("input_per_mtok", Some(self.input_per_mtok)),
             ("output_per_mtok", Some(self.output_per_mtok)),
@@ -54,37 +53,6 @@ impl PriceConfig {
         }
         Ok(())
     }
-}
-
-/// Checks every `price` (of routes and of `[[providers]]`) and
-/// `[limits] max_cost_usd_per_session`.
-pub(super) fn check(config: &FileConfig) -> Result<(), String> {
-    for (index, route) in config.routes.iter().enumerate() {
-        if let Some(price) = &route.price {
-            price.check().map_err(|err| format!("invalid config: routes[{index}] `{}`: {err}", route.model))?;
-        }
-    }
-    for (index, provider) in config.providers.iter().enumerate() {
-        if let Some(price) = &provider.price {
-            price.check().map_err(|err| format!("invalid config: providers[{index}] `{}`: {err}", provider.name))?;
-        }
-    }
-    let session = config.limits.max_cost_usd_per_session;
-    if !session.is_finite() || session < 0.0 {
-        return Err("invalid config: limits.max_cost_usd_per_session must be a non-negative number of dollars \
-                    (0: no session cost budget)"
-            .into());
-    }
-    Ok(())
-}
-
-/// The price of a route's calls: its own `price`, else that of the
-/// `[[providers]]` entry it names; `None`: its calls have no cost.
-pub fn route_price(config: &FileConfig, route: &super::RouteConfig) -> Option<PriceConfig> {
-    route.price.or_else(|| {
-        let name = route.provider.as_deref()?;
-        config.providers.iter().find(|provider| provider.name == name)?.price
-    })
 }
 
 #[cfg(test)]
