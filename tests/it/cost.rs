@@ -278,3 +278,63 @@ async fn a_postgres_store_keeps_the_cost_across_a_restart() {
     let db = TestDatabase::create();
     cost_survives_a_restart(StoreUrl::Postgres(db.url.clone())).await;
 }
+
+/// The real binary with its scripted model priced at $1 000 per million:
+/// the A2A task's metadata, the MCP tool's `structuredContent` and the
+/// admin API's rows each carry the `cost_usd` of what the task spent.
+#[test]
+fn the_faces_and_the_admin_api_report_the_cost() {
+    use crate::e2e_support::{http_with_headers, McpStdio, Server};
+    let config = "[[routes]]\nmodel = \"scripted\"\nadapter = \"scripted\"\n\
+                  price = { input_per_mtok = 1000, output_per_mtok = 1000 }\n";
+    let script =
+        json!([{ "use_tokens": { "input_tokens": 1_500, "output_tokens": 250 } }, { "return": { "ok": true } }]);
+    let spent = json!({ "input_tokens": 1_500, "output_tokens": 250, "cost_usd": 1.75 });
+
+    let server = Server::start(&["--http", "127.0.0.1:0"], Some(config));
+    let addr = server.http.clone().expect("an http address");
+    let send = json!({ "jsonrpc": "2.0", "id": "1", "method": "SendMessage", "params": { "message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": "go" }], "metadata": { "script": script } } } });
+    let headers = [("A2A-Version", "1.0"), ("Content-Type", "application/json")];
+    let (status, _, reply) = http_with_headers(&addr, "POST", "/a2a", &headers, &send.to_string());
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["result"]["task"]["metadata"]["usage"], spent, "{reply}");
+    // A task still running (a finished one is retired from the admin view).
+    let slow = json!([{ "use_tokens": { "input_tokens": 1_500, "output_tokens": 250 } }, { "sleep_ms": 20_000 }]);
+    let send = json!({ "jsonrpc": "2.0", "id": "2", "method": "SendMessage", "params": { "message": {
+        "messageId": "m2", "role": "ROLE_USER", "parts": [{ "text": "go" }], "metadata": { "script": slow } },
+        "configuration": { "returnImmediately": true } } });
+    let (status, _, reply) = http_with_headers(&addr, "POST", "/a2a", &headers, &send.to_string());
+    assert_eq!(status, 200, "{reply}");
+    let rows = crate::common::eventually_blocking("the running task's row shows its cost", GUARD, || {
+        let (_, _, sessions) = http_with_headers(&addr, "GET", "/admin/sessions", &[], "");
+        let ids: Vec<String> = sessions["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["session_id"].as_str())
+            .map(str::to_owned)
+            .collect();
+        let rows: Vec<Value> = ids
+            .iter()
+            .flat_map(|id| {
+                let (_, _, detail) = http_with_headers(&addr, "GET", &format!("/admin/sessions/{id}"), &[], "");
+                detail["subagents"].as_array().cloned().unwrap_or_default()
+            })
+            .collect();
+        rows.iter().any(|row| row["usage"] == spent).then_some(rows.clone()).ok_or(Value::Array(rows))
+    });
+    assert!(rows.iter().any(|row| row["subtree_usage"] == spent), "{rows:?}");
+    drop(server);
+
+    let mut mcp = McpStdio::start(Some(config));
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "cost", "version": "1" } } });
+    mcp.send(init);
+    assert!(mcp.next()["result"]["protocolVersion"].is_string());
+    mcp.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    mcp.send(json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "run_subagent", "arguments": { "instruction": "go", "task_metadata": { "script": script } } } }));
+    let done = mcp.answer(2);
+    assert_eq!(done["result"]["structuredContent"]["usage"], spent, "{done}");
+}
