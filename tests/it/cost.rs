@@ -338,3 +338,37 @@ fn the_faces_and_the_admin_api_report_the_cost() {
     let done = mcp.answer(2);
     assert_eq!(done["result"]["structuredContent"]["usage"], spent, "{done}");
 }
+
+/// With `[limits] remind_budget`, the note before each later call says
+/// what is left of a dollar budget, in dollars.
+#[actix_rt::test]
+async fn the_budget_reminder_says_the_dollars_left() {
+    let server = FakeServer::start(|body, _| match tool_outputs(body).len() {
+        0 => with_usage(call_tools(None, &[("list_subagents", json!({}))]), 1_000, 500),
+        _ => answer("done"),
+    });
+    let text = format!(
+        "[[routes]]\nmodel = \"fake-*\"\nadapter = \"openai\"\nbase_url = \"{}\"\n\
+         price = {{ input_per_mtok = 2, output_per_mtok = 10 }}\n",
+        server.base_url
+    );
+    let file = FileConfig::parse(&text).expect("config parses");
+    let limits = Limits { remind_budget: true, ..Limits::default() };
+    let host = Host::new(HostConfig { router: router(&file).expect("router"), limits, ..Default::default() });
+    let tree = host.open_tree(Arc::new(NullSink));
+    let mut config = agent("looper", "fake-model", Some(json!({ "max_cost_usd": 0.02 })));
+    config.capabilities = vec!["multi_agent".into()];
+    let id = spawn(&tree, config, None).await.unwrap();
+    assert!(tree.delegate(id, TaskDefinition::new("t", "go")).await.unwrap().accepted);
+    let done = tokio::time::timeout(GUARD, tree.await_result(id)).await.expect("ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Completed, "{:?}", done.error);
+    // 1 000 × $2 + 500 × $10, per million: $0.007 of $0.02.
+    let second = &server.requests()[1].body;
+    let note = messages(second)
+        .iter()
+        .skip(1)
+        .filter(|m| m["role"] == "system")
+        .map(|m| m["content"].to_string())
+        .collect::<String>();
+    assert!(note.contains("$0.013 to spend"), "{note}");
+}
