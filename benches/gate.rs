@@ -33,6 +33,7 @@ fn gate() -> Arc<Gate> {
         requests_per_minute: Some(u32::MAX),
         tokens_per_minute: Some(u64::MAX / 4),
         estimated_tokens: Some(1_000),
+        price: None,
     })
 }
 

@@ -12,6 +12,7 @@
 //! - [`build_route`], [`router`] (file `routing`): the adapter a route
 //!   names, and the table.
 //! - `person_gate`: the approval a tool call may need, and `ask_user`.
+//! - [`pricing`]: what a model call cost at its route's `price`.
 //! - `toolbox`: a task's MCP tool calls, for the openai adapter's model and
 //!   the command adapter's program (`command_tools`) alike.
 
@@ -20,11 +21,13 @@ mod command_tools;
 pub mod openai;
 pub mod output_schema;
 mod person_gate;
+pub mod pricing;
 pub mod provider;
 mod routing;
 pub mod scripted;
 mod toolbox;
 
+pub use pricing::Pricing;
 pub use routing::{
     build_route, build_route_with_gates, build_route_with_policy, build_route_with_tools, router, router_with_tools,
     tool_policy,

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::provider::{self, Gate};
-use super::{command, openai, ScriptedAdapter};
-use crate::config::{AdapterKind, FileConfig, RouteConfig};
+use super::{command, openai, Pricing, ScriptedAdapter};
+use crate::config::{route_price, AdapterKind, FileConfig, PriceConfig, RouteConfig};
 use crate::runtime::task::{AdapterRouter, AgentAdapter};
 use crate::tools::ToolHost;
 
@@ -26,7 +26,7 @@ pub fn build_route_with_tools(
     record_content: bool,
     tools: &Arc<ToolHost>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, &HashMap::new(), tools, Default::default())
+    build(route, policy, record_content, &HashMap::new(), tools, Default::default(), route.price)
 }
 
 /// [`build_route`] with the host's tool policy (the config's `[policy]`
@@ -37,7 +37,15 @@ pub fn build_route_with_policy(
     policy: &openai::ToolPolicy,
     record_content: bool,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, &HashMap::new(), &Arc::new(ToolHost::default()), Default::default())
+    build(
+        route,
+        policy,
+        record_content,
+        &HashMap::new(),
+        &Arc::new(ToolHost::default()),
+        Default::default(),
+        route.price,
+    )
 }
 
 /// [`build_route_with_policy`] with the host's provider gates (the
@@ -48,7 +56,7 @@ pub fn build_route_with_gates(
     record_content: bool,
     gates: &HashMap<String, Arc<Gate>>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
-    build(route, policy, record_content, gates, &Arc::new(ToolHost::default()), Default::default())
+    build(route, policy, record_content, gates, &Arc::new(ToolHost::default()), Default::default(), route.price)
 }
 
 fn build(
@@ -58,8 +66,12 @@ fn build(
     gates: &HashMap<String, Arc<Gate>>,
     tools: &Arc<ToolHost>,
     offer: openai::OfferLimits,
+    price: Option<PriceConfig>,
 ) -> Result<Arc<dyn AgentAdapter>, String> {
     let fail = |text: String| format!("route `{}`: {text}", route.model);
+    // Labelled with configured names only: the metric's series stay bounded.
+    let pricing =
+        price.map(|price| Pricing::new(price, &route.model, route.upstream_model.as_deref().unwrap_or(&route.model)));
     let adapter = route.adapter.as_str();
     let set = [
         ("base_url", route.base_url.is_some()),
@@ -82,9 +94,10 @@ fn build(
         ("parallel_tool_calls", route.parallel_tool_calls.is_some()),
         ("extra_body", route.extra_body.is_some()),
         ("request_timeout_ms", route.request_timeout_ms.is_some()),
+        ("price", route.price.is_some()),
     ];
     let accepted: &[&str] = match route.adapter {
-        AdapterKind::Scripted => &[],
+        AdapterKind::Scripted => &["price"],
         AdapterKind::Openai => &[
             "base_url",
             "api_key_env",
@@ -103,6 +116,7 @@ fn build(
             "parallel_tool_calls",
             "extra_body",
             "request_timeout_ms",
+            "price",
         ],
         AdapterKind::Command => &["program", "args", "on_restart"],
     };
@@ -136,6 +150,7 @@ fn build(
                 config.retry = retry.into();
             }
             config.structured_output = route.structured_output.unwrap_or(false);
+            config.pricing = pricing;
             let sampling = openai::settings::SamplingSettings {
                 max_tokens: route.max_tokens,
                 temperature: route.temperature,
@@ -165,7 +180,10 @@ fn build(
             let adapter = command::CommandAdapter::new(config).map_err(fail)?;
             Ok(Arc::new(adapter.with_tools(tools.clone(), policy.clone())))
         }
-        AdapterKind::Scripted => Ok(Arc::new(ScriptedAdapter)),
+        AdapterKind::Scripted => Ok(Arc::new(match pricing {
+            Some(pricing) => ScriptedAdapter::priced(pricing),
+            None => ScriptedAdapter::default(),
+        })),
     }
 }
 
@@ -210,7 +228,8 @@ pub fn router_with_tools(file: &FileConfig, tools: &Arc<ToolHost>) -> Result<Ada
     let offer = offer_limits(file)?;
     let mut router = AdapterRouter::default();
     for (index, route) in file.routes.iter().enumerate() {
-        let adapter = build(route, &policy, file.telemetry.record_content, &gates, tools, offer)
+        let price = route_price(file, route);
+        let adapter = build(route, &policy, file.telemetry.record_content, &gates, tools, offer, price)
             .map_err(|err| format!("routes[{index}]: {err}"))?;
         router = router.route(&route.model, adapter).map_err(|err| format!("routes[{index}]: {err}"))?;
     }

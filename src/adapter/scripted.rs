@@ -10,10 +10,12 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::output_schema::{violation, OutputSchema, SCHEMA_VIOLATION};
 use super::person_gate;
+use super::pricing::{call_usage, Pricing};
 use crate::ids::SubagentId;
 use crate::protocol::text::push_string;
 use crate::protocol::wire::{JsonObject, RawObject, SubagentConfig, SubagentMessagePayload, TaskDefinition, Usage};
@@ -21,8 +23,19 @@ use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::{AdapterRouter, AgentAdapter, TaskContext, TaskError, TaskFuture};
 
 /// The scripted adapter (the default route).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ScriptedAdapter;
+#[derive(Debug, Default, Clone)]
+pub struct ScriptedAdapter {
+    // The route's price, which its `use_tokens` steps' tokens cost: a
+    // scripted route can stand in for a priced model.
+    pricing: Option<Arc<Pricing>>,
+}
+
+impl ScriptedAdapter {
+    /// A scripted adapter whose `use_tokens` steps cost what `pricing` says.
+    pub fn priced(pricing: Pricing) -> Self {
+        Self { pricing: Some(Arc::new(pricing)) }
+    }
+}
 
 /// One step of a script: an object with exactly one key.
 #[derive(Debug, Deserialize)]
@@ -66,8 +79,10 @@ struct CallToolStep {
     arguments: Value,
 }
 
-/// `{"use_tokens": {"input_tokens": N, "output_tokens": M}}`: spends tokens
-/// as a model call would (usage, budgets and metrics see them).
+/// `{"use_tokens": {"input_tokens": N, "output_tokens": M,
+/// "cached_input_tokens": C}}`: spends tokens as a model call would (usage,
+/// budgets and metrics see them, and a priced route's cost: `C` of the
+/// input tokens at its cached price).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokensStep {
@@ -75,6 +90,8 @@ struct TokensStep {
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
+    #[serde(default)]
+    cached_input_tokens: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,12 +180,13 @@ impl AgentAdapter for ScriptedAdapter {
             // or the cancel branch it would never take.
             return Box::pin(async move { run_default(&ctx) });
         }
+        let pricing = self.pricing.clone();
         Box::pin(async move {
             tokio::select! {
                 // The script first: most steps never wait, and then the
                 // cancel token is never polled (nor its waiter registered).
                 biased;
-                outcome = run_script(&ctx) => outcome,
+                outcome = run_script(&ctx, pricing.as_deref()) => outcome,
                 _ = ctx.cancel.cancelled() => Err(TaskError::new("cancelled")),
             }
         })
@@ -215,7 +233,7 @@ fn finish_default(ctx: &TaskContext, schema: Option<&OutputSchema>) -> Result<Ra
     Ok(encoded)
 }
 
-async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
+async fn run_script(ctx: &TaskContext, pricing: Option<&Pricing>) -> Result<RawObject, TaskError> {
     // A resumed script goes on after its last completed step, with what it
     // had gathered; its memory was stored with that checkpoint.
     let (first, gathered) = match ctx.resume_point() {
@@ -303,9 +321,13 @@ async fn run_script(ctx: &TaskContext) -> Result<RawObject, TaskError> {
                     .map_err(|err| TaskError(format!("step {index}: spawn failed: {err}")))?;
             }
             Step::UseTokens(spent) => {
-                let spent = Usage { input_tokens: spent.input_tokens, output_tokens: spent.output_tokens };
+                let spent = call_usage(pricing, spent.input_tokens, spent.cached_input_tokens, spent.output_tokens);
                 tokens.input_tokens = tokens.input_tokens.saturating_add(spent.input_tokens);
                 tokens.output_tokens = tokens.output_tokens.saturating_add(spent.output_tokens);
+                tokens.cost_usd = match (tokens.cost_usd, spent.cost_usd) {
+                    (Some(before), Some(now)) => Some(before.saturating_add(now)),
+                    (before, now) => before.or(now),
+                };
                 ctx.record_usage(spent)?;
             }
             Step::AskUser(ask) => {
@@ -403,7 +425,7 @@ async fn keep_step(ctx: &TaskContext, index: usize, state: Value) {
 impl Default for AdapterRouter {
     /// Every model served by the scripted adapter: the host's default table.
     fn default() -> Self {
-        Self::new(std::sync::Arc::new(ScriptedAdapter))
+        Self::new(Arc::new(ScriptedAdapter::default()))
     }
 }
 

@@ -271,6 +271,9 @@ pub struct RouteConfig {
     /// `openai`: the `[[providers]]` entry whose gate its calls pass.
     #[serde(default)]
     pub provider: Option<String>,
+    /// `openai`, `scripted`: what its calls cost (else its provider's).
+    #[serde(default)]
+    pub price: Option<super::price::PriceConfig>,
     /// `openai`: how failed calls are retried (default: five attempts,
     /// 500 ms doubling up to 8 s, full jitter).
     #[serde(default)]

@@ -2,6 +2,8 @@
 //! config file. Every quantity a client can make grow has a bound here.
 
 use serde::{Deserialize, Serialize};
+
+use crate::protocol::cost::CostUsd;
 use std::time::Duration;
 
 /// Bounds on what clients can make the host hold.
@@ -99,6 +101,10 @@ pub struct Limits {
     /// 0: no session budget. A spend past it fails the task that made it
     /// (`budget_exceeded`); a subagent's own budget is reserved out of it.
     pub max_tokens_per_session: u64,
+    /// Dollars one session's subagents may spend on priced routes in all
+    /// (a route's `price`); 0: no session cost budget. Kept like
+    /// `max_tokens_per_session`.
+    pub max_cost_usd_per_session: f64,
     /// Tasks that may run at once in one session (0: no cap). A delegate
     /// past it is accepted and queued (`READY`, event `queued`); the
     /// handshake's `max_parallel` says this figure.
@@ -167,6 +173,7 @@ impl Default for Limits {
             http_body_timeout_ms: 10_000,
             max_connections: 1_024,
             max_tokens_per_session: 0,
+            max_cost_usd_per_session: 0.0,
             max_running_per_session: 0,
             max_running_per_parent: 0,
             approval_timeout_ms: 600_000,
@@ -213,5 +220,11 @@ impl Limits {
     /// `http_body_timeout_ms` as a duration.
     pub fn http_body_timeout(&self) -> Duration {
         Duration::from_millis(self.http_body_timeout_ms)
+    }
+
+    /// The session's cost budget: `max_cost_usd_per_session` when above 0
+    /// (a value the config check refused, negative or not finite, is none).
+    pub fn session_cost_limit(&self) -> Option<CostUsd> {
+        CostUsd::from_dollars(self.max_cost_usd_per_session).filter(|cost| *cost > CostUsd::ZERO)
     }
 }

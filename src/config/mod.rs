@@ -9,6 +9,7 @@ mod http;
 mod limits;
 mod mcp;
 mod mcp_face;
+mod price;
 mod providers;
 
 pub use a2a::{A2aConfig, A2aSkill};
@@ -23,4 +24,5 @@ pub use mcp::{
     DEFAULT_MAX_CLIENT_SERVERS, DEFAULT_MAX_RESULT_BYTES, FORBIDDEN_CLIENT_HEADERS,
 };
 pub use mcp_face::{McpFaceConfig, DEFAULT_MCP_POLL_INTERVAL_MS, DEFAULT_MCP_TASK_TTL_MS};
-pub use providers::{Jitter, ProviderConfig, RetryConfig};
+pub use price::PriceConfig;
+pub use providers::{route_price, Jitter, ProviderConfig, RetryConfig};

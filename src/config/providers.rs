@@ -1,6 +1,7 @@
 //! `[[providers]]` (a model provider's limits, which every route naming it
-//! shares) and a route's `retry` table: plain data, checked here; the gates
-//! themselves are built in `adapter::provider`.
+//! shares), a route's `retry` table, and which `price` a route's calls are
+//! charged at (its own, else its provider's): plain data, checked here; the
+//! gates themselves are built in `adapter::provider`.
 
 use serde::Deserialize;
 
@@ -9,7 +10,7 @@ use super::file::FileConfig;
 /// One `[[providers]]` entry: the limits a provider enforces on the account
 /// the host calls it with. Every model call of every session through a
 /// route naming it passes one gate that keeps to them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The name routes give in `provider = "…"`.
@@ -29,6 +30,10 @@ pub struct ProviderConfig {
     /// its reply arrives (default 1000).
     #[serde(default)]
     pub estimated_tokens: Option<u64>,
+    /// What calls through it cost, for routes naming it without a `price`
+    /// of their own.
+    #[serde(default)]
+    pub price: Option<super::price::PriceConfig>,
 }
 
 /// A route's `retry = { max_attempts, initial_ms, max_ms, jitter }`: how a
@@ -71,6 +76,7 @@ pub enum Jitter {
 /// blank, limits above zero, `max_attempts` at least 1, each route's
 /// `provider` a configured one.
 pub(super) fn check(config: &FileConfig) -> Result<(), String> {
+    check_prices(config)?;
     for (index, provider) in config.providers.iter().enumerate() {
         let fail = |text: String| Err(format!("invalid config: providers[{index}] `{}`: {text}", provider.name));
         if provider.name.trim().is_empty() {
@@ -109,4 +115,35 @@ pub(super) fn check(config: &FileConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Checks every `price` (of routes and of `[[providers]]`) and
+/// `[limits] max_cost_usd_per_session`.
+fn check_prices(config: &FileConfig) -> Result<(), String> {
+    for (index, route) in config.routes.iter().enumerate() {
+        if let Some(price) = &route.price {
+            price.check().map_err(|err| format!("invalid config: routes[{index}] `{}`: {err}", route.model))?;
+        }
+    }
+    for (index, provider) in config.providers.iter().enumerate() {
+        if let Some(price) = &provider.price {
+            price.check().map_err(|err| format!("invalid config: providers[{index}] `{}`: {err}", provider.name))?;
+        }
+    }
+    let session = config.limits.max_cost_usd_per_session;
+    if !session.is_finite() || session < 0.0 {
+        return Err("invalid config: limits.max_cost_usd_per_session must be a non-negative number of dollars \
+                    (0: no session cost budget)"
+            .into());
+    }
+    Ok(())
+}
+
+/// The price of a route's calls: its own `price`, else that of the
+/// `[[providers]]` entry it names; `None`: its calls have no cost.
+pub fn route_price(config: &FileConfig, route: &super::file::RouteConfig) -> Option<super::price::PriceConfig> {
+    route.price.or_else(|| {
+        let name = route.provider.as_deref()?;
+        config.providers.iter().find(|provider| provider.name == name)?.price
+    })
 }

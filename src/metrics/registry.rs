@@ -65,6 +65,7 @@ pub(crate) struct Metrics {
     pub(super) model_calls: Family<Labels<2>, Counter>,
     pub(super) model_call_duration: HistogramFamily<Labels<1>>,
     pub(super) tokens: Family<ModelLabels, Counter>,
+    pub(super) cost: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub(super) requests: [ShardedCounter; Request::WIRE_TYPES.len()],
     pub(super) errors: [Counter; 16],
     pub(super) outbox_bytes: ShardedGauge,
@@ -132,6 +133,8 @@ impl Metrics {
         );
         let tokens = Family::default();
         registry.register("tokens", TOKENS_HELP, tokens.clone());
+        let cost = Family::default();
+        registry.register("cost_usd", COST_HELP, cost.clone());
 
         let requests_family: Family<Labels<1>, ShardedCounter> = Family::default();
         let requests = Request::WIRE_TYPES.map(|kind| requests_family.get_or_create_owned(&[("type", kind)]));
@@ -204,6 +207,7 @@ impl Metrics {
             model_calls,
             model_call_duration,
             tokens,
+            cost,
             requests,
             errors,
             outbox_bytes,
@@ -243,6 +247,7 @@ const MODEL_CALLS_HELP: &str = "Model calls, by adapter and outcome (ok, error)"
 const MODEL_CALL_DURATION_HELP: &str =
     "How long model calls took (retries and waits at a provider's gate included), by adapter";
 const TOKENS_HELP: &str = "Model tokens, by configured route model and type (input, output)";
+const COST_HELP: &str = "US dollars spent on priced model calls (a route's price), by configured route and model";
 const BOUNDS_REJECTED_HELP: &str = "Requests or sessions refused at a limit, by the limit's config key";
 const AUTH_FAILURES_HELP: &str = "Refused credentials, by transport";
 const PROVIDER_QUEUED_HELP: &str = "Model calls waiting at a provider's gate now, by provider";
@@ -257,10 +262,11 @@ const TOOL_CALL_DURATION_HELP: &str = "How long MCP tool calls took, by server a
 /// The families whose series come with their first sample (their labels are
 /// open-ended: route models, limits), as the encoder names them: `(name,
 /// type, help, unit)`.
-const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 12] = [
+const LAZY_FAMILIES: [(&str, &str, &str, Option<&str>); 13] = [
     ("subagentd_model_calls", "counter", MODEL_CALLS_HELP, None),
     ("subagentd_model_call_duration_seconds", "histogram", MODEL_CALL_DURATION_HELP, Some("seconds")),
     ("subagentd_tokens", "counter", TOKENS_HELP, None),
+    ("subagentd_cost_usd", "counter", COST_HELP, None),
     ("subagentd_bounds_rejected", "counter", BOUNDS_REJECTED_HELP, None),
     ("subagentd_auth_failures", "counter", AUTH_FAILURES_HELP, None),
     ("subagentd_provider_queued", "gauge", PROVIDER_QUEUED_HELP, None),

@@ -8,7 +8,7 @@ use super::registry::{Metrics, ERROR_CODES};
 use super::task_outcome::TaskOutcome;
 use crate::error::ErrorCode;
 use crate::protocol::request::Request;
-use crate::protocol::wire::SubagentStatus;
+use crate::protocol::wire::{CostUsd, SubagentStatus};
 
 impl Metrics {
     /// A session opened on `transport` (`stdio`, `tcp`, `http`); it counts
@@ -84,6 +84,11 @@ impl Metrics {
                 self.tokens.get_or_create(&[("model", model.to_owned()), ("type", kind.to_owned())]).inc_by(count);
             }
         }
+    }
+
+    /// Dollars a priced model call of `route` (its glob) on `model` cost.
+    pub(crate) fn cost(&self, route: &str, model: &str, cost: CostUsd) {
+        self.cost.get_or_create(&[("route", route.to_owned()), ("model", model.to_owned())]).inc_by(cost.dollars());
     }
 
     /// A request was decoded.

@@ -2,6 +2,7 @@
 //!
 //! - [`wire`]: the twelve subagent messages and their data models.
 //! - [`codec`]: NDJSON framing with a line limit.
+//! - [`cost`]: dollars, as usage objects and budgets carry them.
 //! - [`request`]: decoding a line into a typed [`request::Request`].
 //! - [`encode`]: the envelope on every outgoing message, and error replies.
 //! - [`raw`]: JSON objects kept as their encoded text (task results).
@@ -11,6 +12,7 @@
 //! - [`person`]: the host's extensions answering approvals and questions.
 
 pub mod codec;
+pub mod cost;
 pub mod encode;
 pub mod mcp;
 pub mod multi_agent;

@@ -128,12 +128,19 @@ impl JsonText<'_> {
         self.0.push(b'"');
     }
 
-    /// Token counts, `{"input_tokens":…,"output_tokens":…}` as `Usage` serializes.
+    /// Token counts, `{"input_tokens":…,"output_tokens":…}` and the cost
+    /// when there is one (`,"cost_usd":…`), as `Usage` serializes.
     pub(crate) fn usage(&mut self, usage: Usage) {
         self.raw(b"{\"input_tokens\":");
         self.number(usage.input_tokens);
         self.raw(b",\"output_tokens\":");
         self.number(usage.output_tokens);
+        if let Some(cost) = usage.cost_usd {
+            self.raw(b",\"cost_usd\":");
+            if serde_json::to_writer(&mut *self.0, &cost).is_err() {
+                self.0.push(b'0');
+            }
+        }
         self.raw(b"}");
     }
 }

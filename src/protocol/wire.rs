@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
+pub use super::cost::CostUsd;
 pub use super::raw::RawObject;
 use crate::ids::SubagentId;
 
@@ -340,6 +341,10 @@ pub struct Usage {
     /// Completion tokens.
     #[serde(default)]
     pub output_tokens: u64,
+    /// What its calls on priced routes cost; absent (not zero) when none
+    /// was priced: a route without a `price` has no cost, never guessed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<CostUsd>,
 }
 
 /// What a subagent's budget has left (`budget_remaining` of await replies
@@ -358,6 +363,9 @@ pub struct BudgetRemaining {
     /// Seconds until its wall-clock budget runs out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_seconds: Option<u64>,
+    /// Dollars its subtree may still spend (`max_cost_usd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<CostUsd>,
 }
 
 /// `SUBAGENT_MESSAGE_REQ` body.

@@ -1,6 +1,7 @@
 //! A subagent's budget as its config states it: `metadata.budget` with any
 //! of `max_tokens`, `max_steps_total`, `max_tool_calls` and `max_wall_seconds`, each a
-//! non-negative integer. Tokens and steps are kept by the usage meters
+//! non-negative integer, and `max_cost_usd`, a non-negative number of
+//! dollars. Tokens, steps and dollars are kept by the usage meters
 //! (`usage`); the wall-clock part is a deadline every task of the subtree
 //! is held to.
 
@@ -12,10 +13,10 @@ use tokio::time::Instant;
 use super::usage::{Limits, Resource, UsageMeter};
 use crate::error::{ErrorCode, HostError};
 use crate::ids::SubagentId;
-use crate::protocol::wire::{BudgetRemaining, JsonObject};
+use crate::protocol::wire::{BudgetRemaining, CostUsd, JsonObject};
 
 /// The keys `metadata.budget` takes.
-const KEYS: [&str; 4] = ["max_tokens", "max_steps_total", "max_tool_calls", "max_wall_seconds"];
+const KEYS: [&str; 5] = ["max_tokens", "max_steps_total", "max_tool_calls", "max_wall_seconds", "max_cost_usd"];
 
 /// A budget read from a config.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,6 +39,12 @@ pub(crate) fn parse(metadata: &JsonObject) -> Result<Option<Budget>, HostError> 
     };
     let mut budget = Budget::default();
     for (key, value) in fields {
+        if key == "max_cost_usd" {
+            let dollars = value.as_f64().and_then(CostUsd::from_dollars);
+            let dollars = dollars.ok_or_else(|| invalid(format!("{key} must be a non-negative number of dollars")))?;
+            budget.limits.cost = Some(dollars.nanos());
+            continue;
+        }
         let amount = value.as_u64().ok_or_else(|| invalid(format!("{key} must be a non-negative integer")))?;
         match key.as_str() {
             "max_tokens" => budget.limits.tokens = Some(amount),
@@ -96,6 +103,7 @@ pub(crate) fn remaining(id: SubagentId, usage: &UsageMeter, wall: Option<&WallBu
         steps: usage.remaining(Resource::Steps),
         tool_calls: usage.remaining(Resource::ToolCalls),
         wall_seconds,
+        cost_usd: usage.remaining(Resource::Cost).map(CostUsd::from_nanos),
     }))
 }
 
@@ -115,6 +123,8 @@ mod tests {
         let budget = parse(&metadata(json!({ "max_tokens": 10000, "max_wall_seconds": 30 }))).unwrap().unwrap();
         assert_eq!(budget.limits, Limits { tokens: Some(10_000), ..Limits::default() });
         assert_eq!(budget.wall, Some(Duration::from_secs(30)));
+        let budget = parse(&metadata(json!({ "max_cost_usd": 0.25 }))).unwrap().unwrap();
+        assert_eq!(budget.limits, Limits { cost: Some(250_000_000), ..Limits::default() });
     }
 
     #[test]
@@ -124,6 +134,8 @@ mod tests {
             (json!({ "max_tokens": -1 }), "max_tokens must be a non-negative integer"),
             (json!({ "max_tokens": "many" }), "max_tokens must be"),
             (json!({ "tokens": 5 }), "unknown key `tokens`"),
+            (json!({ "max_cost_usd": -0.5 }), "max_cost_usd must be a non-negative number of dollars"),
+            (json!({ "max_cost_usd": "1" }), "max_cost_usd must be"),
         ] {
             let err = parse(&metadata(bad)).unwrap_err();
             assert_eq!(err.code, ErrorCode::SchemaViolation);

@@ -397,6 +397,7 @@ impl Life {
                     let used = Usage {
                         input_tokens: now.input_tokens.saturating_sub(usage_before.input_tokens),
                         output_tokens: now.output_tokens.saturating_sub(usage_before.output_tokens),
+                        ..Usage::default()
                     };
                     trace::task_ended(span, used, error);
                 }

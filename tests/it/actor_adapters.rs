@@ -94,7 +94,7 @@ async fn the_router_tries_model_globs_in_order_then_the_default() {
     assert_eq!(router.select("gpt-4o").name(), "first");
     assert_eq!(router.select("gpt-3.5").name(), "second");
     assert_eq!(router.select("llama3").name(), "default");
-    assert!(AdapterRouter::default().route("[", Arc::new(ScriptedAdapter)).is_err());
+    assert!(AdapterRouter::default().route("[", Arc::new(ScriptedAdapter::default())).is_err());
     let host = host_with_router(router);
     let (session, _events) = open(&host);
     let id = spawn_model(&session, "a", "gpt-3.5", None, MemoryScope::Shared).await;

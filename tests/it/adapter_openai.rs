@@ -615,7 +615,7 @@ async fn a_streamed_reply_arrives_as_coalesced_progress_events_and_counts_its_us
     for pair in seen.windows(2).take(seen.len().saturating_sub(2)) {
         assert!(pair[1].0 - pair[0].0 >= Duration::from_millis(80), "coalesced: {:?}", pair[1].0 - pair[0].0);
     }
-    assert_eq!(done.usage, Usage { input_tokens: 30, output_tokens: 20 }, "usage from the last chunk");
+    assert_eq!(done.usage, Usage { input_tokens: 30, output_tokens: 20, cost_usd: None }, "usage from the last chunk");
     let body = &server.requests()[0].body;
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);

@@ -53,7 +53,13 @@ fn spend(input_tokens: u64, output_tokens: u64) -> Value {
 }
 
 fn remaining(tokens: u64) -> Option<Box<BudgetRemaining>> {
-    Some(Box::new(BudgetRemaining { tokens: Some(tokens), steps: None, tool_calls: None, wall_seconds: None }))
+    Some(Box::new(BudgetRemaining {
+        tokens: Some(tokens),
+        steps: None,
+        tool_calls: None,
+        wall_seconds: None,
+        cost_usd: None,
+    }))
 }
 
 async fn row(tree: &Tree, id: SubagentId) -> SubagentInfo {
@@ -87,8 +93,8 @@ async fn allowances_are_reserved_refused_past_the_remainder_and_flow_back() {
     let done = run(&tree, parent, json!([spend(2_500, 0)])).await;
     assert_eq!(done.status, SubagentStatus::Completed);
     assert_eq!(done.budget_remaining, remaining(500));
-    assert_eq!(done.usage, Usage { input_tokens: 2_500, output_tokens: 0 });
-    assert_eq!(done.subtree_usage, Usage { input_tokens: 6_500, output_tokens: 1_000 });
+    assert_eq!(done.usage, Usage { input_tokens: 2_500, output_tokens: 0, cost_usd: None });
+    assert_eq!(done.subtree_usage, Usage { input_tokens: 6_500, output_tokens: 1_000, cost_usd: None });
     assert_eq!(row(&tree, y).await.budget_remaining, remaining(2_000));
     // A budget with a key it does not know is refused as such.
     let bad = spawn(&tree, agent("z", Some(json!({ "max_tokenz": 1 }))), Some(parent)).await.unwrap_err();
@@ -163,17 +169,17 @@ async fn a_three_level_tree_whose_leaves_overspend() {
         Some(format!("budget_exceeded: max_tokens of {} (1500) is spent", leaf.subagent_id).as_str())
     );
     // The crossing spend is counted: it was spent.
-    assert_eq!(leaf.usage, Usage { input_tokens: 1_900, output_tokens: 100 });
+    assert_eq!(leaf.usage, Usage { input_tokens: 1_900, output_tokens: 100, cost_usd: None });
     assert_eq!(leaf.budget_remaining, remaining(0));
     assert_eq!(planner.status, SubagentStatus::Completed, "the leaf's overspend stopped the leaf only");
-    assert_eq!(planner.subtree_usage, Usage { input_tokens: 2_200, output_tokens: 300 });
+    assert_eq!(planner.subtree_usage, Usage { input_tokens: 2_200, output_tokens: 300, cost_usd: None });
     assert_eq!(planner.budget_remaining, remaining(4_000 - 2_500));
-    assert_eq!(worker.usage, Usage { input_tokens: 2_000, output_tokens: 0 });
+    assert_eq!(worker.usage, Usage { input_tokens: 2_000, output_tokens: 0, cost_usd: None });
     assert_eq!(worker.budget_remaining, None, "no budget of its own");
     // lead: 1 000 own + planner's 2 500 + worker's 2 000; the planner's
     // unused 1 500 flowed back when it ended.
     let lead_row = by_name("lead");
-    assert_eq!(lead_row.subtree_usage, Usage { input_tokens: 5_200, output_tokens: 300 });
+    assert_eq!(lead_row.subtree_usage, Usage { input_tokens: 5_200, output_tokens: 300, cost_usd: None });
     assert_eq!(lead_row.budget_remaining, remaining(10_000 - 5_500));
 
     let mut exceeded = Vec::new();
@@ -224,7 +230,13 @@ async fn steps_wall_time_and_the_session_budget_stop_a_task_too() {
     );
     assert_eq!(
         done.budget_remaining,
-        Some(Box::new(BudgetRemaining { tokens: None, steps: Some(0), tool_calls: None, wall_seconds: None }))
+        Some(Box::new(BudgetRemaining {
+            tokens: None,
+            steps: Some(0),
+            tool_calls: None,
+            wall_seconds: None,
+            cost_usd: None
+        }))
     );
 
     let slow = spawn(&tree, agent("slow", Some(json!({ "max_wall_seconds": 1 }))), None).await.unwrap();
@@ -275,8 +287,12 @@ async fn a_fake_model_tree_stops_where_its_budget_runs_out() {
     let done = tokio::time::timeout(GUARD, tree.await_result(boss)).await.expect("ends").unwrap();
     assert_eq!(done.status, SubagentStatus::Failed);
     assert_eq!(done.error.as_deref(), Some(format!("budget_exceeded: max_tokens of {boss} (250) is spent").as_str()));
-    assert_eq!(done.usage, Usage { input_tokens: 200, output_tokens: 20 }, "two calls of its own");
-    assert_eq!(done.subtree_usage, Usage { input_tokens: 300, output_tokens: 30 }, "and the worker's one");
+    assert_eq!(done.usage, Usage { input_tokens: 200, output_tokens: 20, cost_usd: None }, "two calls of its own");
+    assert_eq!(
+        done.subtree_usage,
+        Usage { input_tokens: 300, output_tokens: 30, cost_usd: None },
+        "and the worker's one"
+    );
     assert_eq!(done.budget_remaining, remaining(0));
     let boss_calls =
         server.requests().iter().filter(|seen| system_prompt(&seen.body).starts_with("AGENT:boss")).count();

@@ -291,6 +291,15 @@ fn the_readme_real_models_config_loads_with_one_route_and_one_mcp_server() {
     assert_eq!((parsed.routes.len(), parsed.mcp_servers.len()), (1, 1), "{text}");
 }
 
+#[test]
+fn the_readme_prices_config_loads_with_a_priced_route_and_a_session_cap() {
+    let text = named_block("README.md", "prices-config");
+    let parsed = FileConfig::parse(&text).unwrap_or_else(|err| panic!("the README's prices do not load: {err}"));
+    let price = parsed.routes[0].price.expect("the route has a price");
+    assert_eq!((price.input_per_mtok, price.cached_input_per_mtok), (2.5, Some(1.25)));
+    assert_eq!(parsed.limits.max_cost_usd_per_session, 5.0);
+}
+
 // ---- the configuration page ------------------------------------------------
 
 /// The full example of docs/configuration.md.

@@ -61,6 +61,7 @@ mod chaos;
 mod cluster;
 mod cluster_faces;
 mod cluster_store;
+mod cost;
 mod docs;
 mod durable;
 mod e2e_admin;

@@ -110,7 +110,11 @@ async fn crash_and_resume(url: StoreUrl) {
     assert_eq!(checkpoint.step, 2, "use_tokens and spawn were done");
     let kept = stored.subagents.iter().find(|s| s.id == done).expect("done stored");
     assert_eq!(kept.row.status, SubagentStatus::Completed);
-    assert_eq!(kept.row.usage, Usage { input_tokens: 40, output_tokens: 4 }, "usage is stored at the task's end");
+    assert_eq!(
+        kept.row.usage,
+        Usage { input_tokens: 40, output_tokens: 4, cost_usd: None },
+        "usage is stored at the task's end"
+    );
     assert_eq!(kept.row.result.as_ref().map(|r| r.to_object()["kept"].clone()), Some(json!(true)));
 
     let (events, mut seen) = mpsc::unbounded_channel::<Event>();
@@ -131,10 +135,18 @@ async fn crash_and_resume(url: StoreUrl) {
     assert_eq!(list.len(), 3);
     let kept = tree.await_result(done).await.expect("await");
     assert_eq!(kept.result.expect("kept").to_object()["kept"], true);
-    assert_eq!(kept.usage, Usage { input_tokens: 40, output_tokens: 4 }, "a finished subagent's usage survives");
+    assert_eq!(
+        kept.usage,
+        Usage { input_tokens: 40, output_tokens: 4, cost_usd: None },
+        "a finished subagent's usage survives"
+    );
     // The resumed parent counts what it spent before its checkpoint again, once.
-    assert_eq!(answer.usage, Usage { input_tokens: 7, output_tokens: 1 });
-    assert_eq!(answer.subtree_usage, Usage { input_tokens: 7, output_tokens: 1 }, "the kid spent nothing");
+    assert_eq!(answer.usage, Usage { input_tokens: 7, output_tokens: 1, cost_usd: None });
+    assert_eq!(
+        answer.subtree_usage,
+        Usage { input_tokens: 7, output_tokens: 1, cost_usd: None },
+        "the kid spent nothing"
+    );
     let mut resumed_events = Vec::new();
     while let Ok(event) = seen.try_recv() {
         if event.kind == EventKind::Resumed {
@@ -347,7 +359,7 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
     let elder_id = SubagentId::parse("sub_000e1de5").expect("id");
     let elder = SubagentRow {
         status: SubagentStatus::Completed,
-        usage: Usage { input_tokens: 40, output_tokens: 4 },
+        usage: Usage { input_tokens: 40, output_tokens: 4, cost_usd: None },
         ..row(SubagentConfig::new("elder", "fake-model"), Some(boss_id), None, 2)
     };
     let stored = vec![
@@ -397,9 +409,9 @@ async fn a_resumed_openai_task_answers_the_call_in_flight_without_a_second_child
     // it) and the one after; its subtree adds the kid's call and the elder's
     // stored tokens.
     let boss = tree.await_result(boss_id).await.expect("await");
-    assert_eq!(boss.usage, Usage { input_tokens: 20, output_tokens: 10 });
-    assert_eq!(kid.usage, Usage { input_tokens: 10, output_tokens: 5 });
-    assert_eq!(boss.subtree_usage, Usage { input_tokens: 70, output_tokens: 19 });
+    assert_eq!(boss.usage, Usage { input_tokens: 20, output_tokens: 10, cost_usd: None });
+    assert_eq!(kid.usage, Usage { input_tokens: 10, output_tokens: 5, cost_usd: None });
+    assert_eq!(boss.subtree_usage, Usage { input_tokens: 70, output_tokens: 19, cost_usd: None });
     tree.close().await;
 }
 

@@ -69,7 +69,7 @@ fn model() -> FakeServer {
 }
 
 fn usage(input_tokens: u64, output_tokens: u64) -> Usage {
-    Usage { input_tokens, output_tokens }
+    Usage { input_tokens, output_tokens, cost_usd: None }
 }
 
 /// What the fake's numbers make each agent's (own, subtree) usage.

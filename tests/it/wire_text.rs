@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::sync::Arc;
-use subagent_host::protocol::wire::{SubagentStatus, Usage};
+use subagent_host::protocol::wire::{CostUsd, SubagentStatus, Usage};
 use subagent_host::SubagentId;
 use subagent_host::{Event, EventDetail, EventKind, TaskUsage, WireEvent};
 
@@ -53,7 +53,9 @@ fn detail() -> impl Strategy<Value = EventDetail> {
 }
 
 fn usage() -> impl Strategy<Value = Usage> {
-    (any::<u64>(), any::<u64>()).prop_map(|(input_tokens, output_tokens)| Usage { input_tokens, output_tokens })
+    (any::<u64>(), any::<u64>(), proptest::option::of(any::<u64>())).prop_map(|(input_tokens, output_tokens, cost)| {
+        Usage { input_tokens, output_tokens, cost_usd: cost.map(CostUsd::from_nanos) }
+    })
 }
 
 fn event() -> impl Strategy<Value = Event> {

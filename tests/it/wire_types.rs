@@ -64,8 +64,8 @@ fn await_response_example_round_trips_with_usage_alongside() {
         "subtree_usage": { "input_tokens": 70, "output_tokens": 20 },
     }))
     .expect("decodes with usage");
-    assert_eq!(spent.usage, Usage { input_tokens: 7, output_tokens: 2 });
-    assert_eq!(spent.subtree_usage, Usage { input_tokens: 70, output_tokens: 20 });
+    assert_eq!(spent.usage, Usage { input_tokens: 7, output_tokens: 2, cost_usd: None });
+    assert_eq!(spent.subtree_usage, Usage { input_tokens: 70, output_tokens: 20, cost_usd: None });
 }
 
 #[test]

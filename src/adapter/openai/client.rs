@@ -46,6 +46,11 @@ pub(crate) struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    // Of the prompt tokens, those the server served from its cache
+    // (`prompt_tokens_details.cached_tokens`), which a price may discount.
+    // Defaulted: checkpoints written before it was kept still load.
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 impl Usage {
@@ -54,6 +59,18 @@ impl Usage {
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
         self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
         self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+    }
+
+    /// Reads a reply's (or a stream's last chunk's) `usage` object.
+    pub(crate) fn read(usage: &Value) -> Usage {
+        let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+        Usage {
+            prompt_tokens: count("/prompt_tokens"),
+            completion_tokens: count("/completion_tokens"),
+            total_tokens: count("/total_tokens"),
+            cached_tokens: count("/prompt_tokens_details/cached_tokens"),
+        }
     }
 
     /// As the result's `usage` object.
@@ -338,12 +355,7 @@ pub(crate) fn parse_completion(value: &Value) -> Result<Completion, TaskError> {
             tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
         }
     }
-    let count = |key: &str| value.pointer(&format!("/usage/{key}")).and_then(Value::as_u64).unwrap_or(0);
-    let usage = Usage {
-        prompt_tokens: count("prompt_tokens"),
-        completion_tokens: count("completion_tokens"),
-        total_tokens: count("total_tokens"),
-    };
+    let usage = value.get("usage").map(Usage::read).unwrap_or_default();
     Ok(Completion { content, tool_calls, usage })
 }
 

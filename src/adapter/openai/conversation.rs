@@ -16,10 +16,11 @@ use super::stuck::{StuckDetector, Verdict};
 use super::{schemas, structured, tool_calls};
 use crate::adapter::output_schema::OutputSchema;
 use crate::adapter::person_gate::{self, Passage};
+use crate::adapter::pricing::{call_usage, resumed_usage};
 use crate::adapter::provider::Throttle;
 use crate::adapter::toolbox::Toolbox;
 use crate::metrics::metrics;
-use crate::protocol::wire::{JsonObject, Usage as TokenUsage};
+use crate::protocol::wire::{CostUsd, JsonObject};
 use crate::runtime::people::{CallSubject, PersonLedger};
 use crate::runtime::task::{TaskContext, TaskError};
 use crate::runtime::trace;
@@ -71,10 +72,9 @@ pub(super) async fn conversation(
                 .map_err(|err| TaskError(format!("the checkpoint cannot be read: {err}")))?;
             // Its subagent's stored usage counts up to its last task's end:
             // what this task used up to its checkpoint counts again.
-            ctx.record_usage(TokenUsage {
-                input_tokens: saved.usage.prompt_tokens,
-                output_tokens: saved.usage.completion_tokens,
-            })?;
+            let before = &saved.usage;
+            let (input, cached, output) = (before.prompt_tokens, before.cached_tokens, before.completion_tokens);
+            ctx.record_usage(resumed_usage(config.pricing.as_ref(), input, cached, output))?;
             (saved.messages, saved.usage, saved.person)
         }
         None => {
@@ -127,6 +127,16 @@ pub(super) async fn conversation(
         // A budgeted task's reply may use at most what its budget has left:
         // the server stops there, streamed or not.
         let cap = ctx.usage.remaining(Resource::Tokens).map(|left| left.saturating_sub(last_prompt));
+        // And a dollar budget, at the route's price, likewise.
+        let cost_cap = config
+            .pricing
+            .as_ref()
+            .zip(ctx.usage.remaining(Resource::Cost))
+            .and_then(|(pricing, left)| pricing.output_cap(CostUsd::from_nanos(left), last_prompt));
+        let cap = match (cap, cost_cap) {
+            (Some(tokens), Some(dollars)) => Some(tokens.min(dollars)),
+            (tokens, dollars) => tokens.or(dollars),
+        };
         let with_tools = body.get("tools").is_some();
         config.settings.shape(&mut body, &sampling, cap, with_tools);
         let span = trace::chat(ctx.span(), "openai", &model);
@@ -162,10 +172,8 @@ pub(super) async fn conversation(
                 return Err(err);
             }
         };
-        let used = TokenUsage {
-            input_tokens: completion.usage.prompt_tokens,
-            output_tokens: completion.usage.completion_tokens,
-        };
+        let call = &completion.usage;
+        let used = call_usage(config.pricing.as_ref(), call.prompt_tokens, call.cached_tokens, call.completion_tokens);
         trace::chat_usage(&span, Ok(used));
         if config.record_content && !span.is_disabled() {
             span.record("gen_ai.output.messages", completion.assistant_message().to_string());

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::policy::ToolPolicy;
 use super::settings::ModelSettings;
+use crate::adapter::pricing::Pricing;
 use crate::adapter::provider::Gate;
 use crate::config::{Jitter, RetryConfig};
 use crate::tools::ToolHost;
@@ -57,6 +58,9 @@ pub struct OpenAiConfig {
     /// How many tools a request may offer, and how long a description may
     /// be (`[tools] max_offered`, `max_description_chars`).
     pub offer: OfferLimits,
+    /// The route's price (its own `price`, else its provider's): what each
+    /// call costs. `None`: its calls have no cost.
+    pub pricing: Option<Pricing>,
 }
 
 impl PartialEq for OpenAiConfig {
@@ -75,6 +79,7 @@ impl PartialEq for OpenAiConfig {
             && self.structured_output == other.structured_output
             && self.settings == other.settings
             && self.offer == other.offer
+            && self.pricing == other.pricing
             && Arc::ptr_eq(&self.tools, &other.tools)
     }
 }
@@ -99,6 +104,7 @@ impl OpenAiConfig {
             structured_output: false,
             settings: Default::default(),
             offer: Default::default(),
+            pricing: None,
         }
     }
 }

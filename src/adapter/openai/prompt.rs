@@ -69,10 +69,13 @@ pub(super) fn budget_reminder(ctx: &TaskContext, step: u32) -> Value {
     let mut text = format!("Step {step} of at most {}: {steps_left} more after this one.", ctx.config.max_steps);
     let budget =
         [(Resource::Tokens, "tokens"), (Resource::Steps, "steps in the tree"), (Resource::ToolCalls, "tool calls")];
-    let left: Vec<String> = budget
+    let mut left: Vec<String> = budget
         .iter()
         .filter_map(|(resource, name)| ctx.usage.remaining(*resource).map(|left| format!("{left} {name}")))
         .collect();
+    // Dollars as people write them, not nanodollars.
+    let dollars = ctx.usage.remaining(Resource::Cost).map(crate::protocol::wire::CostUsd::from_nanos);
+    left.extend(dollars.map(|left| format!("${left} to spend")));
     if !left.is_empty() {
         text.push_str(&format!(" Budget left: {}.", left.join(", ")));
     }

@@ -43,12 +43,7 @@ impl StreamedReply {
 
     fn add(&mut self, chunk: &Value, on_text: &mut dyn FnMut(&str)) {
         if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
-            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            self.usage = Usage {
-                prompt_tokens: count("prompt_tokens"),
-                completion_tokens: count("completion_tokens"),
-                total_tokens: count("total_tokens"),
-            };
+            self.usage = Usage::read(usage);
         }
         let Some(delta) = chunk.pointer("/choices/0/delta") else { return };
         if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|text| !text.is_empty()) {

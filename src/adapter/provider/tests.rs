@@ -17,6 +17,7 @@ fn provider(name: &str) -> ProviderConfig {
         requests_per_minute: None,
         tokens_per_minute: None,
         estimated_tokens: None,
+        price: None,
     }
 }
 

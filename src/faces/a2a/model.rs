@@ -243,6 +243,8 @@ pub(super) struct TaskSnapshot {
     pub(super) history: Vec<Value>,
     /// Its root subagent.
     pub(super) subagent_id: String,
+    /// What its whole tree used and cost (the root's `subtree_usage`).
+    pub(super) usage: crate::protocol::wire::Usage,
 }
 
 impl TaskSnapshot {
@@ -263,7 +265,7 @@ impl TaskSnapshot {
             "id": self.task_id,
             "contextId": self.context_id,
             "status": self.status(),
-            "metadata": { "subagentId": self.subagent_id },
+            "metadata": { "subagentId": self.subagent_id, "usage": self.usage },
         });
         if artifacts {
             if let Some(result) = &self.result {

@@ -271,6 +271,7 @@ pub(super) fn snapshot_of(
         result,
         history,
         subagent_id: view.subagent_id.to_string(),
+        usage: view.subtree_usage,
     }
 }
 

@@ -85,7 +85,11 @@ fn object(properties: Map<String, Value>, required: &[&str]) -> Value {
 fn usage_schema() -> Value {
     json!({
         "type": "object",
-        "properties": { "input_tokens": { "type": "integer" }, "output_tokens": { "type": "integer" } }
+        "properties": {
+            "input_tokens": { "type": "integer" },
+            "output_tokens": { "type": "integer" },
+            "cost_usd": { "type": "number", "description": "US dollars, at the routes' prices; absent when no call was priced." }
+        }
     })
 }
 

@@ -181,7 +181,7 @@ impl Supervisor {
         };
         let owner: Arc<str> = Arc::from(id.to_string());
         let meter = UsageMeter::budgeted(owner.clone(), budget.limits, parent_meter).map_err(|refused| {
-            let (key, owner, limit) = (refused.resource.key(), refused.owner, refused.limit);
+            let (key, owner, limit) = (refused.resource.key(), refused.owner, refused.resource.amount(refused.limit));
             HostError::new(
                 ErrorCode::QuotaExceeded,
                 format!("the budget asks for more {key} than {owner}'s budget ({limit}) has left"),

@@ -109,6 +109,7 @@ impl Supervisor {
     ) -> Self {
         let session_budget = usage::Limits {
             tokens: Some(host.limits.max_tokens_per_session).filter(|max| *max > 0),
+            cost: host.limits.session_cost_limit().map(CostUsd::nanos),
             ..usage::Limits::default()
         };
         Self {

@@ -132,7 +132,11 @@ mod tests {
                 result: Some(RawObject::from(result)),
                 error: None,
                 held: Held::default(),
-                usage: Usage { input_tokens: 123, output_tokens: 45 },
+                usage: Usage {
+                    input_tokens: 123,
+                    output_tokens: 45,
+                    cost_usd: Some(crate::protocol::wire::CostUsd::from_nanos(6_789)),
+                },
             },
         ];
         let ops = compiled(&batch, 1024, Dialect::Sqlite);
@@ -141,6 +145,7 @@ mod tests {
         assert!(ops[0].args.contains(&Arg::Text("COMPLETED".into())), "the last state is inserted");
         assert!(ops[0].args.contains(&Arg::Int(1)), "tasks_started");
         assert!(ops[0].args.contains(&Arg::Int(123)) && ops[0].args.contains(&Arg::Int(45)), "usage");
+        assert!(ops[0].args.contains(&Arg::OptInt(Some(6_789))), "cost, in nanodollars");
     }
 
     #[test]

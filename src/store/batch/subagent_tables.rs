@@ -9,7 +9,14 @@ use super::columns::{int, json, key_args, mailbox_json, status_text};
 use super::fold::{Key, Memories, Patch};
 use super::statement::{deletes, insert, insert_new, update_from, Arg, Dialect, Op};
 use crate::entries::InboxMessage;
+use crate::protocol::wire::Usage;
 use crate::store::change::SubagentRow;
+
+// The cost column of a row: its nanodollars, NULL when nothing priced was
+// spent (a patch's NULL keeps the stored cost, which only ever grows).
+fn cost<'a>(usage: Usage) -> Arg<'a> {
+    Arg::OptInt(usage.cost_usd.map(|cost| i64::try_from(cost.nanos()).unwrap_or(i64::MAX)))
+}
 
 // The memory column of `key`'s row: its memory when the batch has one
 // (NULL keeps the stored one).
@@ -50,13 +57,15 @@ pub(super) fn subagent_rows<'a>(
                     Arg::OptText(row.error.as_deref().map(Into::into)),
                     int(row.usage.input_tokens),
                     int(row.usage.output_tokens),
+                    cost(row.usage),
                     memory_of(memories, key),
                 ],
             )
         })
         .collect();
     const TABLE: &str = "subagents (session_id, id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, \
-                         tasks_started, config, status, result, error, usage_input, usage_output, memory)";
+                         tasks_started, config, status, result, error, usage_input, usage_output, usage_cost, \
+                         memory)";
     if !retried {
         insert_new(dialect, ops, TABLE, rows);
         return;
@@ -68,7 +77,8 @@ pub(super) fn subagent_rows<'a>(
         rows,
         "(session_id, id) DO UPDATE SET status = excluded.status, result = excluded.result, error = excluded.error, \
          tasks_started = excluded.tasks_started, usage_input = excluded.usage_input, \
-         usage_output = excluded.usage_output, memory = COALESCE(excluded.memory, subagents.memory)",
+         usage_output = excluded.usage_output, usage_cost = excluded.usage_cost, \
+         memory = COALESCE(excluded.memory, subagents.memory)",
     );
 }
 
@@ -92,6 +102,7 @@ pub(super) fn subagent_patches<'a>(
                     Arg::OptInt(patch.tasks_started.map(|n| i64::try_from(n).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.input_tokens).unwrap_or(i64::MAX))),
                     Arg::OptInt(patch.usage.map(|u| i64::try_from(u.output_tokens).unwrap_or(i64::MAX))),
+                    patch.usage.map_or(Arg::OptInt(None), cost),
                     memory_of(memories, key),
                 ],
             )
@@ -105,9 +116,10 @@ pub(super) fn subagent_patches<'a>(
          tasks_started = COALESCE(v.column6, subagents.tasks_started), \
          usage_input = COALESCE(v.column7, subagents.usage_input), \
          usage_output = COALESCE(v.column8, subagents.usage_output), \
-         memory = COALESCE(v.column9, subagents.memory)",
+         usage_cost = COALESCE(v.column9, subagents.usage_cost), \
+         memory = COALESCE(v.column10, subagents.memory)",
         "subagents.session_id = v.column1 AND subagents.id = v.column2",
-        9,
+        10,
         rows,
     );
 }

@@ -202,7 +202,7 @@ mod subagent {
         assert_eq!(rows.len(), 1, "{ops:#?}");
         assert!(rows[0].sql.starts_with("UPDATE subagents") && rows[0].sql.contains("memory = COALESCE"), "{ops:#?}");
         let stored = Arg::Texts(vec![Some(r#"[{"content":"hi","role":"user"}]"#.into())]);
-        assert_eq!(rows[0].args[8], stored, "{ops:#?}");
+        assert_eq!(rows[0].args[9], stored, "{ops:#?}");
         // A shared memory's owner, not otherwise in the batch: its column alone.
         let ops = compiled(&[ended(&session, child, memory(owner))], 1024, Dialect::Sqlite);
         let memory_only: Vec<_> = ops.iter().filter(|op| op.sql.contains("SET memory = v.column3")).collect();
@@ -234,7 +234,7 @@ mod subagent {
         ];
         let ops = compiled(&batch, 1024, Dialect::Postgres);
         assert_eq!(ops.len(), 1, "{ops:#?}");
-        assert_eq!(ops[0].args.len(), 16, "one array per column");
+        assert_eq!(ops[0].args.len(), 17, "one array per column");
         let Arg::Texts(parents) = &ops[0].args[4] else { panic!("{:?}", ops[0].args[4]) };
         let mut parents = parents.clone();
         parents.sort();

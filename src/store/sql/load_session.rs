@@ -10,7 +10,7 @@ use super::sql_store::SqlStore;
 use crate::entries::InboxMessage;
 use crate::ids::SubagentId;
 use crate::protocol::wire::SubagentMessagePayload;
-use crate::protocol::wire::{SubagentStatus, Usage};
+use crate::protocol::wire::{CostUsd, SubagentStatus, Usage};
 use crate::store::backend::StoreError;
 use crate::store::batch;
 use crate::store::change::{Checkpoint, SessionRow, StoredSession, StoredSubagent, StoredTask, SubagentRow};
@@ -92,10 +92,10 @@ impl SqlStore {
         for mut sub in self
             .fetch(
                 "SELECT id, ord, parent_id, parent_agent_id, root_agent_id, depth, spawn_key, tasks_started, \
-                 config, status, result, error, usage_input, usage_output, memory FROM subagents \
-                 WHERE session_id = $1 ORDER BY ord",
+                 config, status, result, error, usage_input, usage_output, memory, COALESCE(usage_cost, -1) \
+                 FROM subagents WHERE session_id = $1 ORDER BY ord",
                 id,
-                "titttitittttiit",
+                "titttitittttiiti",
             )
             .await?
         {
@@ -129,6 +129,8 @@ impl SqlStore {
                 usage: Usage {
                     input_tokens: u64::try_from(sub[12].int()).unwrap_or(0),
                     output_tokens: u64::try_from(sub[13].int()).unwrap_or(0),
+                    // -1: NULL, nothing priced was spent.
+                    cost_usd: u64::try_from(sub[15].int()).ok().map(CostUsd::from_nanos),
                 },
             };
             subagents.push(StoredSubagent {

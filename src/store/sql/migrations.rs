@@ -91,6 +91,7 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../../migrations/0013_face_records.sql"),
         include_str!("../../../migrations/0013_face_records.sql"),
     ),
+    (14, "cost", include_str!("../../../migrations/0014_cost.sql"), include_str!("../../../migrations/0014_cost.sql")),
 ];
 
 /// The embedded migrations of one engine, as sqlx's migrator takes them.

@@ -62,7 +62,19 @@ function tokens(usage) {
 }
 
 function tokensTitle(usage) {
-  return usage ? `${usage.input_tokens || 0} in / ${usage.output_tokens || 0} out` : "";
+  return usage ? `${usage.input_tokens || 0} in / ${usage.output_tokens || 0} out; ${costText(usage)}` : "";
+}
+
+// Dollars, or "no price" when no call was priced: a route without a price
+// has no cost, and 0 would claim it was free.
+function costText(usage) {
+  if (!usage || usage.cost_usd == null) return "no price";
+  return dollars(usage.cost_usd);
+}
+
+function dollars(amount) {
+  if (amount === 0) return "$0";
+  return amount >= 0.01 ? `$${amount.toFixed(2)}` : `$${amount.toPrecision(2)}`;
 }
 
 function budgetText(budget) {
@@ -71,6 +83,7 @@ function budgetText(budget) {
   if (budget.tokens != null) parts.push(`${budget.tokens} tok`);
   if (budget.steps != null) parts.push(`${budget.steps} steps`);
   if (budget.wall_seconds != null) parts.push(`${Math.round(budget.wall_seconds)} s`);
+  if (budget.cost_usd != null) parts.push(dollars(budget.cost_usd));
   return parts.length ? parts.join(", ") : "—";
 }
 

@@ -57,6 +57,7 @@ function drawDetail() {
     <dt>Children</dt><dd>${d.children}</dd>
     <dt>Task time</dt><dd>${formatMs(d.task_ms)}</dd>
     <dt>Tokens</dt><dd>${tokens(d.usage)} (${tokensTitle(d.usage)}); subtree ${tokens(d.subtree_usage)}</dd>
+    <dt>Cost</dt><dd id="detail-cost">${costText(d.usage)}; subtree ${costText(d.subtree_usage)}</dd>
     <dt>Budget left</dt><dd>${budgetText(d.budget_remaining)}</dd>
   </dl>`);
   if (d.task) {

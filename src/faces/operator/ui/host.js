@@ -204,7 +204,7 @@ function onEvent(message) {
   const now = Date.now();
   const wasBusy = BUSY.has(row.status);
   // Only what the row shows redraws it (progress, messages and merges do not).
-  const shown = `${row.status}|${row.waiting_for}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`;
+  const shown = `${row.status}|${row.waiting_for}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}|${costText(row.subtree_usage)}`;
   if (content.status) row.status = content.status;
   if (event.event === "delegated" || event.event === "resumed") {
     row.task_ms = 0;
@@ -222,7 +222,7 @@ function onEvent(message) {
   if (content.usage) row.usage = content.usage;
   if (content.subtree_usage) row.subtree_usage = content.subtree_usage;
   if (content.usage || event.event === "spawned") scheduleTree(); // ancestors' subtree totals moved
-  if (shown !== `${row.status}|${row.waiting_for}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}`) draw();
+  if (shown !== `${row.status}|${row.waiting_for}|${row.error}|${tokens(row.usage)}|${tokens(row.subtree_usage)}|${costText(row.subtree_usage)}`) draw();
   if (id === state.chosen) {
     drawTimeline();
     loadDetail();

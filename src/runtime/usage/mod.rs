@@ -11,8 +11,8 @@
 //!
 //! # Budgets
 //!
-//! A meter may carry a budget of tokens, steps and tool calls (the wall-clock part of
-//! a budget is a deadline, kept by the actor). A child with a budget has its
+//! A meter may carry a budget of tokens, steps, tool calls and dollars (the
+//! wall-clock part of a budget is a deadline, kept by the actor). A child with a budget has its
 //! allowance *reserved* from its parent's remainder when it is spawned, so
 //! siblings cannot spend it; what it has not used flows back when its task
 //! ends (its reservation is released). So at every budgeted meter:
@@ -27,7 +27,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::protocol::wire::Usage;
+use crate::protocol::wire::{CostUsd, Usage};
 
 /// What a budget can limit, besides wall-clock time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +38,15 @@ pub(crate) enum Resource {
     Steps = 1,
     /// MCP tool calls (`TaskContext::tool_call`), summed likewise.
     ToolCalls = 2,
+    /// Dollars of priced model calls, counted in nanodollars ([`CostUsd`]).
+    Cost = 3,
 }
 
+/// How many resources a meter counts.
+const RESOURCES: usize = 4;
+
 impl Resource {
-    const ALL: [Resource; 3] = [Resource::Tokens, Resource::Steps, Resource::ToolCalls];
+    const ALL: [Resource; RESOURCES] = [Resource::Tokens, Resource::Steps, Resource::ToolCalls, Resource::Cost];
 
     // Its place in a meter's per-resource arrays.
     fn index(self) -> usize {
@@ -54,6 +59,15 @@ impl Resource {
             Self::Tokens => "max_tokens",
             Self::Steps => "max_steps_total",
             Self::ToolCalls => "max_tool_calls",
+            Self::Cost => "max_cost_usd",
+        }
+    }
+
+    /// An amount of it as people read it: a count, or dollars for `Cost`.
+    pub(crate) fn amount(self, amount: u64) -> serde_json::Value {
+        match self {
+            Self::Cost => serde_json::json!(CostUsd::from_nanos(amount)),
+            _ => serde_json::json!(amount),
         }
     }
 }
@@ -67,6 +81,8 @@ pub(crate) struct Limits {
     pub steps: Option<u64>,
     /// `max_tool_calls`.
     pub tool_calls: Option<u64>,
+    /// `max_cost_usd`, in nanodollars.
+    pub cost: Option<u64>,
 }
 
 impl Limits {
@@ -75,6 +91,7 @@ impl Limits {
             Resource::Tokens => self.tokens,
             Resource::Steps => self.steps,
             Resource::ToolCalls => self.tool_calls,
+            Resource::Cost => self.cost,
         }
     }
 }
@@ -86,14 +103,16 @@ pub(crate) struct Exceeded {
     pub owner: Arc<str>,
     /// What ran out.
     pub resource: Resource,
-    /// The limit.
+    /// The limit (in nanodollars for `Cost`).
     pub limit: u64,
 }
 
 impl Exceeded {
-    /// The task's error text: `budget_exceeded: max_tokens of sub_… (10000)`.
+    /// The task's error text: `budget_exceeded: max_tokens of sub_… (10000)
+    /// is spent`, or `max_cost_usd of sub_… (0.5) is spent` in dollars.
     pub(crate) fn text(&self) -> String {
-        format!("budget_exceeded: {} of {} ({}) is spent", self.resource.key(), self.owner, self.limit)
+        let limit = self.resource.amount(self.limit);
+        format!("budget_exceeded: {} of {} ({limit}) is spent", self.resource.key(), self.owner)
     }
 }
 
@@ -106,23 +125,29 @@ struct Account {
     reserved: AtomicU64,
 }
 
-/// One subagent's (or the session's) token counts and budget.
+/// One subagent's (or the session's) token counts, cost and budget.
 #[derive(Debug, Default)]
 pub(crate) struct UsageMeter {
     own_input: AtomicU64,
     own_output: AtomicU64,
     subtree_input: AtomicU64,
     subtree_output: AtomicU64,
-    accounts: [Account; 3],
+    // Nanodollars of priced calls, and whether any call was priced: a
+    // cost of nothing priced is absent, not zero.
+    own_cost: AtomicU64,
+    subtree_cost: AtomicU64,
+    own_priced: AtomicBool,
+    subtree_priced: AtomicBool,
+    accounts: [Account; RESOURCES],
     limits: Limits,
     // Who owns the budget (for the error text): a subagent id or `session`.
     owner: Arc<str>,
     // Per resource: whether this meter's unspent allowance is still
     // reserved at its holders (see `holders`).
-    reserving: [AtomicBool; 3],
+    reserving: [AtomicBool; RESOURCES],
     // Per resource: whether it or an ancestor budgets it. Spending is
     // charged to budgets only then: an unbudgeted tree walks nothing.
-    limited: [bool; 3],
+    limited: [bool; RESOURCES],
     parent: Option<Arc<UsageMeter>>,
 }
 
@@ -196,20 +221,36 @@ impl UsageMeter {
             return Ok(());
         }
         self.count(usage);
-        self.check(Resource::Tokens)
+        self.check(Resource::Tokens)?;
+        // Only a spend that cost something can cross a dollar budget: tokens
+        // on a route without a price spend none of it.
+        match usage.cost_usd {
+            Some(cost) if cost > CostUsd::ZERO => self.check(Resource::Cost),
+            _ => Ok(()),
+        }
     }
 
     // Counts `usage` here and up the tree, against the budgets too.
     fn count(&self, usage: Usage) {
         add(&self.own_input, usage.input_tokens);
         add(&self.own_output, usage.output_tokens);
+        let cost = usage.cost_usd.map(CostUsd::nanos);
+        if let Some(nanos) = cost {
+            add(&self.own_cost, nanos);
+            self.own_priced.store(true, Ordering::Relaxed);
+        }
         let mut meter = Some(self);
         while let Some(at) = meter {
             add(&at.subtree_input, usage.input_tokens);
             add(&at.subtree_output, usage.output_tokens);
+            if let Some(nanos) = cost {
+                add(&at.subtree_cost, nanos);
+                at.subtree_priced.store(true, Ordering::Relaxed);
+            }
             meter = at.parent.as_deref();
         }
         self.charge(Resource::Tokens, usage.input_tokens.saturating_add(usage.output_tokens));
+        self.charge(Resource::Cost, cost.unwrap_or(0));
     }
 
     /// Counts one step of this subagent's task against every budget above it.
@@ -287,19 +328,21 @@ impl UsageMeter {
         }
     }
 
-    /// Its own tasks' tokens.
+    /// Its own tasks' tokens and cost.
     pub(crate) fn own(&self) -> Usage {
         Usage {
             input_tokens: self.own_input.load(Ordering::Relaxed),
             output_tokens: self.own_output.load(Ordering::Relaxed),
+            cost_usd: cost(&self.own_priced, &self.own_cost),
         }
     }
 
-    /// Its own tasks' tokens and all its descendants'.
+    /// Its own tasks' tokens and cost, and all its descendants'.
     pub(crate) fn subtree(&self) -> Usage {
         Usage {
             input_tokens: self.subtree_input.load(Ordering::Relaxed),
             output_tokens: self.subtree_output.load(Ordering::Relaxed),
+            cost_usd: cost(&self.subtree_priced, &self.subtree_cost),
         }
     }
 
@@ -309,8 +352,13 @@ impl UsageMeter {
     }
 }
 
+// A cost counter as usage shows it: absent while nothing priced was spent.
+fn cost(priced: &AtomicBool, nanos: &AtomicU64) -> Option<CostUsd> {
+    priced.load(Ordering::Relaxed).then(|| CostUsd::from_nanos(nanos.load(Ordering::Relaxed)))
+}
+
 /// Per resource: whether `limits` or any budget above `parent` limits it.
-fn limited(limits: Limits, parent: Option<&UsageMeter>) -> [bool; 3] {
+fn limited(limits: Limits, parent: Option<&UsageMeter>) -> [bool; RESOURCES] {
     Resource::ALL
         .map(|resource| limits.get(resource).is_some() || parent.is_some_and(|parent| parent.limited[resource.index()]))
 }
@@ -347,102 +395,4 @@ fn sub(counter: &AtomicU64, amount: u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tokens(input_tokens: u64, output_tokens: u64) -> Usage {
-        Usage { input_tokens, output_tokens }
-    }
-
-    fn budget(tokens: u64) -> Limits {
-        Limits { tokens: Some(tokens), ..Limits::default() }
-    }
-
-    #[test]
-    fn usage_adds_to_its_own_count_and_to_every_ancestors_subtree() {
-        let root = UsageMeter::new(None);
-        let child = UsageMeter::new(Some(root.clone()));
-        let grandchild = UsageMeter::new(Some(child.clone()));
-        child.add(tokens(10, 1)).unwrap();
-        grandchild.add(tokens(100, 20)).unwrap();
-        grandchild.add(tokens(5, 0)).unwrap();
-        assert_eq!(grandchild.own(), tokens(105, 20));
-        assert_eq!(child.own(), tokens(10, 1));
-        assert_eq!(child.subtree(), tokens(115, 21));
-        assert_eq!(root.own(), Usage::default());
-        assert_eq!(root.subtree(), tokens(115, 21));
-    }
-
-    #[test]
-    fn a_count_saturates_instead_of_wrapping() {
-        let meter = UsageMeter::new(None);
-        meter.add(tokens(u64::MAX - 1, 0)).unwrap();
-        meter.add(tokens(5, 0)).unwrap();
-        assert_eq!(meter.own().input_tokens, u64::MAX);
-    }
-
-    #[test]
-    fn a_childs_allowance_is_reserved_spent_and_its_rest_flows_back() {
-        let parent = UsageMeter::session(budget(10_000));
-        let a = UsageMeter::budgeted("a".into(), budget(4_000), parent.clone()).unwrap();
-        assert_eq!(parent.remaining(Resource::Tokens), Some(6_000));
-        let b = UsageMeter::budgeted("b".into(), budget(6_000), parent.clone()).unwrap();
-        assert_eq!(parent.remaining(Resource::Tokens), Some(0));
-        let refused = UsageMeter::budgeted("c".into(), budget(1), parent.clone()).unwrap_err();
-        assert_eq!((refused.owner.as_ref(), refused.resource, refused.limit), ("session", Resource::Tokens, 10_000));
-        // Spending within the allowance leaves the parent's remainder as it was.
-        a.add(tokens(1_000, 500)).unwrap();
-        assert_eq!(a.remaining(Resource::Tokens), Some(2_500));
-        assert_eq!(parent.remaining(Resource::Tokens), Some(0));
-        // Its end gives back the 2 500 it did not use.
-        a.release();
-        a.release();
-        assert_eq!(parent.remaining(Resource::Tokens), Some(2_500));
-        // Past its own allowance, the child's spend is refused, naming it.
-        let over = b.add(tokens(6_000, 1)).unwrap_err();
-        assert_eq!((over.owner.as_ref(), over.limit), ("b", 6_000));
-        assert_eq!(b.subtree(), tokens(6_000, 1), "what was spent is counted all the same");
-    }
-
-    #[test]
-    fn a_grandchilds_allowance_comes_out_of_its_parents_not_again_out_of_the_session() {
-        let session = UsageMeter::session(budget(10_000));
-        let p = UsageMeter::budgeted("p".into(), budget(5_000), session.clone()).unwrap();
-        let _q = UsageMeter::budgeted("q".into(), budget(5_000), session.clone()).unwrap();
-        assert_eq!(session.remaining(Resource::Tokens), Some(0));
-        let c = UsageMeter::budgeted("c".into(), budget(5_000), p.clone()).expect("p's allowance is p's to give");
-        c.add(tokens(600, 400)).unwrap();
-        assert_eq!((p.remaining(Resource::Tokens), session.remaining(Resource::Tokens)), (Some(0), Some(0)));
-        c.release();
-        assert_eq!(p.remaining(Resource::Tokens), Some(4_000), "c's unspent 4 000 back to p");
-        assert_eq!(session.remaining(Resource::Tokens), Some(0), "p still holds its allowance");
-        p.release();
-        assert_eq!(session.remaining(Resource::Tokens), Some(4_000), "10 000 − 1 000 spent − q's 5 000");
-    }
-
-    #[test]
-    fn an_unbudgeted_descendant_draws_on_its_ancestors_remainder() {
-        let session = UsageMeter::session(Limits::default());
-        let parent = UsageMeter::budgeted("p".into(), budget(100), session.clone()).unwrap();
-        let child = UsageMeter::new(Some(parent.clone()));
-        child.add(tokens(60, 0)).unwrap();
-        assert_eq!(parent.remaining(Resource::Tokens), Some(40));
-        parent.add(tokens(30, 0)).unwrap();
-        let over = child.add(tokens(11, 0)).unwrap_err();
-        assert_eq!(over.owner.as_ref(), "p", "the ancestor's budget stops the child");
-        assert_eq!(session.remaining(Resource::Tokens), None, "the session has no budget");
-    }
-
-    #[test]
-    fn steps_are_budgeted_across_the_subtree() {
-        let session = UsageMeter::session(Limits::default());
-        let parent = UsageMeter::budgeted("p".into(), Limits { steps: Some(3), ..Limits::default() }, session).unwrap();
-        let child = UsageMeter::new(Some(parent.clone()));
-        parent.step().unwrap();
-        child.step().unwrap();
-        child.step().unwrap();
-        assert_eq!(parent.remaining(Resource::Steps), Some(0));
-        let over = child.step().unwrap_err();
-        assert_eq!((over.owner.as_ref(), over.resource), ("p", Resource::Steps));
-    }
-}
+mod tests;
