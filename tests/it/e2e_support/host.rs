@@ -102,8 +102,17 @@ pub fn drain_stderr(child: &mut Child) -> mpsc::Receiver<String> {
     let mut copy = std::env::var_os("SUBAGENTD_TEST_STDERR")
         .and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok());
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
+        // Read as bytes: a line that is not UTF-8 (a log line cut by the
+        // pipe's buffer, say) is kept, lossily, rather than ending the drain.
+        let mut reader = BufReader::new(stderr);
+        let mut bytes = Vec::new();
+        loop {
+            bytes.clear();
+            match reader.read_until(b'\n', &mut bytes) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&bytes).trim_end_matches(['\n', '\r']).to_owned();
             if let Some(file) = copy.as_mut() {
                 use std::io::Write;
                 let _ = writeln!(file, "[{pid}] {line}");

@@ -99,8 +99,21 @@ pub fn http_with_headers(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, std::collections::HashMap<String, String>, Value) {
+    http_within(PATIENCE, addr, method, path, headers, body)
+}
+
+/// [`http_with_headers`], waiting up to `patience` for the response (a
+/// blocking call that runs a real model's task).
+pub fn http_within(
+    patience: Duration,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, std::collections::HashMap<String, String>, Value) {
     let mut stream = TcpStream::connect(addr).expect("connect http");
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.set_read_timeout(Some(patience)).unwrap();
     let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("Host: {addr}\r\n"));
