@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::client::{Completion, ToolCall, Usage};
+use super::client::{Completion, ReplyInfo, ToolCall, Usage};
 use crate::runtime::task::TaskError;
 
 /// A stream's reply being put together.
@@ -18,6 +18,8 @@ pub(crate) struct StreamedReply {
     // By index: id, name, arguments so far.
     calls: Vec<(String, String, String)>,
     usage: Usage,
+    // The reply's model, id and finish reason, from whichever chunks carry them.
+    about: ReplyInfo,
     done: bool,
 }
 
@@ -44,6 +46,11 @@ impl StreamedReply {
     fn add(&mut self, chunk: &Value, on_text: &mut dyn FnMut(&str)) {
         if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
             self.usage = Usage::read(usage);
+        }
+        self.about.read(chunk);
+        // The chunk that ends the choice says why; usually the last with a delta.
+        if let Some(reason) = chunk.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+            self.about.finish_reasons = vec![reason.to_owned()];
         }
         let Some(delta) = chunk.pointer("/choices/0/delta") else { return };
         if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|text| !text.is_empty()) {
@@ -87,7 +94,7 @@ impl StreamedReply {
             let arguments = if arguments.is_empty() { "{}".to_owned() } else { arguments };
             tool_calls.push(ToolCall { id, name, arguments });
         }
-        Ok(Completion { content: self.content, tool_calls, usage: self.usage })
+        Ok(Completion { content: self.content, tool_calls, usage: self.usage, about: self.about })
     }
 }
 
