@@ -423,6 +423,11 @@ mod tests {
         assert_eq!(completion.tool_calls[0].id, "call_0");
         assert_eq!(completion.tool_calls[0].arguments, r#"{"a":1}"#);
         assert_eq!(completion.usage, Usage::default());
+        assert_eq!(completion.about, ReplyInfo::default(), "no model, id or finish reason said");
+        let said = json!({"id": "r", "model": "m-1", "choices": [{"finish_reason": "stop", "message": {}}]});
+        let about = parse_completion(&said).unwrap().about;
+        assert_eq!((about.model.as_deref(), about.id.as_deref()), (Some("m-1"), Some("r")));
+        assert_eq!(about.finish_reasons, ["stop"]);
     }
 
     #[test]

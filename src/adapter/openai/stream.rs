@@ -129,6 +129,20 @@ mod tests {
     }
 
     #[test]
+    fn the_model_id_and_finish_reason_come_from_whichever_chunks_carry_them() {
+        let body = concat!(
+            "data: {\"id\":\"r1\",\"model\":\"m-2026\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n",
+            "data: {\"id\":\"r1\",\"model\":\"m-2026\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n",
+            "data: [DONE]\n",
+        );
+        let mut reply = StreamedReply::default();
+        reply.feed(body.as_bytes(), &mut |_| {}).unwrap();
+        let about = reply.finish().unwrap().about;
+        assert_eq!((about.model.as_deref(), about.id.as_deref()), (Some("m-2026"), Some("r1")));
+        assert_eq!(about.finish_reasons, ["length"]);
+    }
+
+    #[test]
     fn a_bad_chunk_or_an_empty_stream_is_an_error_not_a_panic() {
         let mut reply = StreamedReply::default();
         assert!(reply.feed(b"data: {not json\n", &mut |_| {}).is_err());
