@@ -253,3 +253,33 @@ async fn message_content_is_recorded_when_the_config_turns_it_on() {
     assert!(attribute(tool, "gen_ai.tool.call.arguments").is_some_and(|text| text.contains("worker-")));
     assert!(attribute(tool, "gen_ai.tool.call.result").is_some_and(|text| text.contains("subagent_id")));
 }
+
+#[actix_rt::test]
+async fn a_failed_model_call_marks_its_chat_span_and_its_task_as_errors() {
+    let _serial = SERIAL.lock().await;
+    exporter();
+    let server = FakeServer::start(|_, _| Reply::Status {
+        code: 400,
+        retry_after: None,
+        body: json!({ "error": { "message": "no such model" } }),
+    });
+    let adapter = Arc::new(OpenAiAdapter::new(OpenAiConfig::new(server.base_url.clone())).expect("adapter"));
+    let router = AdapterRouter::default().route("fake-*", adapter).expect("route");
+    let host = Host::new(HostConfig { router, ..Default::default() });
+    let tree = session(&host, "trace-failed-call");
+    let request =
+        SpawnRequest { agent: SubagentConfig::new("lost", "fake-model"), parent_agent_id: None, root_agent_id: None };
+    let id = tree.spawn(request).await.expect("spawn").subagent_id;
+    assert!(tree.delegate(id, TaskDefinition::new("t", "i")).await.expect("delegate").accepted);
+    let done = tokio::time::timeout(GUARD, tree.await_result(id)).await.expect("ends").expect("await");
+    assert_eq!(done.status, SubagentStatus::Failed);
+
+    let spans = spans_of("trace-failed-call", 1).await;
+    let chat = spans.iter().find(|s| s.name == "chat fake-model").expect("the call's span");
+    assert!(matches!(chat.status, opentelemetry::trace::Status::Error { .. }), "{:?}", chat.status);
+    assert!(attribute(chat, "error.type").is_some_and(|kind| !kind.is_empty()));
+    assert_eq!(attribute(chat, "gen_ai.response.model"), None, "no reply, no response model");
+    let task = spans.iter().find(|s| s.name == "invoke_agent lost").unwrap();
+    assert_eq!(chat.parent_span_id, task.span_context.span_id());
+    assert!(matches!(task.status, opentelemetry::trace::Status::Error { .. }));
+}

@@ -172,13 +172,18 @@ impl Endpoint {
                 let output = if allowed.iter().any(|tool| tool.qualified == name) {
                     let call_id = format!("cmd-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1);
                     // The call's OTel span lasts as long as the call.
-                    let _span = trace::execute_tool(ctx.span(), name, &call_id);
+                    let span = trace::execute_tool(ctx.span(), name, &call_id);
                     // A program's task keeps no checkpoint: what its person
                     // is asked lives as long as the call.
                     let mut ledger = PersonLedger::default();
-                    self.toolbox
+                    let output = self
+                        .toolbox
                         .call(ctx, &call_id, name, arguments, false, &mut ledger, async |_: &PersonLedger| {})
-                        .await
+                        .await;
+                    if let Some(error) = output.get("error").and_then(Value::as_str) {
+                        trace::tool_failed(&span, error);
+                    }
+                    output
                 } else {
                     json!({ "error": format!("tool `{name}` is not available to this agent ({} are)", allowed.len()) })
                 };

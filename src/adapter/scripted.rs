@@ -348,6 +348,8 @@ async fn run_script(ctx: &TaskContext, pricing: Option<&Pricing>) -> Result<RawO
                     Some(server) => crate::tools::qualified_name(server, &call.tool),
                     None => call.tool.clone(),
                 };
+                // A pretend call still shows in the trace, as a real one would.
+                let _span = crate::runtime::trace::execute_tool(ctx.span(), &qualified, &call_id);
                 let subject = CallSubject {
                     tool: &call.tool,
                     qualified: &qualified,

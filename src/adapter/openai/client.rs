@@ -92,6 +92,35 @@ pub(crate) struct Completion {
     pub tool_calls: Vec<ToolCall>,
     /// Token counts.
     pub usage: Usage,
+    /// What the server says about the reply, for the call's trace span.
+    pub about: ReplyInfo,
+}
+
+/// What a reply says about itself beyond its message: only the call's
+/// `chat` span reads it (the OpenTelemetry GenAI `gen_ai.response.*`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ReplyInfo {
+    /// The model that answered (`model`), often a dated version of the
+    /// requested one.
+    pub model: Option<String>,
+    /// The reply's id (`id`).
+    pub id: Option<String>,
+    /// Each choice's `finish_reason`, in order.
+    pub finish_reasons: Vec<String>,
+}
+
+impl ReplyInfo {
+    /// Reads `model` and `id` of a reply or a streamed chunk (a chunk
+    /// repeats them; the first one seen is kept).
+    pub(crate) fn read(&mut self, value: &Value) {
+        let text = |key: &str| value.get(key).and_then(Value::as_str).filter(|text| !text.is_empty());
+        if self.model.is_none() {
+            self.model = text("model").map(str::to_owned);
+        }
+        if self.id.is_none() {
+            self.id = text("id").map(str::to_owned);
+        }
+    }
 }
 
 impl Completion {
@@ -356,7 +385,13 @@ pub(crate) fn parse_completion(value: &Value) -> Result<Completion, TaskError> {
         }
     }
     let usage = value.get("usage").map(Usage::read).unwrap_or_default();
-    Ok(Completion { content, tool_calls, usage })
+    let mut about = ReplyInfo::default();
+    about.read(value);
+    if let Some(Value::Array(choices)) = value.get("choices") {
+        let reasons = choices.iter().filter_map(|choice| choice.get("finish_reason").and_then(Value::as_str));
+        about.finish_reasons = reasons.map(str::to_owned).collect();
+    }
+    Ok(Completion { content, tool_calls, usage, about })
 }
 
 #[cfg(test)]
@@ -388,6 +423,11 @@ mod tests {
         assert_eq!(completion.tool_calls[0].id, "call_0");
         assert_eq!(completion.tool_calls[0].arguments, r#"{"a":1}"#);
         assert_eq!(completion.usage, Usage::default());
+        assert_eq!(completion.about, ReplyInfo::default(), "no model, id or finish reason said");
+        let said = json!({"id": "r", "model": "m-1", "choices": [{"finish_reason": "stop", "message": {}}]});
+        let about = parse_completion(&said).unwrap().about;
+        assert_eq!((about.model.as_deref(), about.id.as_deref()), (Some("m-1"), Some("r")));
+        assert_eq!(about.finish_reasons, ["stop"]);
     }
 
     #[test]

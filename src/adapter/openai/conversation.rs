@@ -168,13 +168,20 @@ pub(super) async fn conversation(
         let completion = match completion {
             Ok(completion) => completion,
             Err(err) => {
-                trace::chat_usage(&span, Err(&err.0));
+                trace::chat_ended(&span, Err(&err.0));
                 return Err(err);
             }
         };
         let call = &completion.usage;
         let used = call_usage(config.pricing.as_ref(), call.prompt_tokens, call.cached_tokens, call.completion_tokens);
-        trace::chat_usage(&span, Ok(used));
+        let about = &completion.about;
+        let reply = trace::ChatReply {
+            usage: used,
+            model: about.model.as_deref(),
+            id: about.id.as_deref(),
+            finish_reasons: &about.finish_reasons,
+        };
+        trace::chat_ended(&span, Ok(reply));
         if config.record_content && !span.is_disabled() {
             span.record("gen_ai.output.messages", completion.assistant_message().to_string());
         }
@@ -323,6 +330,9 @@ async fn traced_call(
     };
     if config.record_content && !span.is_disabled() {
         span.record("gen_ai.tool.call.result", output.to_string());
+    }
+    if let Some(error) = output.get("error").and_then(Value::as_str) {
+        trace::tool_failed(&span, error);
     }
     output
 }

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::client::{Completion, ToolCall, Usage};
+use super::client::{Completion, ReplyInfo, ToolCall, Usage};
 use crate::runtime::task::TaskError;
 
 /// A stream's reply being put together.
@@ -18,6 +18,8 @@ pub(crate) struct StreamedReply {
     // By index: id, name, arguments so far.
     calls: Vec<(String, String, String)>,
     usage: Usage,
+    // The reply's model, id and finish reason, from whichever chunks carry them.
+    about: ReplyInfo,
     done: bool,
 }
 
@@ -44,6 +46,11 @@ impl StreamedReply {
     fn add(&mut self, chunk: &Value, on_text: &mut dyn FnMut(&str)) {
         if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
             self.usage = Usage::read(usage);
+        }
+        self.about.read(chunk);
+        // The chunk that ends the choice says why; usually the last with a delta.
+        if let Some(reason) = chunk.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+            self.about.finish_reasons = vec![reason.to_owned()];
         }
         let Some(delta) = chunk.pointer("/choices/0/delta") else { return };
         if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|text| !text.is_empty()) {
@@ -87,7 +94,7 @@ impl StreamedReply {
             let arguments = if arguments.is_empty() { "{}".to_owned() } else { arguments };
             tool_calls.push(ToolCall { id, name, arguments });
         }
-        Ok(Completion { content: self.content, tool_calls, usage: self.usage })
+        Ok(Completion { content: self.content, tool_calls, usage: self.usage, about: self.about })
     }
 }
 
@@ -119,6 +126,20 @@ mod tests {
         assert_eq!(completion.tool_calls[0].id, "call_a");
         assert_eq!(completion.tool_calls[0].arguments, "{\"name\":1}");
         assert_eq!(completion.usage.total_tokens, 10);
+    }
+
+    #[test]
+    fn the_model_id_and_finish_reason_come_from_whichever_chunks_carry_them() {
+        let body = concat!(
+            "data: {\"id\":\"r1\",\"model\":\"m-2026\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n",
+            "data: {\"id\":\"r1\",\"model\":\"m-2026\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n",
+            "data: [DONE]\n",
+        );
+        let mut reply = StreamedReply::default();
+        reply.feed(body.as_bytes(), &mut |_| {}).unwrap();
+        let about = reply.finish().unwrap().about;
+        assert_eq!((about.model.as_deref(), about.id.as_deref()), (Some("m-2026"), Some("r1")));
+        assert_eq!(about.finish_reasons, ["length"]);
     }
 
     #[test]
