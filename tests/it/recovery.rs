@@ -307,8 +307,9 @@ fn a_restarted_host_finishes_an_http_sessions_task_before_its_client_returns() {
     // No client: the session is served again at once, on its own.
     host.wait_sessions(1);
     wait_completed(&addr, &session);
-    let returned = now_seconds();
+    // Stamped as it reattaches (see the TCP twin below).
     let mut stream = SseStream::open_after(&addr, &session, Some(last_seen));
+    let returned = now_seconds();
     assert_eq!(stream.status, 200);
     let mut resumed = None;
     let completed = loop {
@@ -350,8 +351,12 @@ fn a_restarted_host_finishes_a_tcp_sessions_task_and_replays_its_events_on_resum
     let mut host = sqlite_host(&dir.0, "");
     host.wait_sessions(1);
     wait_completed(host.http.as_deref().expect("http"), &session);
-    let returned = now_seconds();
     let mut client = LineClient::connect(host.tcp.as_deref().expect("tcp"));
+    // The client is back once it asks to resume: the operator's count may
+    // read COMPLETED a moment before the completion's line is stamped (the
+    // subagent's status moves as its task ends; its event is told as the
+    // supervisor takes the actor's report).
+    let returned = now_seconds();
     let mut resume = handshake();
     resume["resume_session_id"] = json!(session);
     client.send(&resume);
