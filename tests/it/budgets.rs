@@ -30,7 +30,9 @@ fn agent(name: &str, budget: Option<Value>) -> SubagentConfig {
     config
 }
 
-async fn spawn(
+/// Spawns `config` under `parent` (shared with `cost.rs`, as are `task`,
+/// `run` and `spend`).
+pub(crate) async fn spawn(
     tree: &Tree,
     config: SubagentConfig,
     parent: Option<SubagentId>,
@@ -39,16 +41,16 @@ async fn spawn(
     tree.spawn(request).await.map(|spawned| spawned.subagent_id)
 }
 
-fn task(script: Value) -> TaskDefinition {
+pub(crate) fn task(script: Value) -> TaskDefinition {
     serde_json::from_value(json!({ "name": "t", "instruction": "i", "metadata": { "script": script } })).unwrap()
 }
 
-async fn run(tree: &Tree, id: SubagentId, script: Value) -> AwaitResponse {
+pub(crate) async fn run(tree: &Tree, id: SubagentId, script: Value) -> AwaitResponse {
     assert!(tree.delegate(id, task(script)).await.expect("delegate").accepted);
     tokio::time::timeout(GUARD, tree.await_result(id)).await.expect("ends").expect("await")
 }
 
-fn spend(input_tokens: u64, output_tokens: u64) -> Value {
+pub(crate) fn spend(input_tokens: u64, output_tokens: u64) -> Value {
     json!({ "use_tokens": { "input_tokens": input_tokens, "output_tokens": output_tokens } })
 }
 

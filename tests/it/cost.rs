@@ -7,6 +7,7 @@
 //! on SQLite and PostgreSQL. Exact arithmetic with the scripted adapter on
 //! a priced route, and with the fake model server.
 
+use crate::budgets::{run, spawn, spend, task};
 use crate::common::eventually;
 use crate::common::TreeOps;
 use crate::fake_openai::*;
@@ -45,28 +46,6 @@ fn agent(name: &str, model: &str, budget: Option<Value>) -> SubagentConfig {
         config.metadata.insert("budget".into(), budget);
     }
     config
-}
-
-async fn spawn(
-    tree: &Tree,
-    config: SubagentConfig,
-    parent: Option<SubagentId>,
-) -> Result<SubagentId, subagent_host::HostError> {
-    let request = SpawnRequest { agent: config, parent_agent_id: parent.map(|p| p.to_string()), root_agent_id: None };
-    tree.spawn(request).await.map(|spawned| spawned.subagent_id)
-}
-
-fn task(script: Value) -> TaskDefinition {
-    serde_json::from_value(json!({ "name": "t", "instruction": "i", "metadata": { "script": script } })).unwrap()
-}
-
-async fn run(tree: &Tree, id: SubagentId, script: Value) -> AwaitResponse {
-    assert!(tree.delegate(id, task(script)).await.expect("delegate").accepted);
-    tokio::time::timeout(GUARD, tree.await_result(id)).await.expect("ends").expect("await")
-}
-
-fn spend(input_tokens: u64, output_tokens: u64) -> Value {
-    json!({ "use_tokens": { "input_tokens": input_tokens, "output_tokens": output_tokens } })
 }
 
 async fn row(tree: &Tree, id: SubagentId) -> SubagentInfo {
